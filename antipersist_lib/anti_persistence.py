@@ -1,0 +1,250 @@
+"""Anti-Persistence for one task (Algorithm 1 with the branches of B.4).
+
+embed -> select mode -> retrieve -> synthesize (or not) -> execute with the guidance ->
+append the trajectory to M_k (and the outcome to L_k when eligible) -> discard the guidance.
+
+The guidance lives only in a local variable of ``run_task``: it is never returned in the
+result, written to M_k, L_k, the episode record or the call ledger. What persists is the raw
+trajectory, its outcome, and which mode was used with what reward.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .agent import AgentConfig, run_episode
+from .embeddings import embed_text
+from .environment import Environment
+from .outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
+from .records import MODES, EpisodeOutcome, Task, Trajectory
+from .selector import ModeDecision, ModeSelector, SelectorConfig
+from .synthesis import FormatLimits, Guidance, synthesize
+from .trajectory_memory import Retrieved, TrajectoryMemory
+
+log = logging.getLogger(__name__)
+
+PHASES = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class AntiPersistenceConfig:
+    """Method hyperparameters (Table 3 defaults)."""
+
+    budget: int = 5  # B: records per retrieval
+    contrast: int = 1  # contrasting successes for corrective
+    lam: float = 0.05  # cost weight lambda
+    embed_prefix_chars: int = 500
+    synthesis_max_tokens: int = 1024
+    synthesis_temperature: float = 0.0
+    selector: SelectorConfig = field(default_factory=SelectorConfig)
+    fixed_mode: str | None = None  # ablations: always use this mode instead of the bandit
+    limits: FormatLimits = field(default_factory=FormatLimits)
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise ValueError(f"budget (B) must be >= 1, got {self.budget}")
+        if self.contrast < 0:
+            raise ValueError(f"contrast must be >= 0, got {self.contrast}")
+        if self.lam < 0:
+            raise ValueError(f"lam (lambda) must be >= 0, got {self.lam}")
+        if self.fixed_mode is not None and self.fixed_mode not in MODES:
+            raise ValueError(f"fixed_mode is {self.fixed_mode!r}, expected one of {MODES} or None")
+
+
+@dataclass(frozen=True)
+class PreparedContext:
+    """Everything decided before execution. Holds the guidance: keep it in memory only."""
+
+    task: Task
+    initial_observation: str
+    embedding: np.ndarray | None
+    decision: ModeDecision
+    retrieved: tuple[Retrieved, ...]
+    guidance: Guidance
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The per-episode record that is stored. Deliberately has no field for guidance text."""
+
+    task: Task
+    phase: str
+    iteration: int
+    position: int
+    mode: str
+    branch: str
+    decision: dict[str, Any]
+    kappa: int
+    reward: float
+    outcome: EpisodeOutcome
+    retrieved_ids: tuple[int, ...]
+    synthesis_skipped: str | None
+    execution_calls: int
+    synthesis_calls: int
+    embedding_ok: bool
+    memory_record_id: int | None
+    logged: bool
+    log_skip_reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["task"] = self.task.to_dict()
+        d["outcome"] = self.outcome.to_dict()
+        d["retrieved_ids"] = list(self.retrieved_ids)
+        return d
+
+
+class AntiPersistence:
+    """The method: trajectory memory M_k + outcome log L_k, an empty abstraction store."""
+
+    def __init__(
+        self,
+        memory: TrajectoryMemory,
+        outcome_log: OutcomeLog,
+        llm: Any,
+        embedder: Any,
+        *,
+        config: AntiPersistenceConfig = AntiPersistenceConfig(),
+        seed: int = 0,
+    ) -> None:
+        self.memory = memory
+        self.outcome_log = outcome_log
+        self.llm = llm
+        self.embedder = embedder
+        self.config = config
+        self.seed = int(seed)
+        self.selector = ModeSelector(config.selector)
+
+    @property
+    def update_index(self) -> int:
+        """k: training attempts so far (every attempt enters M_k, so k = |M_k|)."""
+        return len(self.memory)
+
+    def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, PHASES.index(phase), iteration, position])
+
+    def embed(self, task: Task, initial_observation: str, tags: dict[str, Any] | None = None) -> np.ndarray | None:
+        text = embed_text(task.instruction, initial_observation, self.config.embed_prefix_chars)
+        return self.embedder.embed(text, tags=tags)
+
+    def prepare(self, task: Task, initial_observation: str, *, iteration: int, position: int, phase: str, tags: dict[str, Any] | None = None) -> PreparedContext:
+        """Steps 1-4: embed, select a mode, retrieve, synthesize. Makes no writes."""
+        if phase not in PHASES:
+            raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
+        tags = dict(tags or {})
+        embedding = self.embed(task, initial_observation, tags)
+        if self.config.fixed_mode is not None:
+            decision = self.selector.fixed(self.config.fixed_mode, embedding)
+        else:
+            decision = self.selector.select(
+                self.outcome_log, embedding, iteration=iteration, position=position, rng=self._rng(phase, iteration, position)
+            )
+        retrieved = self.memory.retrieve(embedding, decision.mode, task, budget=self.config.budget, contrast=self.config.contrast)
+        guidance = synthesize(
+            decision.mode,
+            task.instruction,
+            retrieved,
+            self.llm,
+            max_tokens=self.config.synthesis_max_tokens,
+            temperature=self.config.synthesis_temperature,
+            limits=self.config.limits,
+            tags=tags,
+        )
+        return PreparedContext(task, initial_observation, embedding, decision, tuple(retrieved), guidance)
+
+    def run_task(
+        self,
+        task: Task,
+        env: Environment,
+        *,
+        iteration: int,
+        position: int | None = None,
+        training: bool,
+        agent_config: AgentConfig = AgentConfig(),
+    ) -> TaskResult:
+        """Run one task end to end; during training also update M_k and L_k."""
+        phase = "train" if training else "heldout"
+        k = self.update_index
+        if position is None:
+            position = k if training else 0
+        tags = {"phase": phase, "iteration": iteration, "task": task.key}
+        try:
+            initial_observation = env.reset(task)
+        except Exception as exc:
+            log.warning("engine failed to load %s: %s", task.key, exc)
+            return self._finish_infra(task, phase, iteration, position, k, f"reset: {exc!r}")
+
+        prepared = self.prepare(task, initial_observation, iteration=iteration, position=position, phase=phase, tags=tags)
+        guidance = prepared.guidance
+        episode = run_episode(
+            env, task, self.llm,
+            context_blocks=[guidance.text],
+            config=agent_config,
+            initial_observation=initial_observation,
+            tags=tags,
+        )
+        kappa = guidance.kappa
+        reward = cost_adjusted_reward(episode.outcome.y, kappa, self.config.lam)
+        decision = prepared.decision
+        embedding = prepared.embedding
+        record_id: int | None = None
+        logged = False
+        reason = None
+        if training:
+            rec = self.memory.add(
+                task, episode.trajectory, episode.outcome,
+                embedding=embedding, parents=(), iteration=iteration, mode=decision.mode,
+            )
+            record_id = rec.record_id
+            why = skip_reason(k, embedding, episode.outcome.infra_failure)
+            if why is None:
+                self.outcome_log.append(
+                    embedding=embedding,
+                    mode=decision.mode,
+                    reward=reward,
+                    raw_success=episode.outcome.success,
+                    task_type=task.task_type,
+                    task_id=task.task_id,
+                    instruction=task.instruction,
+                )
+                logged = True
+            else:
+                reason = why.value
+        result = TaskResult(
+            task=task,
+            phase=phase,
+            iteration=iteration,
+            position=position,
+            mode=decision.mode,
+            branch=decision.branch,
+            decision=decision.to_dict(),
+            kappa=kappa,
+            reward=reward,
+            outcome=episode.outcome,
+            retrieved_ids=guidance.record_ids,
+            synthesis_skipped=guidance.skipped_reason,
+            execution_calls=episode.llm_calls,
+            synthesis_calls=kappa,
+            embedding_ok=embedding is not None,
+            memory_record_id=record_id,
+            logged=logged,
+            log_skip_reason=reason,
+        )
+        del guidance, prepared  # discard sigma: nothing above kept a reference to its text
+        return result
+
+    def _finish_infra(self, task: Task, phase: str, iteration: int, position: int, k: int, error: str) -> TaskResult:
+        outcome = EpisodeOutcome(False, infra_failure=True, error=error)
+        record_id = None
+        if phase == "train":
+            record_id = self.memory.add(task, Trajectory(""), outcome, embedding=None, iteration=iteration, mode=None).record_id
+        decision = self.selector.fixed("none", None)
+        return TaskResult(
+            task, phase, iteration, position, "none", "infrastructure_failure", decision.to_dict(), 0, 0.0, outcome,
+            (), "engine failed before the episode started", 0, 0, False, record_id, False,
+            "infrastructure_failure" if phase == "train" else None,
+        )

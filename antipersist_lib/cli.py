@@ -1,0 +1,87 @@
+"""Command line: ``python -m antipersist_lib <command>`` (or the ``antipersist`` script)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import LABEL, run_demo
+
+    print(f"antipersist {LABEL}")
+    summary = run_demo(args.out, iterations=args.iterations, seed=args.seed)
+    print()
+    for method, info in summary["methods"].items():
+        curve = ", ".join(f"{100 * x:.0f}%" for x in info["heldout_success"])
+        print(f"{method:>16}: held-out success per iteration [{curve}]  run dir: {info['run_dir']}")
+    print(f"summary: {Path(args.out) / 'summary.json'}")
+    return 0
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from .outcome_log import OutcomeLog
+    from .selector import SelectorConfig, select_mode
+
+    log = OutcomeLog(args.log)
+    try:
+        emb = np.asarray(json.loads(Path(args.embedding).read_text()), dtype=np.float64)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read an embedding (JSON list of numbers) from {args.embedding}: {exc}", file=sys.stderr)
+        return 2
+    cfg = SelectorConfig(neighbourhood=args.neighbourhood, gamma=args.gamma, rho=args.rho, c=args.c)
+    decision = select_mode(log, emb, iteration=args.iteration, position=args.position, seed=args.seed, config=cfg)
+    print(json.dumps(decision.to_dict(), indent=2))
+    log.close()
+    return 0
+
+
+def _cmd_prompts(args: argparse.Namespace) -> int:
+    from . import prompts
+
+    for name, digest in prompts.prompt_hashes().items():
+        print(f"{digest}  {name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="run the pipeline demo (scripted loopback policy, test world)")
+    d.add_argument("--out", default="outputs/demo")
+    d.add_argument("--iterations", type=int, default=3)
+    d.add_argument("--seed", type=int, default=42)
+    d.set_defaults(func=_cmd_demo)
+
+    s = sub.add_parser("select", help="audit one mode selection: outcome log + task embedding -> decision JSON")
+    s.add_argument("--log", required=True, help="outcome_log.jsonl of a run")
+    s.add_argument("--embedding", required=True, help="JSON file holding the task embedding (list of numbers)")
+    s.add_argument("--iteration", type=int, default=4, help="1-based iteration (<= 3 means round-robin)")
+    s.add_argument("--position", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--neighbourhood", type=int, default=10, help="B-hat")
+    s.add_argument("--gamma", type=float, default=0.998)
+    s.add_argument("--rho", type=float, default=0.7)
+    s.add_argument("-c", type=float, default=0.5)
+    s.set_defaults(func=_cmd_select)
+
+    pr = sub.add_parser("prompts", help="print the hash of every prompt template")
+    pr.set_defaults(func=_cmd_prompts)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,132 @@
+"""Append-only JSON Lines files: the only on-disk format for records that must never be lost.
+
+Why one module: every store (trajectory memory, outcome log, episode records, call ledger)
+needs the same two guarantees. Appends are a single ``write`` of one complete line on an
+``O_APPEND`` descriptor, so concurrent writers in one process never interleave, and a crash
+can at worst leave one torn final line. Readers skip malformed lines with a logged warning and
+keep going, so a torn line never invalidates the records before or after it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+
+def dumps_line(obj: Any) -> bytes:
+    """One record as one UTF-8 line; refuses NaN so every line is strict JSON."""
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    if "\n" in text:  # json.dumps escapes newlines inside strings; this guards the invariant
+        raise ValueError("a JSONL record may not contain a raw newline")
+    return (text + "\n").encode("utf-8")
+
+
+class JsonlWriter:
+    """Appends records to one JSONL file; safe for threads of one process.
+
+    On open, a file whose last byte is not a newline (a torn write from a crash) is first
+    terminated with a newline, so the fragment stays a separate malformed line that readers
+    skip instead of being glued to the next record.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._terminate_torn_tail()
+
+    def _terminate_torn_tail(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(size - 1)
+            last = fh.read(1)
+        if last != b"\n":
+            log.warning("%s: last line was torn (no newline); terminating it", self.path)
+            os.write(self._fd, b"\n")
+
+    def append(self, obj: Any) -> None:
+        data = dumps_line(obj)
+        with self._lock:
+            written = os.write(self._fd, data)
+            if written != len(data):  # pragma: no cover - only on a full disk
+                raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+            if self._fsync:
+                os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@dataclass(frozen=True)
+class JsonlLine:
+    """A parsed line and its 1-based line number in the file."""
+
+    lineno: int
+    value: Any
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Iterator[JsonlLine]:
+    """Stream the valid records of a JSONL file in file order.
+
+    Malformed lines (invalid UTF-8, invalid JSON, a torn final line) are skipped with a
+    warning that names the file and line; loading continues. A missing file yields nothing.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                log.warning("%s:%d: skipping torn final line (%d bytes)", path, lineno, len(raw))
+                continue
+            stripped = raw.strip()
+            if not stripped:
+                continue
+            try:
+                value = json.loads(stripped.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                log.warning("%s:%d: skipping malformed line: %s", path, lineno, exc)
+                continue
+            yield JsonlLine(lineno, value)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write a whole file so readers see either the old or the new content, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False) + "\n")

@@ -1,0 +1,151 @@
+"""Records shared by every part of the kit: tasks, steps, trajectories and episode outcomes.
+
+All records are plain dataclasses with ``to_dict``/``from_dict`` so they round-trip through the
+JSONL stores unchanged (tests assert ``from_dict(to_dict(x)) == x``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The four modes of Anti-Persistence, in the fixed order used for round-robin and tie-breaks.
+MODES: tuple[str, ...] = ("none", "imitation", "strategic", "corrective")
+SYNTHESIS_MODES: tuple[str, ...] = ("imitation", "strategic", "corrective")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark task.
+
+    ``task_id`` is the index of the task in its benchmark's task pool (outcome-log field
+    ``task_id``); ``task_type`` drives the task-type retrieval filter; ``env_args`` holds what the
+    benchmark adapter needs to load the task (game file, task name and variation, ...).
+    """
+
+    task_id: int
+    benchmark: str
+    task_type: str
+    instruction: str = ""
+    split: str = "train"
+    env_args: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+    @property
+    def key(self) -> str:
+        """Stable identifier across runs: benchmark, split and pool index."""
+        return f"{self.benchmark}/{self.split}/{self.task_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Task":
+        return cls(
+            task_id=int(d["task_id"]),
+            benchmark=str(d["benchmark"]),
+            task_type=str(d["task_type"]),
+            instruction=str(d.get("instruction", "")),
+            split=str(d.get("split", "train")),
+            env_args=dict(d.get("env_args") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One agent turn: what the model wrote, the action sent, and what the environment said.
+
+    ``valid`` is False when no action could be parsed from the model's reply or the engine
+    rejected the action; such turns still consume one step of the budget.
+    """
+
+    action: str
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    valid: bool = True
+    model_output: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Step":
+        return cls(
+            action=str(d["action"]),
+            observation=str(d["observation"]),
+            reward=float(d.get("reward", 0.0)),
+            done=bool(d.get("done", False)),
+            valid=bool(d.get("valid", True)),
+            model_output=str(d.get("model_output", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """The raw interaction record e of one episode: initial observation and every step."""
+
+    initial_observation: str
+    steps: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def n_invalid(self) -> int:
+        return sum(1 for s in self.steps if not s.valid)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "initial_observation": self.initial_observation,
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        return cls(
+            initial_observation=str(d["initial_observation"]),
+            steps=tuple(Step.from_dict(s) for s in d.get("steps", [])),
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """How an episode ended.
+
+    ``success`` is the benchmark's binary outcome y. ``score`` is the engine's own score or
+    reward (ScienceWorld 0-100, WebShop 0-1, ALFWorld 0/1). ``infra_failure`` marks an abnormal
+    termination (engine exception, crashed JVM) whose outcome cannot be attributed to the agent;
+    such episodes never enter the outcome log (skip rule 3). ``over_budget`` marks episodes that
+    hit the step limit (counted as failures).
+    """
+
+    success: bool
+    score: float = 0.0
+    n_steps: int = 0
+    n_invalid: int = 0
+    over_budget: bool = False
+    infra_failure: bool = False
+    error: str | None = None
+
+    @property
+    def y(self) -> int:
+        return int(self.success)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeOutcome":
+        return cls(
+            success=bool(d["success"]),
+            score=float(d.get("score", 0.0)),
+            n_steps=int(d.get("n_steps", 0)),
+            n_invalid=int(d.get("n_invalid", 0)),
+            over_budget=bool(d.get("over_budget", False)),
+            infra_failure=bool(d.get("infra_failure", False)),
+            error=d.get("error"),
+        )

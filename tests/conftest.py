@@ -1,0 +1,41 @@
+"""Shared fixtures: a loopback OpenAI-compatible server and clients wired to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from antipersist_lib.embeddings import Embedder
+from antipersist_lib.ledger import Ledger
+from antipersist_lib.llm import Endpoint, LLMClient
+from antipersist_lib.loopback_server import LoopbackServer
+
+
+def fast_endpoint(server: LoopbackServer, **kw) -> Endpoint:
+    """Endpoint with tiny timeouts/backoff so failure tests stay fast."""
+    opts = dict(timeout_s=5.0, max_retries=3, backoff_base_s=0.001, backoff_max_s=0.01)
+    opts.update(kw)
+    return Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_TEST_KEY", **opts)
+
+
+class Clients:
+    def __init__(self, server: LoopbackServer, ledger: Ledger, seed: int = 0) -> None:
+        self.server = server
+        self.ledger = ledger
+        self.endpoint = fast_endpoint(server)
+        self.llm = LLMClient(self.endpoint, ledger=ledger, seed=seed)
+        self.embedder = Embedder(self.endpoint, ledger=ledger)
+
+
+@pytest.fixture
+def make_clients():
+    """make_clients(responder, ledger_path=None) -> Clients (server stopped after the test)."""
+    servers: list[LoopbackServer] = []
+
+    def factory(responder=None, ledger_path=None, **server_kw) -> Clients:
+        srv = LoopbackServer(responder=responder, **server_kw).start()
+        servers.append(srv)
+        return Clients(srv, Ledger(ledger_path))
+
+    yield factory
+    for s in servers:
+        s.stop()

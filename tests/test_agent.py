@@ -1,0 +1,74 @@
+"""The ReAct loop over real HTTP with scripted replies."""
+
+from __future__ import annotations
+
+import pytest
+
+from antipersist_lib.agent import NO_COMMAND_OBSERVATION, AgentConfig, run_episode
+from antipersist_lib.loopback_server import QueueResponder
+from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+
+TASK = make_tasks("train", 1)[0]  # bring the apple (lives in the garden) to the attic
+
+
+def test_scripted_episode_succeeds_and_records_every_step(make_clients):
+    replies = [
+        "Thought: find it.\nAction: go to garden\nAction: go to attic",  # only the first action runs
+        "**Action:** `take apple`",
+        "Action: go to attic.",
+        "I will finish.\nAction: drop apple",
+    ]
+    c = make_clients(QueueResponder(replies))
+    res = run_episode(ErrandWorld(), TASK, c.llm, config=AgentConfig(max_steps=10))
+    assert res.outcome.success and not res.outcome.over_budget
+    assert [s.action for s in res.trajectory.steps] == ["go to garden", "take apple", "go to attic", "drop apple"]
+    assert res.llm_calls == 4 == c.ledger.count("execution")
+    assert res.outcome.n_invalid == 0
+    # the model saw its own previous reply and the observation
+    last = c.server.requests[-1]["body"]["messages"]
+    assert last[0]["role"] == "system" and "Commands: look, go to <room>" in last[0]["content"]
+    assert last[-1]["content"].startswith("Observation: You go to the attic")
+
+
+def test_invalid_replies_count_and_budget_ends_in_failure(make_clients):
+    c = make_clients(QueueResponder(["Thought: hmm", "Action: dance", "", "think: plan first"], default="Action: look"))
+    res = run_episode(ErrandWorld(), TASK, c.llm, config=AgentConfig(max_steps=6))
+    steps = res.trajectory.steps
+    assert len(steps) == 6 and res.llm_calls == 6
+    assert not res.outcome.success and res.outcome.over_budget
+    assert steps[0].observation == NO_COMMAND_OBSERVATION and not steps[0].valid
+    assert steps[1].observation == "Nothing happens." and not steps[1].valid
+    # the empty reply is retried by the client (it never becomes a step); the next reply is a
+    # ReAct think pseudo-action, answered without touching the engine
+    assert steps[2].action.startswith("think:") and steps[2].observation == "OK." and steps[2].valid
+    assert sum(r.retries for r in c.ledger.records) == 1
+    assert res.outcome.n_invalid == sum(1 for s in steps if not s.valid) >= 2
+
+
+def test_engine_crash_is_an_infrastructure_failure(make_clients):
+    c = make_clients(QueueResponder([], default="Action: go to garden"))
+    res = run_episode(ErrandWorld(crash_at_step=2), TASK, c.llm, config=AgentConfig(max_steps=10))
+    assert res.outcome.infra_failure and not res.outcome.success
+    assert "crashed" in res.outcome.error
+    assert res.trajectory.n_steps == 2
+
+
+def test_reset_failure_is_an_infrastructure_failure(make_clients):
+    c = make_clients()
+    env = ErrandWorld()
+    env.close()
+    res = run_episode(env, TASK, c.llm)
+    assert res.outcome.infra_failure and res.llm_calls == 0
+
+
+def test_history_window_limits_prompt(make_clients):
+    c = make_clients(QueueResponder([], default="Action: look"))
+    run_episode(ErrandWorld(), TASK, c.llm, config=AgentConfig(max_steps=6, history_turns=2))
+    chats = [r for r in c.server.requests if r["route"].endswith("chat/completions")]
+    body = chats[-1]["body"]
+    assert len(body["messages"]) == 2 + 2 * 2
+
+
+def test_agent_config_validation():
+    with pytest.raises(ValueError, match="max_steps"):
+        AgentConfig(max_steps=0)
