@@ -2,14 +2,21 @@
 #   make run    - the main job on the embedded default
 #   make test   - the whole test suite
 # Both create ./.venv from PyPI on first use (no conda needed; environment.yml mirrors the same
-# dependencies for conda users).
+# dependencies for conda users), make sure a Java runtime exists (ScienceWorld runs in a JVM)
+# and that ALFWorld's game files are unpacked.
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install clean-venv
+# ALFWorld game files: a user's $ALFWORLD_DATA (alfworld-download's folder) wins; otherwise the
+# archive shipped beside this repository in ../shared/data/alfworld is unpacked into .data/.
+ALFWORLD_ARCHIVE := $(firstword $(wildcard ../shared/data/alfworld/alfworld-games-json_2.1.1.tar.xz))
+ALFWORLD_DATA ?= $(CURDIR)/.data/alfworld
+export ALFWORLD_DATA
+
+.PHONY: run test install java alfworld-data clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,12 +24,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) java alfworld-data
 
-run: $(STAMP)
+java:
+	@if command -v java >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing a Java runtime for ScienceWorld (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null; \
+	else \
+	  echo "ScienceWorld needs a Java runtime: install one (e.g. 'sudo apt-get install default-jre-headless') and re-run"; exit 1; \
+	fi
+
+alfworld-data:
+	@if [ -d "$(ALFWORLD_DATA)/json_2.1.1" ] || [ "$$(basename "$(ALFWORLD_DATA)")" = json_2.1.1 -a -d "$(ALFWORLD_DATA)" ]; then :; \
+	elif [ -n "$(ALFWORLD_ARCHIVE)" ]; then \
+	  echo "unpacking ALFWorld games into $(ALFWORLD_DATA)"; \
+	  mkdir -p "$(ALFWORLD_DATA)" && tar -xJf "$(ALFWORLD_ARCHIVE)" -C "$(ALFWORLD_DATA)"; \
+	else \
+	  echo "no ALFWorld games: set ALFWORLD_DATA to the folder filled by 'alfworld-download' (it holds json_2.1.1/)"; exit 1; \
+	fi
+
+run: install
 	$(PY) -m antipersist_lib demo --out outputs/demo
 
-test: $(STAMP)
+test: install
 	$(PY) -m pytest
 
 clean-venv:

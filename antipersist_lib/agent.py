@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import prompts
-from .actions import parse_action
+from .actions import ParsedAction, parse_action
 from .environment import Environment, InfrastructureError
 from .records import EpisodeOutcome, Step, Task, Trajectory
 
@@ -98,13 +98,16 @@ def run_episode(
         )
         calls += 1
         parsed = parse_action(reply.text)
+        if env.raw_actions:  # block actions (code): the adapter extracts what to run
+            block = env.normalize_action(reply.text).strip()
+            parsed = ParsedAction(block or None, "")
         reward = 0.0
         if parsed.action is None:
             observation, valid, action = NO_COMMAND_OBSERVATION, False, ""
         elif parsed.is_think:
             observation, valid, action = THINK_OBSERVATION, True, parsed.action
         else:
-            action = env.normalize_action(parsed.action)
+            action = parsed.action if env.raw_actions else env.normalize_action(parsed.action)
             try:
                 res = env.step(action)
             except Exception as exc:

@@ -49,6 +49,48 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from .partitions import load_partition
+
+    part = load_partition(args.benchmark)
+    tasks = part.split(args.split)
+    if args.json:
+        print(json.dumps([t.to_dict() for t in tasks], indent=1))
+        return 0
+    print(f"# {args.benchmark} {args.split}: {len(tasks)} tasks (partition {part.hash}, seed {part.seed})")
+    for t in tasks:
+        where = " ".join(f"{k}={v}" for k, v in t.env_args.items())
+        text = " ".join(t.instruction.split())
+        print(f"{t.task_id:4d}  {t.task_type:<32} {where:<60} {text[:100]}")
+    return 0
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    from .partitions import save_partition
+
+    if args.benchmark == "webshop":
+        if not args.goals:
+            print("error: WebShop's partition needs --goals <instruction file>", file=sys.stderr)
+            return 2
+        from .envs.webshop import build_webshop_partition
+
+        part = build_webshop_partition(args.goals, seed=args.seed)
+    elif args.benchmark == "scienceworld":
+        from .envs.scienceworld import build_scienceworld_partition
+
+        part, _ = build_scienceworld_partition(seed=args.seed)
+    elif args.benchmark == "alfworld":
+        from .envs.alfworld import build_alfworld_partition
+
+        part = build_alfworld_partition(seed=args.seed)
+    else:
+        print(f"error: no partition builder for {args.benchmark!r}", file=sys.stderr)
+        return 2
+    path = save_partition(part, args.out)
+    print(f"wrote {len(part.train)} training and {len(part.heldout)} held-out tasks to {path} (hash {part.hash})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
@@ -72,6 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-c", type=float, default=0.5)
     s.set_defaults(func=_cmd_select)
 
+    t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
+    t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop"))
+    t.add_argument("--split", default="heldout", choices=("train", "heldout"))
+    t.add_argument("--json", action="store_true", help="print the tasks as JSON")
+    t.set_defaults(func=_cmd_tasks)
+
+    pa = sub.add_parser("partition", help="(re)draw a benchmark's partition with the fixed seed")
+    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop"))
+    pa.add_argument("--goals", help="WebShop: the instruction file of your WebShop install")
+    pa.add_argument("--seed", type=int, default=42)
+    pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
+    pa.set_defaults(func=_cmd_partition)
+
     pr = sub.add_parser("prompts", help="print the hash of every prompt template")
     pr.set_defaults(func=_cmd_prompts)
     return p
@@ -82,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args))
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from .environment import BenchmarkUnavailableError
+
+        if isinstance(exc, BenchmarkUnavailableError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise

@@ -43,3 +43,18 @@ def test_select_command_rejects_bad_embedding_file(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("not json")
     assert main(["select", "--log", str(tmp_path / "log.jsonl"), "--embedding", str(tmp_path / "bad.json")]) == 2
     assert "cannot read an embedding" in capsys.readouterr().err
+
+
+def test_tasks_command_lists_the_partition(capsys):
+    assert main(["tasks", "--benchmark", "scienceworld", "--split", "heldout"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# scienceworld heldout: 60 tasks")
+    assert len(out) == 61 and "task_name=boil" in out[1]
+    assert main(["tasks", "--benchmark", "alfworld", "--split", "train", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)
+    assert len(tasks) == 180 and tasks[0]["env_args"]["game"].endswith("game.tw-pddl")
+
+
+def test_tasks_command_explains_missing_webshop_partition(capsys):
+    assert main(["tasks", "--benchmark", "webshop"]) == 2
+    assert "instruction file" in capsys.readouterr().err

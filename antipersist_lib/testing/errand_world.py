@@ -47,10 +47,9 @@ class ErrandWorld(Environment):
 
     def __init__(self, *, crash_at_step: int | None = None) -> None:
         self._crash_at = crash_at_step
-        self._task: Task | None = None
         self.closed = False
 
-    def reset(self, task: Task) -> str:
+    def _reset(self, task: Task) -> str:
         if self.closed:
             raise InfrastructureError("ErrandWorld engine was closed")
         self._task = task
@@ -68,7 +67,7 @@ class ErrandWorld(Environment):
             seen.append(self.obj)
         return f"In the {self.room} you see: {', '.join(sorted(seen)) if seen else 'nothing'}."
 
-    def step(self, action: str) -> StepResult:
+    def _step(self, action: str) -> StepResult:
         if self._task is None:
             raise InfrastructureError("step before reset")
         self.t += 1

@@ -1,0 +1,34 @@
+"""Benchmark adapters behind the one ``Environment`` interface, by name.
+
+Adapters are imported lazily so that a user without, say, AppWorld installed can still run
+ScienceWorld; asking for an adapter whose engine is missing raises an error that says what to
+install.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from ..environment import Environment
+
+#: benchmark name -> (module, adapter class)
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "scienceworld": ("antipersist_lib.envs.scienceworld", "ScienceWorldEnvironment"),
+    "alfworld": ("antipersist_lib.envs.alfworld", "ALFWorldEnvironment"),
+    "webshop": ("antipersist_lib.envs.webshop", "WebShopEnvironment"),
+    "appworld": ("antipersist_lib.envs.appworld", "AppWorldEnvironment"),
+}
+BENCHMARKS: tuple[str, ...] = tuple(ADAPTERS)
+
+
+def adapter_class(benchmark: str) -> type[Environment]:
+    if benchmark not in ADAPTERS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {BENCHMARKS}")
+    module, cls = ADAPTERS[benchmark]
+    return getattr(import_module(module), cls)
+
+
+def make_env(benchmark: str, **options: Any) -> Environment:
+    """Construct the adapter for ``benchmark`` (options are adapter-specific)."""
+    return adapter_class(benchmark)(**options)
