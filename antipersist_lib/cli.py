@@ -91,6 +91,50 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_run_params(path: str) -> dict:
+    """A run params YAML: a mapping of RunSpec fields (unknown keys are rejected by RunSpec)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read params file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"params file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"params file {path} must hold a mapping of run settings")
+    return data
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .protocol import RunSpec, run_cell
+
+    settings = load_run_params(args.params) if args.params else {}
+    for key in ("method", "benchmark", "backbone", "seed", "iterations", "train_per_iteration", "max_steps",
+                "heldout_concurrency", "heldout_limit", "train_pool_limit", "embedding", "out_root", "name"):
+        value = getattr(args, key)
+        if value is not None:
+            settings[key] = value
+    if args.method_param:
+        mp = dict(settings.get("method_params") or {})
+        for item in args.method_param:
+            if "=" not in item:
+                raise ValueError(f"--method-param expects NAME=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            import yaml
+
+            mp[k] = yaml.safe_load(v)
+        settings["method_params"] = mp
+    if args.no_cache:
+        settings["cache_dir"] = None
+    spec = RunSpec.from_dict(settings)
+    summaries = run_cell(spec)
+    last = summaries[-1] if summaries else None
+    if last is not None:
+        print(f"done: {spec.run_dir()}  final held-out success {100 * last.heldout_success:.1f}%")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
@@ -113,6 +157,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=float, default=0.7)
     s.add_argument("-c", type=float, default=0.5)
     s.set_defaults(func=_cmd_select)
+
+    r = sub.add_parser("run", help="run (or resume) one (method, backbone, benchmark, seed) cell")
+    r.add_argument("--params", help="YAML file of run settings (command-line flags override it)")
+    r.add_argument("--method")
+    r.add_argument("--benchmark")
+    r.add_argument("--backbone", help="profile name in params/backbones")
+    r.add_argument("--embedding", help="profile name in params/embeddings")
+    r.add_argument("--seed", type=int)
+    r.add_argument("--iterations", type=int)
+    r.add_argument("--train-per-iteration", dest="train_per_iteration", type=int)
+    r.add_argument("--max-steps", dest="max_steps", type=int)
+    r.add_argument("--heldout-concurrency", dest="heldout_concurrency", type=int)
+    r.add_argument("--heldout-limit", dest="heldout_limit", type=int)
+    r.add_argument("--train-pool-limit", dest="train_pool_limit", type=int)
+    r.add_argument("--out-root", dest="out_root")
+    r.add_argument("--name", help="run folder name (default: method + hash of its parameters)")
+    r.add_argument("--method-param", action="append", metavar="NAME=VALUE", help="method hyperparameter (repeatable)")
+    r.add_argument("--no-cache", action="store_true", help="disable the response cache")
+    r.set_defaults(func=_cmd_run)
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
     t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop"))
@@ -142,8 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as exc:
         from .environment import BenchmarkUnavailableError
+        from .llm import LLMError
+        from .rundir import RunLockedError
 
-        if isinstance(exc, BenchmarkUnavailableError):
+        if isinstance(exc, (BenchmarkUnavailableError, RunLockedError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if isinstance(exc, LLMError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
         raise

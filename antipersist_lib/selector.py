@@ -83,9 +83,9 @@ from .outcome_log import OutcomeLog
 from .records import MODES
 from .similarity import top_k
 
-BRANCHES: tuple[str, ...] = ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed")
-"""``fixed`` is not a bandit branch: it marks a mode imposed from outside (fixed-policy ablations,
-engine failures before selection)."""
+BRANCHES: tuple[str, ...] = ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed", "random")
+"""``fixed`` and ``random`` are not bandit branches: they mark the fixed-mode and uniformly random
+policies of the Figure 6 ablation."""
 UNSUPPORTED_POLICIES: tuple[str, ...] = ("exclude", "zero")
 
 
@@ -377,6 +377,13 @@ class ModeSelector:
             bonuses=dict(none_est),
             scores=dict(none_est),
         )
+
+    def random_policy(self, embedding: Any, rng: np.random.Generator) -> ModeDecision:
+        """The random-policy ablation of Figure 6: a uniformly random mode for every task."""
+        mode = self.modes[int(rng.integers(len(self.modes)))]
+        none_est: dict[str, float | None] = {m: None for m in self.modes}
+        return ModeDecision(mode=mode, branch="random", reason="Uniformly random mode (random-policy ablation).",
+                            estimates=dict(none_est), bonuses=dict(none_est), scores=dict(none_est))
 
     # -- the decision ----------------------------------------------------------------------
 

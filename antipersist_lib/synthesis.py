@@ -82,8 +82,12 @@ def synthesize(
     temperature: float = 0.0,
     limits: FormatLimits = FormatLimits(),
     tags: dict[str, Any] | None = None,
+    wrap: bool = True,
 ) -> Guidance:
-    """sigma = phi(H, mode). ``llm`` is an ``LLMClient`` (any object with the same ``chat``)."""
+    """sigma = phi(H, mode). ``llm`` is an ``LLMClient`` (any object with the same ``chat``).
+
+    ``wrap=False`` returns the synthesis model's text without the mode header (for methods that
+    store it under a header of their own)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     ids = tuple(r.record.record_id for r in retrieved)
@@ -116,4 +120,5 @@ def synthesize(
         max_tokens=max_tokens,
         tags={**(tags or {}), "mode": mode},
     )
-    return Guidance(mode, prompts.wrap_guidance(mode, reply.text), 1, ids)
+    text = prompts.wrap_guidance(mode, reply.text) if wrap else reply.text.strip()
+    return Guidance(mode, text, 1, ids)

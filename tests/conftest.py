@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from antipersist_lib.embeddings import Embedder
 from antipersist_lib.ledger import Ledger
 from antipersist_lib.llm import Endpoint, LLMClient
+from antipersist_lib.envs.alfworld import DATA_ENV_VAR, resolve_alfworld_data
 from antipersist_lib.loopback_server import LoopbackServer
+
+#: where the shared ALFWorld archive lies beside a checkout (and beside CI's clone)
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
 
 
 def fast_endpoint(server: LoopbackServer, **kw) -> Endpoint:
@@ -39,3 +47,24 @@ def make_clients():
     yield factory
     for s in servers:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def alfworld_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``json_2.1.1`` folder: from $ALFWORLD_DATA, else unpacked from the shared archive."""
+    if os.environ.get(DATA_ENV_VAR):
+        return resolve_alfworld_data()  # a wrong setting fails here with the fix in the message
+    archives = sorted(SHARED_DATA.glob("*.tar.xz"))
+    if not archives:
+        pytest.fail(
+            f"ALFWorld game files unavailable: {DATA_ENV_VAR} is unset and no *.tar.xz archive in "
+            f"{SHARED_DATA}. Set {DATA_ENV_VAR} (run `alfworld-download`, or `make alfworld-data`)."
+        )
+    dest = tmp_path_factory.mktemp("alfworld_data")
+    for archive in archives:
+        with tarfile.open(archive) as tf:
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(dest, filter="data")
+            else:  # pragma: no cover - Python without extraction filters
+                tf.extractall(dest)
+    return resolve_alfworld_data(dest)

@@ -49,27 +49,6 @@ def _first(split: str, category: str) -> Task:
 ORACLE_TASKS = [_first(s, c) for c in CATEGORY_ORDER for s in ("train", "heldout")]
 
 
-@pytest.fixture(scope="session")
-def alfworld_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``json_2.1.1`` folder: from $ALFWORLD_DATA, else unpacked from the shared archive."""
-    if os.environ.get(DATA_ENV_VAR):
-        return resolve_alfworld_data()  # a wrong setting fails here with the fix in the message
-    archives = sorted(SHARED_DATA.glob("*.tar.xz"))
-    if not archives:
-        pytest.fail(
-            f"ALFWorld game files unavailable: {DATA_ENV_VAR} is unset and no *.tar.xz archive in "
-            f"{SHARED_DATA}. Set {DATA_ENV_VAR} (run `alfworld-download`, or `make alfworld-data`)."
-        )
-    dest = tmp_path_factory.mktemp("alfworld_data")
-    for archive in archives:
-        with tarfile.open(archive) as tf:
-            if hasattr(tarfile, "data_filter"):
-                tf.extractall(dest, filter="data")
-            else:  # pragma: no cover - Python without extraction filters
-                tf.extractall(dest)
-    return resolve_alfworld_data(dest)
-
-
 @pytest.fixture
 def env(alfworld_data: Path):
     with ALFWorldEnvironment(alfworld_data) as e:

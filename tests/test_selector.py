@@ -94,7 +94,7 @@ LOCAL = [
 
 
 def test_branches_constant():
-    assert BRANCHES == ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed")
+    assert BRANCHES == ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed", "random")
 
 
 def test_fixed_decision_is_marked_and_validated():

@@ -18,6 +18,8 @@ ADAPTERS: dict[str, tuple[str, str]] = {
     "alfworld": ("antipersist_lib.envs.alfworld", "ALFWorldEnvironment"),
     "webshop": ("antipersist_lib.envs.webshop", "WebShopEnvironment"),
     "appworld": ("antipersist_lib.envs.appworld", "AppWorldEnvironment"),
+    # the kit's own four-room test world (tests and the pipeline demo; not a benchmark)
+    "errandworld": ("antipersist_lib.testing.errand_world", "ErrandWorld"),
 }
 BENCHMARKS: tuple[str, ...] = tuple(ADAPTERS)
 

@@ -24,6 +24,7 @@ import os
 import random
 import re
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from ..partitions import PARTITION_SEED, Partition, save_partition
 from ..records import Task
 
 BENCHMARK = "alfworld"
+#: one lock for every engine instance of the process: concurrent held-out workers each have an
+#: adapter, but textworld's registry and PDDL loader share global state
+_ENGINE_LOCK = threading.RLock()
 DATA_ENV_VAR = "ALFWORLD_DATA"
 GAMES_DIRNAME = "json_2.1.1"
 GAME_FILENAME = "game.tw-pddl"
@@ -195,6 +199,10 @@ _PUT_RE = re.compile(r"^put (?P<obj>.+?) (?:in ?/ ?on|on ?/ ?in|into|onto|inside
 
 
 def _load_engine() -> tuple[Any, Any, Any, Any]:
+    if os.environ.get(DATA_ENV_VAR) == "":
+        # alfworld's own import runs os.makedirs($ALFWORLD_DATA) and crashes on an empty value;
+        # the kit has already resolved the game folder, so an empty setting means "unset"
+        del os.environ[DATA_ENV_VAR]
     try:
         import textworld
         import textworld.gym
@@ -237,17 +245,18 @@ class ALFWorldEnvironment(Environment):
         self._close_engine()
         self._won, self._done, self._admissible = False, False, []
         try:
-            infos_req = self._tw.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-            env_id = self._twgym.register_games(
-                [str(game)], infos_req, max_episode_steps=self.max_episode_steps,
-                wrappers=[self._demangler_cls(shuffle=False), self._infos_cls],
-                name="antipersist-alfworld",
-            )
-            try:
-                self._env = self._twgym.make(env_id)
-            finally:
-                self._twgym.registry.pop(env_id, None)  # one game per registration: keep it small
-            obs, infos = self._env.reset()
+            with _ENGINE_LOCK:  # textworld's gym registry and game loader are not thread-safe
+                infos_req = self._tw.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+                env_id = self._twgym.register_games(
+                    [str(game)], infos_req, max_episode_steps=self.max_episode_steps,
+                    wrappers=[self._demangler_cls(shuffle=False), self._infos_cls],
+                    name="antipersist-alfworld",
+                )
+                try:
+                    self._env = self._twgym.make(env_id)
+                finally:
+                    self._twgym.registry.pop(env_id, None)  # one game per registration: keep it small
+                obs, infos = self._env.reset()
         except Exception as exc:
             self._close_engine()
             raise InfrastructureError(f"ALFWorld engine failed to load {rel}: {exc!r}") from exc
@@ -259,7 +268,8 @@ class ALFWorldEnvironment(Environment):
         if self._env is None:
             raise InfrastructureError("ALFWorld engine is not running (step before reset, or after close)")
         try:
-            obs, _score, done, infos = self._env.step(action)
+            with _ENGINE_LOCK:
+                obs, _score, done, infos = self._env.step(action)
         except Exception as exc:
             raise InfrastructureError(f"ALFWorld engine failed on {action!r}: {exc!r}") from exc
         self._update(infos)

@@ -38,6 +38,14 @@ def make_tasks(split: str = "train", n: int = 12, benchmark: str = "errandworld"
     return tasks
 
 
+def partition(n_train: int = 12, n_heldout: int = 6) -> "Partition":
+    """The test world's fixed partition (generated, not stored)."""
+    from ..partitions import Partition
+
+    return Partition("errandworld", 0, {"generated": True}, tuple(make_tasks("train", n_train)), tuple(make_tasks("heldout", n_heldout)),
+                     notes="ErrandWorld: the kit's test world, not a benchmark")
+
+
 class ErrandWorld(Environment):
     benchmark = "errandworld"
     action_help = (

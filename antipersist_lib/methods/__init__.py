@@ -1,0 +1,52 @@
+"""Every compared method, by name (paper Section 4.1 and the ablations).
+
+| name | what it keeps and shows |
+|---|---|
+| react | nothing |
+| reflexion | per-task verbal reflections after failures |
+| expel | extracted insights (ADD/EDIT/UPVOTE/DOWNVOTE) + similar successful trajectories |
+| autorefine | utility-scored skills, multi-query MMR retrieval, contrastive evolver, pruning (D.3) |
+| trajectory_memory | stored trajectories (top-B, any outcome) |
+| abstraction_memory | stored synthesized abstractions (top-B); ``judge=True``: LLM-judge admission (F.2) |
+| joint_memory | both |
+| anti_persistence | trajectories + outcome log, temporary guidance; variants: ``persist``, ``policy``, ``fixed_mode``, ``frozen_skills`` |
+| frozen_skills | a fixed skill library (none / useful / toxic, AppWorld study F.1) |
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from .base import Method, MethodContext, TaskContext
+
+METHODS: dict[str, tuple[str, str]] = {
+    "react": ("antipersist_lib.methods.react", "ReAct"),
+    "reflexion": ("antipersist_lib.methods.reflexion", "Reflexion"),
+    "expel": ("antipersist_lib.methods.expel", "ExpeL"),
+    "autorefine": ("antipersist_lib.methods.autorefine", "AutoRefine"),
+    "trajectory_memory": ("antipersist_lib.methods.trajectory_memory", "TrajectoryMemoryMethod"),
+    "abstraction_memory": ("antipersist_lib.methods.abstraction_memory", "AbstractionMemory"),
+    "joint_memory": ("antipersist_lib.methods.abstraction_memory", "JointMemory"),
+    "anti_persistence": ("antipersist_lib.methods.anti_persistence", "AntiPersistenceMethod"),
+    "frozen_skills": ("antipersist_lib.methods.frozen_skills", "FrozenSkills"),
+}
+#: the eight methods of Table 1, in the paper's row order
+TABLE1_METHODS: tuple[str, ...] = (
+    "react", "reflexion", "expel", "autorefine",
+    "trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence",
+)
+
+
+def method_class(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; expected one of {tuple(METHODS)}")
+    module, cls = METHODS[name]
+    return getattr(import_module(module), cls)
+
+
+def make_method(name: str, ctx: MethodContext, **params: Any) -> Method:
+    return method_class(name)(ctx, **params)
+
+
+__all__ = ["METHODS", "TABLE1_METHODS", "Method", "MethodContext", "TaskContext", "make_method", "method_class"]

@@ -1,0 +1,170 @@
+"""Abstraction memory and joint memory (Section 4.1), with the LLM-judge admission filter (F.2).
+
+Abstraction memory persists what Anti-Persistence discards. After every training episode it
+synthesizes one abstraction with the same operator phi and prompts as Anti-Persistence — from
+the episode just finished plus the most similar stored records of the same outcome (B in
+total): ``strategic`` after a success, ``corrective`` (with one contrasting success) after a
+failure — and stores it in S_k, indexed by the task's embedding. At task time it retrieves the
+top-B stored abstractions of the same task type and shows them under a header of their own.
+Joint memory shows both the top-B trajectories (as trajectory memory does) and the top-B
+abstractions, and updates both stores.
+
+Provenance (Appendix A): each stored abstraction records P(s) = P(H), the union of the parent
+sets of the records it was synthesized from; each trajectory records the abstractions that were
+in its context. ``judge=True`` asks the judge model (the backbone by default) to accept or
+reject every new abstraction before admission; rejected candidates are counted, not stored.
+
+The paper does not spell out the abstraction-memory update; this is the kit's documented
+reading: one synthesis per training episode, mode chosen by the outcome, same prompts as phi.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import prompts
+from ..abstraction_store import AbstractionStore, parents_of_records
+from ..agent import EpisodeResult
+from ..jsonl import JsonlWriter
+from ..records import Task
+from ..synthesis import synthesize
+from ..trajectory_memory import Retrieved, TrajectoryMemory
+from .base import MethodContext, TaskContext, take_params
+from .trajectory_memory import TrajectoryMemoryMethod
+
+STORED_HEADER = "## Stored Guidance (abstraction memory)"
+
+JUDGE_PROMPT = """\
+An agent wrote the following guidance after an episode of this task:
+Task: {instruction}
+
+Guidance:
+{guidance}
+
+Would following this guidance help an agent solve tasks of this kind, and is every statement in
+it consistent with the episode evidence below?
+{evidence}
+
+Answer with one word on the first line: ACCEPT or REJECT. Then one sentence of justification."""
+prompts.register_prompt("abstraction_judge", JUDGE_PROMPT)
+
+
+def format_stored(items: list[tuple[Any, float]]) -> str:
+    if not items:
+        return ""
+    body = "\n\n".join(f"[{a.abstraction_id}] {a.text.strip()}" for a, _ in items)
+    return f"{STORED_HEADER}\n{body}"
+
+
+def judge_accepts(text: str) -> bool:
+    m = re.search(r"\b(ACCEPT|REJECT)\b", text.upper())
+    return bool(m) and m.group(1) == "ACCEPT"
+
+
+class AbstractionMemory(TrajectoryMemoryMethod):
+    """S_k of synthesized guidance; M_k kept only as synthesis input (never shown)."""
+
+    name = "abstraction_memory"
+    state_files = ("trajectories.jsonl", "abstractions/events.jsonl", "judge.jsonl")
+    DEFAULTS: dict[str, Any] = {
+        "budget": 5,
+        "task_filter": "task_type",
+        "synthesis_max_tokens": 1024,
+        "judge": False,
+        "judge_max_tokens": 64,
+    }
+    show_trajectories = False
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        self.params = take_params(params, self.DEFAULTS, self.name)
+        super().__init__(ctx, budget=self.params["budget"], task_filter=self.params["task_filter"])
+        self.params = take_params(params, self.DEFAULTS, self.name)
+        self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync)
+        self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        emb = self.embed_task(task, initial_observation, phase, iteration)
+        blocks: list[str] = []
+        meta: dict[str, Any] = {}
+        if self.show_trajectories:
+            text, ids = self.records_context(task, emb)
+            blocks.append(text)
+            meta["retrieved_ids"] = list(ids)
+        items = [] if emb is None else self.store.search(emb, k=int(self.params["budget"]), task_type=task.task_type)
+        blocks.append(format_stored(items))
+        parents = tuple(a.abstraction_id for a, _ in items)
+        meta["abstractions_shown"] = list(parents)
+        return TaskContext(blocks=blocks, parents=parents, embedding=emb, meta=meta)
+
+    def synthesis_input(self, task: Task, rec_id: int, embedding: Any) -> tuple[str, list[Retrieved]]:
+        """H: the new record plus the most similar stored records of the same outcome."""
+        new = self.memory[len(self.memory) - 1]
+        assert new.record_id == rec_id
+        budget = int(self.params["budget"])
+        success = new.outcome.success
+        mode = "strategic" if success else "corrective"
+        role = "success" if success else "failure"
+        others = [r for r in self.memory.search(embedding, k=budget, task=task, success=success, role=role) if r.record.record_id != rec_id]
+        h = [Retrieved(new, 1.0, role)] + others[: budget - 1]
+        if not success:
+            h += self.memory.search(embedding, k=1, task=task, success=True, role="contrast")
+        return mode, h
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        rec = self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration)
+        if ctx.embedding is None or episode.outcome.infra_failure:
+            return  # nothing to index the abstraction by / no evidence about the agent
+        mode, h = self.synthesis_input(task, rec.record_id, ctx.embedding)
+        tags = {"phase": "train", "iteration": iteration, "task": task.key}
+        g = synthesize(mode, task.instruction, h, self.ctx.llm, max_tokens=int(self.params["synthesis_max_tokens"]), tags=tags, wrap=False)
+        ctx.synthesis_calls += g.kappa  # post-episode synthesis (training cost)
+        if not g.text:
+            return
+        if self._judge_log is not None and not self._judge(task, g.text, h, iteration, position, tags):
+            return
+        self.store.add(
+            g.text,
+            kind="guidance",
+            parents=parents_of_records(r.record for r in h),
+            created_iteration=iteration,
+            source_records=[r.record.record_id for r in h],
+            task_type=task.task_type,
+            embedding=ctx.embedding,
+        )
+
+    def _judge(self, task: Task, text: str, h: list[Retrieved], iteration: int, position: int, tags: dict[str, Any]) -> bool:
+        from ..synthesis import format_blocks
+
+        reply = self.ctx.llm.chat(
+            [{"role": "user", "content": JUDGE_PROMPT.format(instruction=task.instruction, guidance=text, evidence=format_blocks(h, "Episode"))}],
+            purpose="judge", temperature=0.0, max_tokens=int(self.params["judge_max_tokens"]), tags=tags,
+        )
+        ok = judge_accepts(reply.text)
+        assert self._judge_log is not None
+        self._judge_log.append({"iteration": iteration, "position": position, "task": task.key, "accepted": ok})
+        return ok
+
+    def snapshot(self, iteration: int, directory: Any) -> None:
+        self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
+
+    def freeze(self) -> None:
+        super().freeze()
+        self.store.freeze()
+
+    def unfreeze(self) -> None:
+        super().unfreeze()
+        self.store.unfreeze()
+
+    def close(self) -> None:
+        super().close()
+        self.store.close()
+        if self._judge_log is not None:
+            self._judge_log.close()
+
+
+class JointMemory(AbstractionMemory):
+    """Both stores in context: top-B trajectories and top-B stored abstractions."""
+
+    name = "joint_memory"
+    show_trajectories = True

@@ -1,0 +1,190 @@
+"""Anti-Persistence as a protocol method, with the variants of the paper's ablations.
+
+Base method (Algorithm 1): embed -> select a mode from L_k -> retrieve from M_k -> synthesize
+temporary guidance -> (agent acts) -> append to M_k and, when eligible, L_k -> discard.
+
+Variants (parameters):
+* ``policy="bandit"`` (default), ``"fixed"`` with ``fixed_mode`` (Figure 6's fixed imitation /
+  strategic / corrective policies), ``"random"`` (uniform random mode, Figure 6);
+* ``persist=True``: the persist-instead-of-discard ablation of Table 2 — synthesized guidance is
+  stored in S_k (indexed by the task embedding) and the top-B stored guidance items are shown on
+  later tasks, next to that task's own guidance;
+* ``frozen_skills=<path>``: a frozen persistent skill layer (F.2) shown in every context, never
+  updated; the skills file is a JSON list of {"name", "content"} objects;
+* every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
+  epsilon, lambda) for the sensitivity sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..abstraction_store import AbstractionStore
+from ..agent import EpisodeResult
+from ..anti_persistence import PHASES
+from ..outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
+from ..records import MODES, SYNTHESIS_MODES, Task
+from ..selector import ModeSelector, SelectorConfig
+from ..synthesis import synthesize
+from ..trajectory_memory import TrajectoryMemory
+from .abstraction_memory import format_stored
+from .base import Method, MethodContext, TaskContext, take_params
+
+POLICIES = ("bandit", "fixed", "random")
+SKILLS_HEADER = "## Skills (frozen library)"
+
+
+def load_skill_library(path: str | Path) -> list[dict[str, str]]:
+    """A JSON list of {"name", "content"} skills; errors name the file and the bad entry."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read skill library {p}: {exc}") from exc
+    if not isinstance(data, list):
+        raise ValueError(f"skill library {p} must be a JSON list of {{name, content}} objects")
+    out = []
+    for i, s in enumerate(data):
+        if not isinstance(s, dict) or not isinstance(s.get("content"), str) or not s["content"].strip():
+            raise ValueError(f"skill library {p}: entry {i} needs a non-empty 'content' string")
+        out.append({"name": str(s.get("name", f"skill-{i}")), "content": s["content"].strip()})
+    return out
+
+
+def format_skills(skills: list[dict[str, str]]) -> str:
+    if not skills:
+        return ""
+    return SKILLS_HEADER + "\n" + "\n\n".join(f"### {s['name']}\n{s['content']}" for s in skills)
+
+
+class AntiPersistenceMethod(Method):
+    name = "anti_persistence"
+    state_files = ("trajectories.jsonl", "outcome_log.jsonl", "abstractions/events.jsonl")
+    DEFAULTS: dict[str, Any] = {
+        "budget": 5,
+        "contrast": 1,
+        "lam": 0.05,
+        "neighbourhood": 10,
+        "c": 0.5,
+        "gamma": 0.998,
+        "rho": 0.7,
+        "warmup_per_mode": 3,
+        "round_robin_iterations": 3,
+        "epsilon": 0.1,
+        "unsupported": "exclude",
+        "synthesis_max_tokens": 1024,
+        "task_filter": "task_type",
+        "policy": "bandit",
+        "fixed_mode": None,
+        "persist": False,
+        "frozen_skills": None,
+    }
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        super().__init__(ctx)
+        p = take_params(params, self.DEFAULTS, self.name)
+        if p["policy"] not in POLICIES:
+            raise ValueError(f"policy is {p['policy']!r}, expected one of {POLICIES}")
+        if p["policy"] == "fixed" and p["fixed_mode"] not in MODES:
+            raise ValueError(f"policy 'fixed' needs fixed_mode in {MODES}, got {p['fixed_mode']!r}")
+        if p["policy"] != "fixed" and p["fixed_mode"] is not None:
+            raise ValueError("fixed_mode is only used with policy 'fixed'")
+        if int(p["budget"]) < 1:
+            raise ValueError(f"budget (B) must be >= 1, got {p['budget']}")
+        if float(p["lam"]) < 0:
+            raise ValueError(f"lam (lambda) must be >= 0, got {p['lam']}")
+        self.params = p
+        self.selector = ModeSelector(SelectorConfig(
+            neighbourhood=int(p["neighbourhood"]), c=float(p["c"]), gamma=float(p["gamma"]), rho=float(p["rho"]),
+            warmup_per_mode=int(p["warmup_per_mode"]), round_robin_iterations=int(p["round_robin_iterations"]),
+            epsilon=float(p["epsilon"]), unsupported=str(p["unsupported"]),
+        ))
+        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=p["task_filter"], fsync=ctx.fsync)
+        self.outcome_log = OutcomeLog(self.path("outcome_log.jsonl"), fsync=ctx.fsync)
+        self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync) if p["persist"] else None
+        self.skills = load_skill_library(p["frozen_skills"]) if p["frozen_skills"] else []
+
+    def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
+        return np.random.default_rng([self.ctx.seed, PHASES.index(phase), iteration, position])
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        p = self.params
+        tags = {"phase": phase, "iteration": iteration, "task": task.key}
+        emb = self.embed_task(task, initial_observation, phase, iteration)
+        if p["policy"] == "fixed":
+            decision = self.selector.fixed(p["fixed_mode"], emb)
+        elif p["policy"] == "random":
+            decision = self.selector.random_policy(emb, self._rng(phase, iteration, position))
+        else:
+            decision = self.selector.select(self.outcome_log, emb, iteration=iteration, position=position, rng=self._rng(phase, iteration, position))
+        retrieved = self.memory.retrieve(emb, decision.mode, task, budget=int(p["budget"]), contrast=int(p["contrast"]))
+        guidance = synthesize(decision.mode, task.instruction, retrieved, self.ctx.llm, max_tokens=int(p["synthesis_max_tokens"]), tags=tags)
+        blocks = [format_skills(self.skills), guidance.text]
+        parents: tuple[str, ...] = ()
+        meta: dict[str, Any] = {
+            "mode": decision.mode,
+            "branch": decision.branch,
+            "decision": decision.to_dict(),
+            "retrieved_ids": list(guidance.record_ids),
+            "synthesis_skipped": guidance.skipped_reason,
+            "update_index": len(self.memory),
+        }
+        if self.store is not None:
+            items = [] if emb is None else self.store.search(emb, k=int(p["budget"]), task_type=task.task_type)
+            blocks.insert(1, format_stored(items))
+            parents = tuple(a.abstraction_id for a, _ in items)
+            meta["abstractions_shown"] = list(parents)
+            if guidance.kappa and guidance.text:
+                # persist-instead-of-discard: the raw guidance is kept in memory until learn()
+                meta["_persist_text"] = guidance.text
+        return TaskContext(blocks=blocks, parents=parents, embedding=emb, synthesis_calls=guidance.kappa, meta=meta)
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        k = int(ctx.meta.get("update_index", len(self.memory)))
+        mode = ctx.meta["mode"]
+        reward = cost_adjusted_reward(episode.outcome.y, ctx.synthesis_calls, float(self.params["lam"]))
+        self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration, mode=mode)
+        why = skip_reason(k, ctx.embedding, episode.outcome.infra_failure)
+        ctx.meta["reward"] = reward
+        ctx.meta["logged"] = why is None
+        ctx.meta["log_skip_reason"] = None if why is None else why.value
+        if why is None:
+            self.outcome_log.append(
+                embedding=ctx.embedding, mode=mode, reward=reward, raw_success=episode.outcome.success,
+                task_type=task.task_type, task_id=task.task_id, instruction=task.instruction,
+            )
+        text = ctx.meta.pop("_persist_text", None)
+        if self.store is not None and text and ctx.embedding is not None and mode in SYNTHESIS_MODES:
+            self.store.add(text, kind="guidance", parents=ctx.parents, created_iteration=iteration,
+                           source_records=ctx.meta["retrieved_ids"], task_type=task.task_type, embedding=ctx.embedding)
+
+    def snapshot(self, iteration: int, directory: Path) -> None:
+        if self.store is not None:
+            self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
+
+    def freeze(self) -> None:
+        super().freeze()
+        self.memory.freeze()
+        self.outcome_log.freeze()
+        if self.store is not None:
+            self.store.freeze()
+
+    def unfreeze(self) -> None:
+        super().unfreeze()
+        self.memory.unfreeze()
+        self.outcome_log.unfreeze()
+        if self.store is not None:
+            self.store.unfreeze()
+
+    def close(self) -> None:
+        self.memory.close()
+        self.outcome_log.close()
+        if self.store is not None:
+            self.store.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, **self.params}

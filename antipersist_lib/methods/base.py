@@ -1,0 +1,127 @@
+"""The interface every compared method implements, and what it gets to work with.
+
+The protocol (``protocol.py``) drives every method the same way:
+
+* ``prepare(task, initial_observation, phase=..., iteration=..., position=...)`` -> ``TaskContext``:
+  the context blocks for the agent's system prompt, the persistent abstractions shown (provenance
+  parents of the trajectory about to be generated), and metadata (mode, synthesis calls...).
+  Called for training and held-out tasks; must not write state when frozen.
+* ``learn(task, ctx, episode, iteration=..., position=...)``: training episodes only.
+* ``end_iteration(iteration)``: after an iteration's training episodes (insight extraction,
+  skill evolution, pruning...).
+* ``freeze()`` / ``unfreeze()`` around held-out evaluation: frozen stores raise on any write.
+
+A method keeps all its state in files under ``state_dir`` (append-only JSONL, atomic
+snapshots), so the protocol can resume it after a crash by truncating those files to the last
+committed state (``state_files``).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..agent import EpisodeResult
+from ..embeddings import embed_text
+from ..records import Task
+
+
+@dataclass
+class TaskContext:
+    """What a method hands the agent for one task (kept in memory only)."""
+
+    blocks: list[str] = field(default_factory=list)  # appended to the agent's system prompt
+    parents: tuple[str, ...] = ()  # ids of persistent abstractions in the context (P(m))
+    embedding: np.ndarray | None = None
+    synthesis_calls: int = 0  # extra LLM calls made to build the context (kappa)
+    other_calls: int = 0  # other preparation calls (e.g. AutoRefine's query rewrite)
+    meta: dict[str, Any] = field(default_factory=dict)  # JSON-safe; stored with the episode
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """Shared services: the backbone, the embedder, where to keep state, the run seed."""
+
+    llm: Any
+    embedder: Any
+    state_dir: Path
+    seed: int
+    benchmark: str
+    fsync: bool = True
+
+
+class Method(ABC):
+    """Base class with no memory at all (ReAct behaves exactly like this)."""
+
+    name: str = "base"
+    #: state files under ``state_dir`` that hold the method's persistent state
+    state_files: tuple[str, ...] = ()
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        if params:
+            raise ValueError(f"method {self.name!r} has no parameter(s) {sorted(params)}")
+        self.ctx = ctx
+        self._frozen = False
+        self._lock = threading.Lock()
+
+    # -- the interface ---------------------------------------------------------------------
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        return TaskContext()
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        """Update memory from a finished training episode."""
+
+    def end_iteration(self, iteration: int) -> None:
+        """Update at the end of an iteration's training episodes."""
+
+    def snapshot(self, iteration: int, directory: Path) -> None:
+        """Write an analysis snapshot of the state after ``iteration`` (atomic)."""
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    def unfreeze(self) -> None:
+        self._frozen = False
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def close(self) -> None:
+        """Release open files."""
+
+    def describe(self) -> dict[str, Any]:
+        """Hyperparameters for the run manifest."""
+        return {"name": self.name}
+
+    # -- helpers for subclasses ------------------------------------------------------------
+
+    def embed_task(self, task: Task, initial_observation: str, phase: str, iteration: int) -> np.ndarray | None:
+        return self.ctx.embedder.embed(
+            embed_text(task.instruction, initial_observation),
+            tags={"phase": phase, "iteration": iteration, "task": task.key},
+        )
+
+    def path(self, name: str) -> Path:
+        return self.ctx.state_dir / name
+
+
+def take_params(params: dict[str, Any], defaults: dict[str, Any], method: str) -> dict[str, Any]:
+    """Merge ``params`` into ``defaults``; unknown names raise an error that lists the valid ones."""
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"method {method!r} has no parameter(s) {unknown}; valid: {sorted(defaults)}")
+    out = dict(defaults)
+    out.update(params)
+    return out
+
+
+def check_sequence(values: Sequence[Any], name: str) -> None:
+    if not values:
+        raise ValueError(f"{name} must not be empty")

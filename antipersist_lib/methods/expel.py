@@ -1,0 +1,520 @@
+"""ExpeL (Zhao et al., AAAI 2024) as a compared method: voted insights plus retrieved successes.
+
+The original design has three stages:
+
+1. *Experience gathering*: the agent attempts the training tasks (with Reflexion retries) and
+   every trajectory, successful or not, is kept.
+2. *Insight extraction*: the backbone reads either a failed and a successful trajectory of the
+   same task ("compare") or a group of successful trajectories ("all-success"), together with
+   the current insight list, and answers with operations on that list: add a new insight, edit
+   insight i, agree with (upvote) insight i, or remove (downvote) insight i. Each insight carries
+   a vote count: a new insight starts at 2, an upvote or an edit adds 1, a downvote subtracts 1,
+   and an insight whose count reaches 0 is dropped.
+3. *Inference*: the insight list goes into the agent's prompt, and the successful trajectories
+   most similar to the new task (by embedding) are retrieved as in-context examples.
+
+The kit's version
+-----------------
+* ``learn`` stores every training trajectory (with its task embedding and provenance P(m) = the
+  insight ids that were in the context) in ``TrajectoryMemory`` (``trajectories.jsonl``).
+* ``end_iteration(k)`` extracts insights from iteration k's training episodes: up to
+  ``max_compare_calls`` comparisons and up to ``max_success_calls`` all-success groups of
+  ``success_group_size`` trajectories, one ``"insight"`` call each. Replies are parsed by
+  ``parse_operations`` and applied through an ``AbstractionStore`` (``insights/events.jsonl``):
+  ADD -> ``add(kind="insight", parents=P(H))`` with 2 votes; EDIT -> ``rewrite`` (a new id,
+  ``derived_from`` the old one, votes carried over + 1, parents = old parents | P(H)); UPVOTE ->
+  votes + 1; DOWNVOTE -> votes - 1 and ``retire`` at 0. P(H) is the union of the parents of the
+  trajectories shown in that call. The list is capped at ``max_insights``: beyond it the
+  lowest-voted insights are retired, oldest first.
+* ``prepare`` puts every active insight (most votes first) under "## Insights from past
+  experience" and the ``k_examples`` most similar successful trajectories of the same task type
+  (``TrajectoryMemory.search``) under "## Successful examples of similar tasks";
+  ``TaskContext.parents`` lists the insight ids shown.
+
+Deviations from the original
+----------------------------
+1. **Experience = the protocol's training episodes.** There is no separate gathering phase
+   with Reflexion retries: the episodes the protocol runs in each iteration are the experience,
+   and extraction runs at the end of every iteration (the original extracts once, after
+   gathering). Training episodes therefore already run with the current insights and examples.
+2. **Compare pairs come from memory.** The original pairs the failed and the successful trial
+   of one Reflexion retry loop. Here each of the iteration's episodes (most recent first, one per
+   task) is paired with the most recent episode of the same task with the opposite outcome
+   anywhere in memory (usually an earlier iteration), so every pair contains one episode of the
+   current iteration. Infrastructure failures are never used.
+3. **All-success groups** are formed from this iteration's successes only, per task type (most
+   recent first, chunks of ``success_group_size``), taking groups round-robin across task
+   types; a group may be smaller than ``success_group_size`` when fewer successes remain.
+4. **Call budget.** At most ``max_compare_calls`` + ``max_success_calls`` insight calls per
+   iteration (the original has no per-iteration budget).
+5. **List cap.** When the list is full the prompt says so (the original also tells the model the
+   list is full); beyond ``max_insights`` the kit retires the lowest-voted insights, oldest
+   first, instead of relying on downvotes alone.
+6. **Operation parsing** is lenient (case, bullets, numbering, AGREE/REMOVE synonyms,
+   ``#``, an index on ADD is ignored). Malformed lines are skipped. Indices are bounds-checked
+   against the numbered list shown in that call: an out-of-range UPVOTE/DOWNVOTE is dropped and
+   an out-of-range EDIT is applied as an ADD (its text is a well-formed insight; the model
+   numbered a new entry). At most one EDIT/UPVOTE/DOWNVOTE per insight per reply (the first
+   wins). An ADD whose text equals an active insight, and an EDIT that does not change the text,
+   are applied as an UPVOTE of that insight.
+7. **Examples.** The ``k_examples`` retrieved successes default to the paper's shared
+   trajectory budget B=5, restricted to the task's type; they are formatted with
+   ``synthesis.format_record`` (clipped to ``trajectory_chars``).
+8. **Prompts** are the kit's own wording.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import prompts
+from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records
+from ..agent import EpisodeResult
+from ..outcome_log import FrozenStateError
+from ..records import Task
+from ..synthesis import FormatLimits, format_record
+from ..trajectory_memory import MemoryRecord, TrajectoryMemory
+from .base import Method, MethodContext, TaskContext, take_params
+
+log = logging.getLogger(__name__)
+
+NEW_INSIGHT_VOTES = 2
+
+INSIGHT_SYSTEM = (
+    "You keep a short list of general insights for an agent that completes tasks in a text "
+    "environment. You study the agent's earlier episodes and change the list so that it helps "
+    "the agent on future tasks of the same kinds."
+)
+
+OPERATIONS_HELP = """\
+Reply only with operations on the insight list, one per line, in this form:
+ADD: <a new insight>
+EDIT <number>: <an improved wording of that insight>
+UPVOTE <number>
+DOWNVOTE <number>
+UPVOTE an insight these episodes confirm; DOWNVOTE one they show to be wrong, misleading or
+useless; EDIT one that is close but should be corrected or made more general; ADD only what the
+list does not already say. Insights must be general and actionable: they should help with other
+tasks of these kinds, so leave out object names, places and numbers that mattered only in these
+episodes. Use the numbers of the current list. If nothing should change, reply NONE.{full_note}"""
+
+FULL_NOTE = (
+    "\nThe list is full ({n} insights). A new insight can only stay by displacing the lowest-voted "
+    "one, so prefer EDIT, UPVOTE and DOWNVOTE to ADD."
+)
+
+COMPARE_PROMPT = """\
+Current insights:
+{insights}
+
+Two attempts at the same task:
+{instruction}
+
+The attempt that FAILED:
+{failure}
+
+The attempt that SUCCEEDED:
+{success}
+
+Compare the two attempts. Find the decisions where they diverge and what the successful attempt
+did that the failed one did not (or the other way round). Then update the insight list so that
+an agent following it would not make the failed attempt's mistakes.
+
+{operations_help}"""
+
+SUCCESS_PROMPT = """\
+Current insights:
+{insights}
+
+Successful attempts at tasks:
+{successes}
+
+Find what these successful attempts have in common: the order of sub-goals, the commands that
+worked, how the agent found what it needed and how it recovered from setbacks. Then update the
+insight list so that it captures these habits.
+
+{operations_help}"""
+
+NO_INSIGHTS = "(none yet)"
+
+HEADER_INSIGHTS = "## Insights from past experience"
+PREAMBLE_INSIGHTS = "Insights learned from earlier episodes (most supported first):"
+HEADER_EXAMPLES = "## Successful examples of similar tasks"
+PREAMBLE_EXAMPLES = "Earlier episodes of similar tasks that succeeded:"
+
+prompts.register_prompt("expel_system", INSIGHT_SYSTEM)
+prompts.register_prompt("expel_operations", OPERATIONS_HELP)
+prompts.register_prompt("expel_full_note", FULL_NOTE)
+prompts.register_prompt("expel_compare", COMPARE_PROMPT)
+prompts.register_prompt("expel_success", SUCCESS_PROMPT)
+prompts.register_prompt("expel_no_insights", NO_INSIGHTS)
+prompts.register_prompt("expel_header_insights", HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS)
+prompts.register_prompt("expel_header_examples", HEADER_EXAMPLES + "\n" + PREAMBLE_EXAMPLES)
+
+DEFAULTS: dict[str, Any] = {
+    "max_compare_calls": 8,  # fail/success comparisons per iteration
+    "max_success_calls": 4,  # all-success groups per iteration
+    "success_group_size": 4,
+    "max_insights": 20,
+    "k_examples": 5,  # retrieved successful trajectories (the paper's budget B=5)
+    "max_tokens": 1024,  # per insight call
+    "temperature": 0.0,
+    "trajectory_chars": 4000,  # clip per trajectory, in insight prompts and examples
+}
+
+TRAJECTORIES_FILE = "trajectories.jsonl"
+INSIGHTS_DIR = "insights"
+
+# -- parsing the model's operations ------------------------------------------------------------
+
+OPS = ("add", "edit", "upvote", "downvote")
+_VERBS = {
+    "add": "add",
+    "edit": "edit",
+    "upvote": "upvote",
+    "agree": "upvote",
+    "downvote": "downvote",
+    "remove": "downvote",
+    "disagree": "downvote",
+}
+_LEAD = re.compile(r"^\s*(?:(?:[-*+•>]|\(?\d{1,3}[.)\]:]|\[\d{1,3}\])\s*)+")
+_OP_LINE = re.compile(
+    r"^(?P<verb>add|edit|upvote|agree|downvote|remove|disagree)\b"  # the operation
+    r"\s*(?:(?:insight|rule|item|no\.?|number)\s*)?#?\s*(?P<index>\d+)?"  # optional index
+    r"\s*(?:[:.)\]\-–—=>]+)?\s*(?P<text>.*)$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class InsightOp:
+    """One parsed operation; ``index`` is 0-based into the list shown (None for ADD)."""
+
+    kind: str  # "add", "edit", "upvote", "downvote"
+    index: int | None
+    text: str = ""
+
+
+def _clean_text(text: str) -> str:
+    text = text.strip().strip("*_`").strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return " ".join(text.split())
+
+
+def parse_operations(reply: str, n_insights: int) -> list[InsightOp]:
+    """Operations from a model reply; never raises.
+
+    Lines are matched case-insensitively after leading bullets/numbering and markdown emphasis
+    are stripped; anything that is not an operation is skipped. Indices are 1-based in the
+    reply: UPVOTE/DOWNVOTE out of ``1..n_insights`` are dropped, an EDIT out of range becomes an
+    ADD of its text, and an index on ADD is ignored. Each insight gets at most one
+    EDIT/UPVOTE/DOWNVOTE (the first one).
+    """
+    out: list[InsightOp] = []
+    touched: set[int] = set()
+    if not isinstance(reply, str):
+        return out
+    for raw in reply.splitlines():
+        line = _LEAD.sub("", raw).strip().lstrip("*_`#").strip()
+        line = line.replace("**", "").replace("__", "")
+        m = _OP_LINE.match(line)
+        if not m:
+            continue
+        kind = _VERBS[m.group("verb").lower()]
+        idx_s = m.group("index")
+        text = _clean_text(m.group("text") or "")
+        if kind == "add":
+            if len(text) >= 3:
+                out.append(InsightOp("add", None, text))
+            continue
+        if idx_s is None:
+            continue  # EDIT/UPVOTE/DOWNVOTE without a number: malformed
+        idx = int(idx_s) - 1
+        in_range = 0 <= idx < n_insights
+        if kind == "edit":
+            if len(text) < 3:
+                continue
+            if not in_range:
+                out.append(InsightOp("add", None, text))
+                continue
+        elif not in_range:
+            continue
+        if idx in touched:
+            continue
+        touched.add(idx)
+        out.append(InsightOp(kind, idx, text if kind == "edit" else ""))
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
+
+
+def _numbered(items: Sequence[str]) -> str:
+    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(items, start=1))
+
+
+class ExpeL(Method):
+    """Insights with votes (extracted each iteration) plus retrieved successful examples."""
+
+    name = "expel"
+    state_files = (TRAJECTORIES_FILE, f"{INSIGHTS_DIR}/events.jsonl")
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        super().__init__(ctx)
+        p = take_params(params, DEFAULTS, self.name)
+        for key in ("max_compare_calls", "max_success_calls", "k_examples"):
+            if int(p[key]) < 0:
+                raise ValueError(f"{key} must be >= 0, got {p[key]}")
+        for key in ("success_group_size", "max_insights", "max_tokens"):
+            if int(p[key]) < 1:
+                raise ValueError(f"{key} must be >= 1, got {p[key]}")
+        if float(p["temperature"]) < 0:
+            raise ValueError(f"temperature must be >= 0, got {p['temperature']}")
+        if int(p["trajectory_chars"]) < 200:
+            raise ValueError(f"trajectory_chars must be >= 200, got {p['trajectory_chars']}")
+        self.max_compare_calls = int(p["max_compare_calls"])
+        self.max_success_calls = int(p["max_success_calls"])
+        self.success_group_size = int(p["success_group_size"])
+        self.max_insights = int(p["max_insights"])
+        self.k_examples = int(p["k_examples"])
+        self.max_tokens = int(p["max_tokens"])
+        self.temperature = float(p["temperature"])
+        self.trajectory_chars = int(p["trajectory_chars"])
+        self.limits = FormatLimits(max_record_chars=self.trajectory_chars)
+        Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
+        self.memory = TrajectoryMemory(self.path(TRAJECTORIES_FILE), task_filter="task_type", fsync=ctx.fsync)
+        self.store = AbstractionStore(self.path(INSIGHTS_DIR), prefix="ins", fsync=ctx.fsync)
+
+    # -- the insight list ------------------------------------------------------------------
+
+    def votes(self, abstraction_id: str) -> int:
+        return self.store.stats(abstraction_id).votes
+
+    def insights(self) -> list[Abstraction]:
+        """Active insights, most votes first; ties keep the older insight first."""
+        active = [a for a in self.store if a.kind == "insight"]
+        order = sorted(range(len(active)), key=lambda i: -self.votes(active[i].abstraction_id))
+        return [active[i] for i in order]
+
+    def _add(self, text: str, parents: Sequence[str], records: Sequence[int], iteration: int) -> Abstraction:
+        a = self.store.add(text, kind="insight", parents=parents, created_iteration=iteration, source_records=records)
+        self.store.update_stats(a.abstraction_id, votes=NEW_INSIGHT_VOTES)
+        return a
+
+    def apply_operations(self, ops: Sequence[InsightOp], shown: Sequence[Abstraction], *, parents: Sequence[str],
+                         records: Sequence[int] = (), iteration: int) -> dict[str, int]:
+        """Apply parsed operations whose indices refer to ``shown``; returns counts per kind.
+
+        Operations on an insight that an earlier operation of the same reply already removed are
+        skipped. The cap is enforced afterwards.
+        """
+        if self._frozen:
+            raise FrozenStateError("ExpeL is frozen (held-out evaluation may not write its state)")
+        applied = {k: 0 for k in OPS}
+        applied["capped"] = 0
+        for op in ops:
+            if op.kind == "add":
+                dup = next((a for a in self.store if a.kind == "insight" and _norm(a.text) == _norm(op.text)), None)
+                if dup is not None:
+                    self.store.update_stats(dup.abstraction_id, votes=1)
+                    applied["upvote"] += 1
+                else:
+                    self._add(op.text, parents, records, iteration)
+                    applied["add"] += 1
+                continue
+            if op.index is None or not 0 <= op.index < len(shown):
+                continue
+            target = shown[op.index]
+            aid = target.abstraction_id
+            if aid not in self.store:
+                continue
+            if op.kind == "upvote" or (op.kind == "edit" and _norm(op.text) == _norm(target.text)):
+                self.store.update_stats(aid, votes=1)
+                applied["upvote"] += 1
+            elif op.kind == "edit":
+                old_votes = self.votes(aid)
+                new = self.store.rewrite(aid, op.text, created_iteration=iteration, parents=parents,
+                                         source_records=tuple(records))
+                self.store.update_stats(new.abstraction_id, votes=old_votes + 1)
+                applied["edit"] += 1
+            elif op.kind == "downvote":
+                st = self.store.update_stats(aid, votes=-1)
+                applied["downvote"] += 1
+                if st.votes <= 0:
+                    self.store.retire(aid, reason="votes reached 0")
+        applied["capped"] = self._enforce_cap()
+        return applied
+
+    def _enforce_cap(self) -> int:
+        retired = 0
+        while True:
+            active = [a for a in self.store if a.kind == "insight"]
+            if len(active) <= self.max_insights:
+                return retired
+            # lowest votes; among equals the oldest (store order is creation order)
+            victim = min(range(len(active)), key=lambda i: (self.votes(active[i].abstraction_id), i))
+            self.store.retire(active[victim].abstraction_id, reason=f"cap of {self.max_insights} insights")
+            retired += 1
+
+    # -- insight extraction ----------------------------------------------------------------
+
+    def _insight_list_text(self, shown: Sequence[Abstraction]) -> str:
+        return _numbered([a.text for a in shown]) if shown else NO_INSIGHTS
+
+    def _operations_help(self, n_shown: int) -> str:
+        note = FULL_NOTE.format(n=n_shown) if n_shown >= self.max_insights else ""
+        return OPERATIONS_HELP.format(full_note=note)
+
+    def compare_pairs(self, iteration: int) -> list[tuple[MemoryRecord, MemoryRecord]]:
+        """(failure, success) pairs of one task, each holding one episode of ``iteration``:
+        the iteration's episodes most recent first, one per task, each with the most recent
+        opposite-outcome episode of the same task in memory."""
+        usable = [r for r in self.memory if not r.outcome.infra_failure]
+        latest: dict[tuple[str, bool], MemoryRecord] = {}
+        for r in usable:  # memory order is chronological
+            latest[(r.task.key, r.success)] = r
+        pairs: list[tuple[MemoryRecord, MemoryRecord]] = []
+        seen: set[str] = set()
+        for r in reversed([r for r in usable if r.iteration == iteration]):
+            if r.task.key in seen:
+                continue
+            seen.add(r.task.key)
+            other = latest.get((r.task.key, not r.success))
+            if other is None:
+                continue
+            pairs.append((r, other) if not r.success else (other, r))
+            if len(pairs) >= self.max_compare_calls:
+                break
+        return pairs
+
+    def success_groups(self, iteration: int) -> list[list[MemoryRecord]]:
+        """Groups of this iteration's successes: per task type, most recent first, chunked,
+        taken round-robin across task types (first-seen type first)."""
+        recent = [r for r in reversed(list(self.memory)) if r.iteration == iteration and r.success and not r.outcome.infra_failure]
+        by_type: dict[str, list[MemoryRecord]] = {}
+        for r in recent:
+            by_type.setdefault(f"{r.task.benchmark}/{r.task.task_type}", []).append(r)
+        chunks = {
+            t: [rs[i: i + self.success_group_size] for i in range(0, len(rs), self.success_group_size)]
+            for t, rs in by_type.items()
+        }
+        groups: list[list[MemoryRecord]] = []
+        depth = 0
+        while len(groups) < self.max_success_calls and any(depth < len(c) for c in chunks.values()):
+            for c in chunks.values():
+                if depth < len(c) and len(groups) < self.max_success_calls:
+                    groups.append(c[depth])
+            depth += 1
+        return groups
+
+    def _extract(self, user: str, records: Sequence[MemoryRecord], shown: list[Abstraction], *, iteration: int,
+                 extraction: str) -> dict[str, int]:
+        reply = self.ctx.llm.chat(
+            [{"role": "system", "content": INSIGHT_SYSTEM}, {"role": "user", "content": user}],
+            purpose="insight",
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            tags={"phase": "train", "iteration": iteration, "task": records[0].task.key, "extraction": extraction},
+        )
+        ops = parse_operations(reply.text, len(shown))
+        return self.apply_operations(
+            ops, shown, parents=parents_of_records(records),
+            records=[r.record_id for r in records], iteration=iteration,
+        )
+
+    def end_iteration(self, iteration: int) -> None:
+        if self._frozen:
+            raise FrozenStateError("ExpeL is frozen (held-out evaluation may not write its state)")
+        with self._lock:
+            for failure, success in self.compare_pairs(iteration):
+                shown = self.insights()
+                user = COMPARE_PROMPT.format(
+                    insights=self._insight_list_text(shown),
+                    instruction=" ".join(failure.task.instruction.split()),
+                    failure=format_record(failure, limits=self.limits),
+                    success=format_record(success, limits=self.limits),
+                    operations_help=self._operations_help(len(shown)),
+                )
+                self._extract(user, [failure, success], shown, iteration=iteration, extraction="compare")
+            for group in self.success_groups(iteration):
+                shown = self.insights()
+                text = "\n\n".join(
+                    format_record(r, label=f"--- Success {i} ---", limits=self.limits) for i, r in enumerate(group, 1)
+                )
+                user = SUCCESS_PROMPT.format(
+                    insights=self._insight_list_text(shown),
+                    successes=text,
+                    operations_help=self._operations_help(len(shown)),
+                )
+                self._extract(user, group, shown, iteration=iteration, extraction="all_success")
+
+    # -- the interface ---------------------------------------------------------------------
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        embedding = self.embed_task(task, initial_observation, phase, iteration)
+        shown = self.insights()
+        blocks: list[str] = []
+        if shown:
+            blocks.append(HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS + "\n" + _numbered([a.text for a in shown]))
+        examples = []
+        if embedding is not None and self.k_examples > 0:
+            examples = self.memory.search(embedding, k=self.k_examples, task=task, success=True, role="success")
+        if examples:
+            body = "\n\n".join(
+                format_record(r.record, label=f"--- Example {i} ---", limits=self.limits)
+                for i, r in enumerate(examples, 1)
+            )
+            blocks.append(HEADER_EXAMPLES + "\n" + PREAMBLE_EXAMPLES + "\n\n" + body)
+        return TaskContext(
+            blocks=blocks,
+            parents=tuple(a.abstraction_id for a in shown),
+            embedding=embedding,
+            meta={"n_insights": len(shown), "example_records": [r.record.record_id for r in examples]},
+        )
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        if self._frozen:
+            raise FrozenStateError("ExpeL is frozen (held-out evaluation may not write its state)")
+        with self._lock:
+            self.memory.add(
+                task, episode.trajectory, episode.outcome,
+                embedding=ctx.embedding, parents=ctx.parents, iteration=iteration,
+            )
+
+    def snapshot(self, iteration: int, directory: Path) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.store.snapshot(Path(directory) / f"abstractions_iter_{iteration:02d}.json", method=self.name, iteration=iteration,
+                            n_trajectories=len(self.memory))
+
+    def freeze(self) -> None:
+        super().freeze()
+        self.memory.freeze()
+        self.store.freeze()
+
+    def unfreeze(self) -> None:
+        super().unfreeze()
+        self.memory.unfreeze()
+        self.store.unfreeze()
+
+    def close(self) -> None:
+        self.memory.close()
+        self.store.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "max_compare_calls": self.max_compare_calls,
+            "max_success_calls": self.max_success_calls,
+            "success_group_size": self.success_group_size,
+            "max_insights": self.max_insights,
+            "k_examples": self.k_examples,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "trajectory_chars": self.trajectory_chars,
+        }

@@ -1,0 +1,32 @@
+"""A frozen skill library in every context (the AppWorld skill-content study, F.1).
+
+The paper compares no supplied skills, useful skills and toxic skills (matched pairs with the
+same scope, correct vs incorrect procedural rule) with the library frozen. Run this method three
+times: ``library=None`` (no skills), ``library=useful.json``, ``library=toxic.json``. A library
+is a JSON list of {"name", "content"} objects; the kit ships no AppWorld library (the paper's
+were written by GPT-5.5 and are not published), so users bring their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import Task
+from .anti_persistence import format_skills, load_skill_library
+from .base import Method, MethodContext, TaskContext, take_params
+
+
+class FrozenSkills(Method):
+    name = "frozen_skills"
+    DEFAULTS: dict[str, Any] = {"library": None}
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        super().__init__(ctx)
+        self.params = take_params(params, self.DEFAULTS, self.name)
+        self.skills = load_skill_library(self.params["library"]) if self.params["library"] else []
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        return TaskContext(blocks=[format_skills(self.skills)], meta={"skills": [s["name"] for s in self.skills]})
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "library": self.params["library"], "n_skills": len(self.skills)}

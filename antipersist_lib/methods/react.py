@@ -1,0 +1,9 @@
+"""ReAct (Yao et al. 2023): the agent loop with no memory at all."""
+
+from __future__ import annotations
+
+from .base import Method
+
+
+class ReAct(Method):
+    name = "react"

@@ -1,0 +1,292 @@
+"""Reflexion (Shinn et al., 2023) as a compared method: verbal self-reflections after failures.
+
+The original design (ALFWorld runs): after a failed trial the backbone reads the failed
+trajectory and writes a short self-reflection, a diagnosis of what went wrong and a plan for
+the next trial. The most recent reflections for that task (the original keeps the last 3) are
+put in front of the agent on its next trial of the same task. Successful trials write nothing.
+
+The kit's version
+-----------------
+* ``learn`` stores every training trajectory in ``TrajectoryMemory`` (``trajectories.jsonl``,
+  with the task embedding and the provenance P(m) = ids of the reflections that were in the
+  context), so the provenance of every reflection can be audited. After a failed episode it
+  makes one ``"reflection"`` call and stores the reply in an ``AbstractionStore``
+  (``reflections/events.jsonl``) as kind ``"reflection"``, with ``name`` = the task key,
+  ``task_type`` = the task type, the task embedding, ``source_records`` = the failed record and
+  ``parents`` = P(failed trajectory).
+* ``prepare`` shows the last ``max_reflections`` reflections of the same task key under
+  "## Reflections from your earlier attempts at this task"; ``TaskContext.parents`` lists their ids.
+* Reflections are never rewritten or retired; the store only grows.
+
+Deviations from the original
+----------------------------
+1. **Cross-task transfer** (``transfer="similar_task"``, the default). The paper's protocol never
+   revisits a training task at held-out time, so the strict original would show nothing on
+   held-out tasks and equal ReAct there. When a task has no reflections of its own, the kit
+   shows the last ``max_reflections`` reflections of the ``transfer_tasks`` most similar tasks
+   that have reflections (cosine similarity of the task embeddings ``embed_task``, restricted to
+   the same benchmark and task type), labelled as written for a similar task and naming that
+   task. ``transfer="none"`` is the strict original (own reflections only). Transfer applies in
+   both phases, so a training task seen for the first time also gets a similar task's
+   reflections.
+2. **Trials are protocol episodes.** The original retries one task up to a fixed number of
+   trials in a row; here a "next trial" is the next time the protocol samples the same training
+   task (a later iteration), and there is no per-task trial limit.
+3. **Infrastructure failures write no reflection** (the engine failed, not the agent); the
+   trajectory is still stored.
+4. **Prompt.** The reflection prompt is the kit's own zero-shot wording (the original uses
+   few-shot reflection examples written for ALFWorld); the failed trajectory is formatted with
+   ``synthesis.format_record`` and clipped to ``trajectory_chars``; the reply is limited to
+   ``max_tokens`` (256) at temperature 0 and stored as written.
+5. **Every trajectory is stored** (also successes), which the original does not need; it is used
+   only for provenance auditing and to name the source task of transferred reflections.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import prompts
+from ..abstraction_store import Abstraction, AbstractionStore
+from ..agent import EpisodeResult
+from ..outcome_log import FrozenStateError
+from ..records import Task
+from ..similarity import cosine
+from ..synthesis import FormatLimits, format_record
+from ..trajectory_memory import MemoryRecord, TrajectoryMemory
+from .base import Method, MethodContext, TaskContext, take_params
+
+log = logging.getLogger(__name__)
+
+TRANSFER_MODES = ("similar_task", "none")
+
+REFLECTION_SYSTEM = (
+    "You help an agent that acts in a text environment learn from its own mistakes. You read one "
+    "of its attempts that did not succeed and write a brief self-reflection the agent will read "
+    "before it tries the task again."
+)
+
+REFLECTION_PROMPT = """\
+Task:
+{instruction}
+
+This attempt did not complete the task:
+{trajectory}
+
+Self-reflections written after earlier unsuccessful attempts at this task:
+{previous}
+
+Write the self-reflection for this attempt, in the first person, as a note to yourself for the
+next attempt. First say what most likely made the attempt fail and at which step it went wrong.
+Then give a concrete plan for the next attempt: the actions to take, in order, and what to do
+differently. If an earlier self-reflection's plan was followed and still failed, change the plan.
+Use at most five sentences and write nothing else."""
+
+NO_PREVIOUS_REFLECTIONS = "(none)"
+
+HEADER_OWN = "## Reflections from your earlier attempts at this task"
+PREAMBLE_OWN = "You wrote these after earlier attempts at this same task did not succeed (oldest first):"
+HEADER_SIMILAR = "## Reflections from an earlier attempt at a similar task"
+PREAMBLE_SIMILAR = (
+    "You have not attempted this task before. You wrote these after unsuccessful attempts at a "
+    "similar task; use what applies here. The similar task was: {instruction}"
+)
+
+prompts.register_prompt("reflexion_system", REFLECTION_SYSTEM)
+prompts.register_prompt("reflexion_reflect", REFLECTION_PROMPT)
+prompts.register_prompt("reflexion_no_previous", NO_PREVIOUS_REFLECTIONS)
+prompts.register_prompt("reflexion_header_own", HEADER_OWN + "\n" + PREAMBLE_OWN)
+prompts.register_prompt("reflexion_header_similar", HEADER_SIMILAR + "\n" + PREAMBLE_SIMILAR)
+
+DEFAULTS: dict[str, Any] = {
+    "max_reflections": 3,  # reflections shown per task (original: last 3)
+    "transfer": "similar_task",  # "none" = strict original
+    "transfer_tasks": 1,  # similar tasks whose reflections are shown when a task has none
+    "max_tokens": 256,
+    "temperature": 0.0,
+    "trajectory_chars": 4000,  # clip of the failed trajectory in the reflection prompt
+}
+
+TRAJECTORIES_FILE = "trajectories.jsonl"
+REFLECTIONS_DIR = "reflections"
+
+
+def _numbered(items: list[str]) -> str:
+    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(items, start=1))
+
+
+class Reflexion(Method):
+    """Per-task verbal self-reflections, with the kit's similar-task transfer for unseen tasks."""
+
+    name = "reflexion"
+    state_files = (TRAJECTORIES_FILE, f"{REFLECTIONS_DIR}/events.jsonl")
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        super().__init__(ctx)
+        p = take_params(params, DEFAULTS, self.name)
+        if int(p["max_reflections"]) < 1:
+            raise ValueError(f"max_reflections must be >= 1, got {p['max_reflections']}")
+        if p["transfer"] not in TRANSFER_MODES:
+            raise ValueError(f"transfer is {p['transfer']!r}, expected one of {TRANSFER_MODES}")
+        if int(p["transfer_tasks"]) < 1:
+            raise ValueError(f"transfer_tasks must be >= 1, got {p['transfer_tasks']}")
+        if int(p["max_tokens"]) < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {p['max_tokens']}")
+        if float(p["temperature"]) < 0:
+            raise ValueError(f"temperature must be >= 0, got {p['temperature']}")
+        if int(p["trajectory_chars"]) < 200:
+            raise ValueError(f"trajectory_chars must be >= 200, got {p['trajectory_chars']}")
+        self.max_reflections = int(p["max_reflections"])
+        self.transfer = str(p["transfer"])
+        self.transfer_tasks = int(p["transfer_tasks"])
+        self.max_tokens = int(p["max_tokens"])
+        self.temperature = float(p["temperature"])
+        self.trajectory_chars = int(p["trajectory_chars"])
+        self.limits = FormatLimits(max_record_chars=self.trajectory_chars)
+        Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
+        self.memory = TrajectoryMemory(self.path(TRAJECTORIES_FILE), task_filter="task_type", fsync=ctx.fsync)
+        self.store = AbstractionStore(self.path(REFLECTIONS_DIR), prefix="refl", fsync=ctx.fsync)
+
+    # -- reading the reflections -----------------------------------------------------------
+
+    def reflections_for(self, task_key: str) -> list[Abstraction]:
+        """Every reflection written for ``task_key``, oldest first."""
+        return [a for a in self.store if a.kind == "reflection" and a.name == task_key]
+
+    def _recent(self, task_key: str) -> list[Abstraction]:
+        return self.reflections_for(task_key)[-self.max_reflections:]
+
+    def _record(self, record_id: int) -> MemoryRecord | None:
+        for rec in self.memory:
+            if rec.record_id == record_id:
+                return rec
+        return None
+
+    def _similar_tasks(self, task: Task, embedding: np.ndarray) -> list[tuple[str, float]]:
+        """(task key, similarity) of the most similar other tasks of the same benchmark and task
+        type that have reflections with an embedding; ties keep the task reflected on first."""
+        latest: dict[str, Abstraction] = {}
+        for a in self.store:
+            if (
+                a.kind == "reflection"
+                and a.name is not None
+                and a.name != task.key
+                and a.embedding is not None
+                and a.task_type == task.task_type
+                and a.name.startswith(task.benchmark + "/")
+            ):
+                latest[a.name] = a  # the task's embedding as of its latest reflection
+        scored = [(key, cosine(embedding, np.asarray(a.embedding))) for key, a in latest.items()]
+        order = sorted(range(len(scored)), key=lambda i: -scored[i][1])  # stable: ties keep order
+        return [scored[i] for i in order[: self.transfer_tasks]]
+
+    # -- the interface ---------------------------------------------------------------------
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        embedding = self.embed_task(task, initial_observation, phase, iteration)
+        own = self._recent(task.key)
+        if own:
+            block = HEADER_OWN + "\n" + PREAMBLE_OWN + "\n" + _numbered([a.text for a in own])
+            return TaskContext(
+                blocks=[block],
+                parents=tuple(a.abstraction_id for a in own),
+                embedding=embedding,
+                meta={"reflections": "own", "n_reflections": len(own)},
+            )
+        if self.transfer == "none" or embedding is None:
+            return TaskContext(embedding=embedding, meta={"reflections": "none", "n_reflections": 0})
+        blocks: list[str] = []
+        shown: list[Abstraction] = []
+        sources: list[str] = []
+        for key, _sim in self._similar_tasks(task, embedding):
+            refl = self._recent(key)
+            if not refl:
+                continue
+            source = self._record(refl[-1].source_records[0]) if refl[-1].source_records else None
+            instruction = " ".join(source.task.instruction.split()) if source is not None else key
+            blocks.append(
+                HEADER_SIMILAR + "\n" + PREAMBLE_SIMILAR.format(instruction=instruction) + "\n"
+                + _numbered([a.text for a in refl])
+            )
+            shown.extend(refl)
+            sources.append(key)
+        if not shown:
+            return TaskContext(embedding=embedding, meta={"reflections": "none", "n_reflections": 0})
+        return TaskContext(
+            blocks=blocks,
+            parents=tuple(a.abstraction_id for a in shown),
+            embedding=embedding,
+            meta={"reflections": "similar_task", "n_reflections": len(shown), "source_tasks": sources},
+        )
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        if self._frozen:
+            raise FrozenStateError("Reflexion is frozen (held-out evaluation may not write its state)")
+        with self._lock:
+            rec = self.memory.add(
+                task, episode.trajectory, episode.outcome,
+                embedding=ctx.embedding, parents=ctx.parents, iteration=iteration,
+            )
+            if episode.outcome.success or episode.outcome.infra_failure:
+                return
+            previous = self.reflections_for(task.key)[-self.max_reflections:]
+            user = REFLECTION_PROMPT.format(
+                instruction=task.instruction,
+                trajectory=format_record(rec, limits=self.limits),
+                previous=_numbered([a.text for a in previous]) if previous else NO_PREVIOUS_REFLECTIONS,
+            )
+            reply = self.ctx.llm.chat(
+                [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}],
+                purpose="reflection",
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                tags={"phase": "train", "iteration": iteration, "task": task.key},
+            )
+            text = reply.text.strip()
+            if not text:
+                log.warning("%s: empty reflection; nothing stored", task.key)
+                return
+            self.store.add(
+                text,
+                kind="reflection",
+                parents=ctx.parents,
+                created_iteration=iteration,
+                source_records=(rec.record_id,),
+                task_type=task.task_type,
+                name=task.key,
+                embedding=ctx.embedding,
+            )
+
+    def snapshot(self, iteration: int, directory: Path) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.store.snapshot(Path(directory) / f"abstractions_iter_{iteration:02d}.json", method=self.name, iteration=iteration,
+                            n_trajectories=len(self.memory))
+
+    def freeze(self) -> None:
+        super().freeze()
+        self.memory.freeze()
+        self.store.freeze()
+
+    def unfreeze(self) -> None:
+        super().unfreeze()
+        self.memory.unfreeze()
+        self.store.unfreeze()
+
+    def close(self) -> None:
+        self.memory.close()
+        self.store.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "max_reflections": self.max_reflections,
+            "transfer": self.transfer,
+            "transfer_tasks": self.transfer_tasks,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "trajectory_chars": self.trajectory_chars,
+        }

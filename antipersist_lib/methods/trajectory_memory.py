@@ -1,0 +1,58 @@
+"""Trajectory memory (Section 4.1): store every training trajectory, show the top-B similar ones.
+
+Retrieval is Anti-Persistence's ``none`` mode without the bandit or synthesis: top-B records of
+any outcome (same task type), shown verbatim with their outcomes under the factual-context
+header. So the comparison with Anti-Persistence isolates mode selection and on-demand
+synthesis. The kit's choice (the paper says only "retrieves stored trajectories"): records of
+both outcomes, labelled, as in the ``none`` mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..agent import EpisodeResult
+from ..records import Task
+from ..synthesis import synthesize
+from ..trajectory_memory import TrajectoryMemory
+from .base import Method, MethodContext, TaskContext, take_params
+
+
+class TrajectoryMemoryMethod(Method):
+    name = "trajectory_memory"
+    state_files = ("trajectories.jsonl",)
+    DEFAULTS: dict[str, Any] = {"budget": 5, "task_filter": "task_type"}
+
+    def __init__(self, ctx: MethodContext, **params: Any) -> None:
+        super().__init__(ctx)
+        self.params = take_params(params, self.DEFAULTS, self.name)
+        if int(self.params["budget"]) < 1:
+            raise ValueError(f"budget must be >= 1, got {self.params['budget']}")
+        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=self.params["task_filter"], fsync=ctx.fsync)
+
+    def records_context(self, task: Task, embedding: Any) -> tuple[str, tuple[int, ...]]:
+        got = self.memory.retrieve(embedding, "none", task, budget=int(self.params["budget"]))
+        g = synthesize("none", task.instruction, got, None)
+        return g.text, g.record_ids
+
+    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+        emb = self.embed_task(task, initial_observation, phase, iteration)
+        text, ids = self.records_context(task, emb)
+        return TaskContext(blocks=[text], embedding=emb, meta={"retrieved_ids": list(ids)})
+
+    def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
+        self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration)
+
+    def freeze(self) -> None:
+        super().freeze()
+        self.memory.freeze()
+
+    def unfreeze(self) -> None:
+        super().unfreeze()
+        self.memory.unfreeze()
+
+    def close(self) -> None:
+        self.memory.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, **self.params}

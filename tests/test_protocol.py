@@ -1,0 +1,206 @@
+"""The K-iteration protocol for every method, end to end on the real ScienceWorld and ALFWorld
+engines with a scripted model over the loopback server (2 iterations, small task subsets)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from antipersist_lib.envs.alfworld import ALFWorldEnvironment, read_game
+from antipersist_lib.envs.scienceworld import ScienceWorldEnvironment
+from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.llm import Endpoint
+from antipersist_lib.loopback_server import LoopbackServer
+from antipersist_lib.outcome_log import FIELDS
+from antipersist_lib.partitions import load_partition
+from antipersist_lib.protocol import RunSpec, run_cell, training_schedule
+from antipersist_lib.rundir import ManifestMismatchError, RunDirectory, RunLockedError
+from antipersist_lib.testing.plan_responder import PlanResponder
+
+N_TRAIN, N_HELD, PER_IT = 3, 2, 2
+
+#: the eight methods of Table 1 (+ AP ablation variants on ALFWorld below)
+CORE = {
+    "react": {},
+    "reflexion": {},
+    "expel": {},
+    "autorefine": {},
+    "trajectory_memory": {},
+    "abstraction_memory": {},
+    "joint_memory": {},
+    "anti_persistence": {"round_robin_iterations": 1, "warmup_per_mode": 1},
+}
+
+
+def _plans(benchmark: str, alfworld_data: Path | None):
+    part = load_partition(benchmark)
+    plans, fail = {}, set()
+    if benchmark == "alfworld":
+        # tasks of different categories, so that no two share an initial observation
+        tasks = [part.train[i] for i in (0, 60, 120)] + [part.heldout[i] for i in (30, 100)]
+        env = ALFWorldEnvironment(alfworld_data)
+        for t in tasks:
+            plans[env.reset(t)] = list(read_game(alfworld_data, t.env_args["game"])["walkthrough"])
+    else:
+        # short expert paths so that the 12-step budget suffices
+        tasks = [t for t in part.train if t.task_type == "lifespan-longest-lived"][:N_TRAIN] + [t for t in part.heldout if t.task_type == "lifespan-longest-lived"][:N_HELD]
+        env = ScienceWorldEnvironment()
+        for t in tasks:
+            gold = env.gold_actions(t)
+            plans[env.reset(t)] = gold
+    env.close()
+    assert len(plans) == len(tasks), "two tasks share an initial observation"
+    keys = list(plans)
+    fail = {keys[1], keys[-1]}  # one training and one held-out task are played badly
+    return tasks, plans, fail
+
+
+@pytest.fixture(scope="module")
+def engines(alfworld_data):
+    out = {}
+    for bench in ("alfworld", "scienceworld"):
+        tasks, plans, fail = _plans(bench, alfworld_data)
+        out[bench] = (tasks, PlanResponder(plans, fail, idle_action="look" if bench == "alfworld" else "look around"))
+    return out
+
+
+def _partition(bench, tasks):
+    from antipersist_lib.partitions import Partition
+
+    base = load_partition(bench)
+    return Partition(bench, base.seed, base.drawn_with, tuple(tasks[:N_TRAIN]), tuple(tasks[N_TRAIN:]))
+
+
+def _spec(method, bench, tmp_path, params, **kw):
+    return RunSpec(
+        method=method, benchmark=bench, backbone="loopback", embedding="loopback", iterations=2,
+        train_per_iteration=PER_IT, max_steps=12, heldout_concurrency=2, method_params=params,
+        out_root=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"), progress=False, **kw,
+    )
+
+
+def _digest(paths):
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+
+
+def _state_files(run_dir: Path):
+    return sorted(p for p in (run_dir / "state").rglob("*") if p.is_file()) + [run_dir / "episodes_train.jsonl", run_dir / "journal.jsonl"]
+
+
+def _run(engines, bench, method, params, tmp_path, alfworld_data, **kw):
+    tasks, responder = engines[bench]
+    opts = {"data_dir": str(alfworld_data)} if bench == "alfworld" else {}
+    frozen_checks = []
+    digests = {}
+
+    def on_event(kind, data):
+        if kind == "iteration_end":
+            digests["before"] = _digest(_state_files(spec.run_dir()))
+        elif kind == "evaluation":
+            frozen_checks.append(_digest(_state_files(spec.run_dir())) == digests["before"])
+
+    spec = _spec(method, bench, tmp_path, params, benchmark_options=opts, **kw)
+    with LoopbackServer(responder=responder) as srv:
+        ep = Endpoint(base_url=srv.base_url, model="scripted", max_retries=1, backoff_base_s=0.01)
+        summaries = run_cell(spec, endpoint=ep, embed_endpoint=ep, partition=_partition(bench, tasks), on_event=on_event)
+    return spec.run_dir(), summaries, frozen_checks
+
+
+CASES = [(b, m) for b in ("alfworld", "scienceworld") for m in CORE]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bench,method", CASES, ids=[f"{b}-{m}" for b, m in CASES])
+def test_every_method_runs_the_protocol_on_real_engines(engines, alfworld_data, tmp_path, bench, method):
+    run_dir, summaries, frozen = _run(engines, bench, method, CORE[method], tmp_path, alfworld_data)
+    assert [s.iteration for s in summaries] == [1, 2]
+    assert all(s.heldout_n == N_HELD for s in summaries)
+    assert frozen == [True, True], "held-out evaluation changed the run's state"
+    train = [x.value for x in read_jsonl(run_dir / "episodes_train.jsonl")]
+    held = [x.value for x in read_jsonl(run_dir / "episodes_heldout.jsonl")]
+    assert len(train) == 2 * PER_IT and len(held) == 2 * N_HELD
+    assert all(r["calls"]["execution"] >= 1 for r in train + held), [r["outcome"]["error"] for r in train + held if r["calls"]["execution"] < 1]
+    assert not any(r["outcome"]["infra_failure"] for r in train + held)
+    assert any(r["outcome"]["success"] for r in held) and not all(r["outcome"]["success"] for r in held)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    for key in ("method", "method_config", "engine", "partition_hash", "endpoint", "embedding_endpoint", "seed",
+                "prompt_hashes", "versions", "git_commit", "agent", "iterations"):
+        assert key in manifest, key
+    assert manifest["engine"]["benchmark"] == bench
+    version_key = "alfworld" if bench == "alfworld" else "scienceworld"
+    assert manifest["engine"][version_key]
+    calls = [x.value for x in read_jsonl(run_dir / "calls.jsonl")]
+    assert {c["purpose"] for c in calls} >= {"execution"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["iterations"]) == 2
+    if method == "anti_persistence":
+        for line in read_jsonl(run_dir / "state" / "outcome_log.jsonl"):
+            assert set(line.value) == set(FIELDS)
+        assert {r["meta"]["branch"] for r in train} & {"round_robin"}
+    if method in ("abstraction_memory", "joint_memory", "expel", "autorefine", "reflexion"):
+        assert list((run_dir / "snapshots").glob("*.json")) or method == "reflexion"
+
+
+VARIANTS = {
+    # the tiny test partition has one task per category, so retrieval spans the benchmark here
+    "persist": ("anti_persistence", {"persist": True, "round_robin_iterations": 1, "warmup_per_mode": 1, "task_filter": "benchmark"}),
+    "fixed-strategic": ("anti_persistence", {"policy": "fixed", "fixed_mode": "strategic"}),
+    "random": ("anti_persistence", {"policy": "random"}),
+    "judge": ("abstraction_memory", {"judge": True}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_ablation_variants_run(engines, alfworld_data, tmp_path, variant):
+    method, params = VARIANTS[variant]
+    run_dir, summaries, frozen = _run(engines, "alfworld", method, params, tmp_path, alfworld_data)
+    assert frozen == [True, True] and len(summaries) == 2
+    train = [x.value for x in read_jsonl(run_dir / "episodes_train.jsonl")]
+    if variant == "fixed-strategic":
+        assert {r["meta"]["mode"] for r in train} == {"strategic"}
+    if variant == "random":
+        assert {r["meta"]["branch"] for r in train} == {"random"}
+    if variant == "persist":
+        snaps = sorted((run_dir / "snapshots").glob("*.json"))
+        assert snaps and any(json.loads(p.read_text())["active"] for p in snaps)
+    if variant == "judge":
+        assert [x.value for x in read_jsonl(run_dir / "state" / "judge.jsonl")]
+
+
+def test_training_schedule_is_shared_seeded_and_without_replacement():
+    a = training_schedule(180, 10, 50, 42)
+    assert a == training_schedule(180, 10, 50, 42)
+    assert all(len(set(it)) == 50 for it in a) and a[0] != a[1]
+    assert training_schedule(180, 10, 50, 43) != a
+    with pytest.raises(ValueError, match="exceeds the training pool"):
+        training_schedule(10, 1, 50, 42)
+
+
+def test_run_spec_validation_names_the_field():
+    with pytest.raises(ValueError, match="method: unknown"):
+        RunSpec(method="reflection", benchmark="alfworld", backbone="x")
+    with pytest.raises(ValueError, match="benchmark: unknown"):
+        RunSpec(method="react", benchmark="alfred", backbone="x")
+    with pytest.raises(ValueError, match="iterations must be an integer"):
+        RunSpec(method="react", benchmark="alfworld", backbone="x", iterations=0)
+    with pytest.raises(ValueError, match=r"unknown run setting\(s\) \['iteratons'\]"):
+        RunSpec.from_dict({"method": "react", "benchmark": "alfworld", "backbone": "x", "iteratons": 3})
+    with pytest.raises(ValueError, match="agent: unknown"):
+        RunSpec(method="react", benchmark="alfworld", backbone="x", agent={"temp": 0})
+
+
+def test_run_directory_lock_and_manifest_mismatch(tmp_path):
+    rd = RunDirectory(tmp_path / "run")
+    with pytest.raises(RunLockedError, match="in use by another process"):
+        RunDirectory(tmp_path / "run")
+    assert rd.check_or_write_manifest({"method": "react", "seed": 1}, ["method", "seed"]) is False
+    rd.close()
+    rd2 = RunDirectory(tmp_path / "run")
+    assert rd2.check_or_write_manifest({"method": "react", "seed": 1, "versions": {}}, ["method", "seed"]) is True
+    with pytest.raises(ManifestMismatchError, match="seed: stored 1, now 2"):
+        rd2.check_or_write_manifest({"method": "react", "seed": 2}, ["method", "seed"])
+    rd2.close()
