@@ -18,19 +18,23 @@ def test_demo_writes_runs_and_guidance_never_persists(tmp_path, capsys):
     react = summary["methods"]["react"]
     assert len(ap["heldout_success"]) == 2 and len(react["heldout_success"]) == 2
     assert ap["heldout_success"][-1] > react["heldout_success"][-1]
-    run = tmp_path / "anti_persistence-errandworld-seed42"
+    run = tmp_path / "runs" / "errandworld" / "scripted-loopback" / "anti_persistence" / "seed42"
+    assert ap["run_dir"] == str(run)
     manifest = json.loads((run / "manifest.json").read_text())
     assert set(manifest["prompt_hashes"]) >= {"agent_system", "imitation", "strategic", "corrective"}
     assert manifest["endpoint"]["api_key_env"] == "ANTIPERSIST_DEMO_KEY"
-    for p in tmp_path.rglob("*"):
+    for p in run.rglob("*"):
         if p.is_file():
             assert GUIDANCE_MARKER.encode() not in p.read_bytes(), p
+    # ... while abstraction memory, which persists what it synthesizes, does store it
+    abstraction = tmp_path / "runs" / "errandworld" / "scripted-loopback" / "abstraction_memory" / "seed42"
+    assert any(GUIDANCE_MARKER.encode() in p.read_bytes() for p in abstraction.rglob("*.json*") if p.is_file())
 
 
 def test_select_command_prints_the_audit(tmp_path, capsys):
     main(["demo", "--out", str(tmp_path), "--iterations", "2"])
     capsys.readouterr()
-    log = tmp_path / "anti_persistence-errandworld-seed42" / "outcome_log.jsonl"
+    log = tmp_path / "runs" / "errandworld" / "scripted-loopback" / "anti_persistence" / "seed42" / "state" / "outcome_log.jsonl"
     emb = next(iter(read_jsonl(log))).value["embedding"]
     (tmp_path / "emb.json").write_text(json.dumps(emb))
     assert main(["select", "--log", str(log), "--embedding", str(tmp_path / "emb.json"), "--iteration", "5", "--rho", "0.1"]) == 0
