@@ -21,6 +21,7 @@ from antipersist_lib.rundir import ManifestMismatchError, RunDirectory, RunLocke
 from antipersist_lib.testing.plan_responder import PlanResponder
 
 N_TRAIN, N_HELD, PER_IT = 3, 2, 2
+SKILLS = Path(__file__).parent / "fixtures" / "skills" / "example_library.json"
 
 #: the eight methods of Table 1 (+ AP ablation variants on ALFWorld below)
 CORE = {
@@ -150,6 +151,9 @@ VARIANTS = {
     "fixed-strategic": ("anti_persistence", {"policy": "fixed", "fixed_mode": "strategic"}),
     "random": ("anti_persistence", {"policy": "random"}),
     "judge": ("abstraction_memory", {"judge": True}),
+    "frozen-layer": ("anti_persistence", {"frozen_skills": str(SKILLS), "round_robin_iterations": 1, "warmup_per_mode": 1}),
+    "frozen_skills": ("frozen_skills", {"library": str(SKILLS)}),
+    "no_skills": ("frozen_skills", {}),
 }
 
 
@@ -169,6 +173,11 @@ def test_ablation_variants_run(engines, alfworld_data, tmp_path, variant):
         assert snaps and any(json.loads(p.read_text())["active"] for p in snaps)
     if variant == "judge":
         assert [x.value for x in read_jsonl(run_dir / "state" / "judge.jsonl")]
+    if variant in ("frozen-layer", "frozen_skills"):
+        held = [x.value for x in read_jsonl(run_dir / "episodes_heldout.jsonl")]
+        assert held and all(r["calls"]["execution"] >= 1 for r in held)
+        # the frozen library reached the agent's system prompt
+        assert engines["alfworld"][1].headers_seen["## Skills (frozen library)"] >= 2 * (PER_IT + N_HELD)
 
 
 def test_training_schedule_is_shared_seeded_and_without_replacement():

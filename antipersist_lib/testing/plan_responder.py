@@ -11,6 +11,7 @@ it needs in it.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from .. import prompts
@@ -36,6 +37,8 @@ class PlanResponder:
         self.idle_action = idle_action
         self.agent_calls = 0
         self.other_calls = 0
+        #: how often each markdown header ("## ...") appeared in an agent's system prompt
+        self.headers_seen: Counter[str] = Counter()
 
     def __call__(self, request: dict[str, Any]) -> str:
         msgs = [m for m in request.get("messages", []) if isinstance(m, dict)]
@@ -44,6 +47,7 @@ class PlanResponder:
             self.other_calls += 1
             return UNIVERSAL_REPLY
         self.agent_calls += 1
+        self.headers_seen.update(line.strip() for line in system.splitlines() if line.startswith("## "))
         first_user = next((m.get("content", "") for m in msgs if m.get("role") == "user"), "")
         key = next((k for k in self.plans if k and k in first_user), None)
         if key is None or key in self.fail:
