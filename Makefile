@@ -45,7 +45,7 @@ alfworld-data:
 	fi
 
 run: install
-	$(PY) -m antipersist_lib demo --out outputs/demo
+	$(PY) -m antipersist_lib main --profile params/main/smoke.yaml
 
 test: install
 	$(PY) -m pytest

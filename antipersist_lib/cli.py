@@ -135,6 +135,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_main(args: argparse.Namespace) -> int:
+    from .main_job import run_main
+
+    summary = run_main(args.profile, out=args.out)
+    out = Path(args.out) / Path(args.profile).stem
+    print()
+    for r in summary["rows"]:
+        print(f"{r['benchmark']:>13} {r['method']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
+              f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task, {r['seconds']:.0f} s")
+    print(f"\n{summary['note']}")
+    print(f"wall time {summary['wall_s'] / 60:.1f} min")
+    print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {out / 'runs'}")
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import report, run_checks
+
+    checks = run_checks(backbone=args.backbone, embedding=args.embedding, embedded=args.embedded)
+    print(report(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
@@ -157,6 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=float, default=0.7)
     s.add_argument("-c", type=float, default=0.5)
     s.set_defaults(func=_cmd_select)
+
+    mj = sub.add_parser("main", help="the README's main job: a smoke experiment on the embedded default")
+    mj.add_argument("--profile", default="params/main/smoke.yaml")
+    mj.add_argument("--out", default="outputs/main")
+    mj.set_defaults(func=_cmd_main)
+
+    dr = sub.add_parser("doctor", help="check Java, benchmark data, models and endpoints; print fixes")
+    dr.add_argument("--backbone", help="also check this chat endpoint profile")
+    dr.add_argument("--embedding", help="also check this embeddings endpoint profile")
+    dr.add_argument("--embedded", action="store_true", help="also start and check the embedded default")
+    dr.set_defaults(func=_cmd_doctor)
 
     r = sub.add_parser("run", help="run (or resume) one (method, backbone, benchmark, seed) cell")
     r.add_argument("--params", help="YAML file of run settings (command-line flags override it)")

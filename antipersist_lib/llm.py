@@ -72,8 +72,13 @@ class Endpoint:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 30.0
     context_length: int | None = None
+    #: "native": send system messages as they are; "merge": fold the system message into the
+    #: first user turn, for chat templates without a system role (Gemma's own template does this)
+    system_prompt: str = "native"
 
     def __post_init__(self) -> None:
+        if self.system_prompt not in ("native", "merge"):
+            raise ValueError(f"Endpoint.system_prompt must be 'native' or 'merge', got {self.system_prompt!r}")
         if not self.base_url:
             raise ValueError("Endpoint.base_url is empty")
         if not self.model:
@@ -100,6 +105,7 @@ class Endpoint:
             "backoff_base_s": self.backoff_base_s,
             "backoff_max_s": self.backoff_max_s,
             "context_length": self.context_length,
+            "system_prompt": self.system_prompt,
         }
 
 
@@ -205,6 +211,20 @@ def _call_with_retries(attempt: Callable[[], T], *, endpoint: Endpoint, purpose:
 # -- chat client ---------------------------------------------------------------------------------
 
 
+def merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold leading system messages into the first user turn ("system\n\nuser"), the way
+    templates without a system role (Gemma's) present a system prompt."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    head = "\n\n".join(str(x) for x in system)
+    if rest and rest[0]["role"] == "user":
+        rest[0]["content"] = f"{head}\n\n{rest[0]['content']}"
+        return rest
+    return [{"role": "user", "content": head}] + rest
+
+
 def _plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     if not messages:
         raise ValueError("chat() needs at least one message")
@@ -263,7 +283,10 @@ class LLMClient:
     def chat(self, messages: Sequence[Mapping[str, Any]], *, purpose: str, temperature: float = 0.0,
              max_tokens: int = 1024, stop: Sequence[str] | str | None = None, top_p: float | None = None,
              tags: dict[str, Any] | None = None) -> ChatReply:
-        request = self._request(_plain_messages(messages), temperature, max_tokens, stop, top_p)
+        plain = _plain_messages(messages)
+        if self.endpoint.system_prompt == "merge":
+            plain = merge_system(plain)
+        request = self._request(plain, temperature, max_tokens, stop, top_p)
         key = cache_key({"kind": "chat", "model": self.endpoint.model, **request})
         started = time.monotonic()
         if self.cache is not None:

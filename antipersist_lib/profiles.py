@@ -16,7 +16,7 @@ import yaml
 
 from .llm import Endpoint
 
-PROFILE_KEYS = {"name", "model", "base_url", "api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s"}
+PROFILE_KEYS = {"name", "model", "base_url", "api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "system_prompt"}
 
 
 def params_dir() -> Path:
@@ -52,7 +52,7 @@ def load_profile(kind: str, name: str) -> dict[str, Any]:
 
 
 def endpoint_from_profile(data: dict[str, Any], *, override_env: str) -> Endpoint:
-    kw = {k: data[k] for k in ("api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s") if k in data}
+    kw = {k: data[k] for k in ("api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "system_prompt") if k in data}
     return Endpoint(base_url=os.environ.get(override_env) or data["base_url"], model=data["model"], **kw)
 
 
