@@ -148,17 +148,11 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     def snapshot(self, iteration: int, directory: Any) -> None:
         self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
 
-    def freeze(self) -> None:
-        super().freeze()
-        self.store.freeze()
-
-    def unfreeze(self) -> None:
-        super().unfreeze()
-        self.store.unfreeze()
+    def stores(self) -> list[Any]:
+        return [self.memory, self.store]
 
     def close(self) -> None:
         super().close()
-        self.store.close()
         if self._judge_log is not None:
             self._judge_log.close()
 

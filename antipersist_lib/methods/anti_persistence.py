@@ -166,25 +166,8 @@ class AntiPersistenceMethod(Method):
         if self.store is not None:
             self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
 
-    def freeze(self) -> None:
-        super().freeze()
-        self.memory.freeze()
-        self.outcome_log.freeze()
-        if self.store is not None:
-            self.store.freeze()
-
-    def unfreeze(self) -> None:
-        super().unfreeze()
-        self.memory.unfreeze()
-        self.outcome_log.unfreeze()
-        if self.store is not None:
-            self.store.unfreeze()
-
-    def close(self) -> None:
-        self.memory.close()
-        self.outcome_log.close()
-        if self.store is not None:
-            self.store.close()
+    def stores(self) -> list[Any]:
+        return [s for s in (self.memory, self.outcome_log, self.store) if s is not None]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, **self.params}

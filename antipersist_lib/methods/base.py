@@ -83,11 +83,19 @@ class Method(ABC):
     def snapshot(self, iteration: int, directory: Path) -> None:
         """Write an analysis snapshot of the state after ``iteration`` (atomic)."""
 
+    def stores(self) -> list[Any]:
+        """The method's persistent stores: frozen and unfrozen with it, closed with it."""
+        return []
+
     def freeze(self) -> None:
         self._frozen = True
+        for store in self.stores():
+            store.freeze()
 
     def unfreeze(self) -> None:
         self._frozen = False
+        for store in self.stores():
+            store.unfreeze()
 
     @property
     def frozen(self) -> bool:
@@ -95,6 +103,8 @@ class Method(ABC):
 
     def close(self) -> None:
         """Release open files."""
+        for store in self.stores():
+            store.close()
 
     def describe(self) -> dict[str, Any]:
         """Hyperparameters for the run manifest."""

@@ -266,19 +266,8 @@ class Reflexion(Method):
         self.store.snapshot(Path(directory) / f"abstractions_iter_{iteration:02d}.json", method=self.name, iteration=iteration,
                             n_trajectories=len(self.memory))
 
-    def freeze(self) -> None:
-        super().freeze()
-        self.memory.freeze()
-        self.store.freeze()
-
-    def unfreeze(self) -> None:
-        super().unfreeze()
-        self.memory.unfreeze()
-        self.store.unfreeze()
-
-    def close(self) -> None:
-        self.memory.close()
-        self.store.close()
+    def stores(self) -> list[Any]:
+        return [self.memory, self.store]
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -43,16 +43,8 @@ class TrajectoryMemoryMethod(Method):
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
         self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration)
 
-    def freeze(self) -> None:
-        super().freeze()
-        self.memory.freeze()
-
-    def unfreeze(self) -> None:
-        super().unfreeze()
-        self.memory.unfreeze()
-
-    def close(self) -> None:
-        self.memory.close()
+    def stores(self) -> list[Any]:
+        return [self.memory]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, **self.params}
