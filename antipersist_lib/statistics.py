@@ -1,0 +1,75 @@
+"""Setting-level statistics of Table 7 (Appendix F.3), computed from any Table 1.
+
+For each baseline: the paired differences (Anti-Persistence minus baseline) over the settings,
+their mean, a nominal unadjusted 95 % t-interval, a two-sided paired t-test, an exact two-sided
+Wilcoxon signed-rank test, Holm's step-down correction over the baselines within each test
+family, and the number of settings with a positive difference. Feed it the paper's one-decimal
+cell means (``paper.table1_means()``) or a Table 1 built from this kit's runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str
+    n: int
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    t_stat: float
+    p_t: float
+    p_t_holm: float
+    w_stat: float
+    p_wilcoxon: float
+    p_wilcoxon_holm: float
+    positive: int
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (monotone, capped at 1), in the input order."""
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def table7(cells: dict[str, Sequence[float]], *, method: str = "anti_persistence", confidence: float = 0.95) -> list[Comparison]:
+    """One Comparison per baseline (every key of ``cells`` except ``method``), settings paired by position."""
+    if method not in cells:
+        raise ValueError(f"no row for {method!r} in the table (rows: {sorted(cells)})")
+    ours = np.asarray(cells[method], dtype=float)
+    baselines = [b for b in cells if b != method]
+    rows = []
+    for b in baselines:
+        other = np.asarray(cells[b], dtype=float)
+        if other.shape != ours.shape:
+            raise ValueError(f"{b!r} has {other.size} settings, {method!r} has {ours.size}")
+        d = ours - other
+        n = d.size
+        mean = float(d.mean())
+        se = float(d.std(ddof=1) / np.sqrt(n))
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * se)
+        t = stats.ttest_rel(ours, other)
+        w = stats.wilcoxon(d, alternative="two-sided", method="exact") if np.any(d != 0) else None
+        rows.append(dict(baseline=b, n=n, mean_diff=mean, ci_low=mean - half, ci_high=mean + half,
+                         t_stat=float(t.statistic), p_t=float(t.pvalue),
+                         w_stat=float(w.statistic) if w else float("nan"), p_wilcoxon=float(w.pvalue) if w else 1.0,
+                         positive=int(np.sum(d > 0))))
+    pt = holm([r["p_t"] for r in rows])
+    pw = holm([r["p_wilcoxon"] for r in rows])
+    return [Comparison(p_t_holm=a, p_wilcoxon_holm=b, **r) for r, a, b in zip(rows, pt, pw)]
