@@ -147,6 +147,16 @@ def _cmd_main(args: argparse.Namespace) -> int:
     print(f"\n{summary['note']}")
     print(f"wall time {summary['wall_s'] / 60:.1f} min")
     print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {out / 'runs'}")
+    for nb in summary.get("notebooks", []):
+        print(f"executed notebook (tables and figures beside it): {nb}")
+    return 0
+
+
+def _cmd_notebooks(args: argparse.Namespace) -> int:
+    from .notebooks_runner import execute_all
+
+    for e in execute_all(args.profile, only=args.only or None):
+        print(f"{e.notebook}: {e.seconds:.1f} s -> {e.output.parent}")
     return 0
 
 
@@ -185,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     mj.add_argument("--profile", default="params/main/smoke.yaml")
     mj.add_argument("--out", default="outputs/main")
     mj.set_defaults(func=_cmd_main)
+
+    nbp = sub.add_parser("notebooks", help="execute every notebook headlessly for a params profile")
+    nbp.add_argument("--profile", default="smoke")
+    nbp.add_argument("--only", action="append", help="notebook name without .ipynb (repeatable)")
+    nbp.set_defaults(func=_cmd_notebooks)
 
     dr = sub.add_parser("doctor", help="check Java, benchmark data, models and endpoints; print fixes")
     dr.add_argument("--backbone", help="also check this chat endpoint profile")
@@ -242,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         from .llm import LLMError
         from .rundir import RunLockedError
 
-        if isinstance(exc, (BenchmarkUnavailableError, RunLockedError)):
+        from .notebooks_runner import NotebookError
+
+        if isinstance(exc, (BenchmarkUnavailableError, RunLockedError, NotebookError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, LLMError):

@@ -111,4 +111,15 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
     summary = {"profile": str(profile_path), "backbone": BACKBONE_NAME, "embedder": EMBEDDER_MODEL, "note": WEAK_MODEL_NOTE,
                "wall_s": round(wall, 1), "backbone_restarts": restarts, "rows": rows}
     atomic_write_json(out / "results.json", summary)
+    from .notebooks_runner import execute_all
+    from .paths import repo_root
+
+    runs_root = (out / "runs").resolve()
+    try:
+        runs_root = runs_root.relative_to(repo_root())
+    except ValueError:
+        pass
+    executed = execute_all("smoke", overrides={"runs_root": str(runs_root), "mode": "load"})
+    summary["notebooks"] = [str(e.output) for e in executed]
+    atomic_write_json(out / "results.json", summary)
     return summary
