@@ -93,17 +93,9 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 def load_run_params(path: str) -> dict:
     """A run params YAML: a mapping of RunSpec fields (unknown keys are rejected by RunSpec)."""
-    import yaml
+    from .profiles import read_mapping
 
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read params file {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"params file {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"params file {path} must hold a mapping of run settings")
-    return data
+    return read_mapping(path)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .embedded import BACKBONE_NAME, EMBEDDER_MODEL, WEAK_MODEL_NOTE, EmbeddedBackbone, EmbeddedEmbedder
 from .jsonl import atomic_write_json, atomic_write_text
 from .llm import LLMUnavailableError
 from .methods import METHODS
+from .profiles import read_mapping
 from .protocol import RunSpec, run_cell
 
 PROFILE_KEYS = {"methods", "benchmarks", "seeds", "iterations", "train_per_iteration", "heldout_limit", "train_pool_limit",
@@ -30,17 +29,7 @@ MAX_BACKBONE_RESTARTS = 3
 def load_profile(path: str | Path) -> dict[str, Any]:
     """Read a main-job profile; unknown keys, methods or benchmarks are named in the error."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read profile {p}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"profile {p} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"profile {p} must be a mapping")
-    unknown = sorted(set(data) - PROFILE_KEYS)
-    if unknown:
-        raise ValueError(f"profile {p}: unknown key(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
+    data = read_mapping(p, PROFILE_KEYS)
     for m in data.get("methods", []):
         if m not in METHODS:
             raise ValueError(f"profile {p}: unknown method {m!r}; expected one of {tuple(METHODS)}")

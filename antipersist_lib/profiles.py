@@ -19,6 +19,25 @@ from .llm import Endpoint
 PROFILE_KEYS = {"name", "model", "base_url", "api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "system_prompt"}
 
 
+def read_mapping(path: str | os.PathLike[str], allowed: set[str] | None = None) -> dict[str, Any]:
+    """One YAML file holding a mapping; unreadable files, bad YAML, non-mappings and keys outside
+    ``allowed`` raise ValueError naming the file (and the keys)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a mapping of settings")
+    if allowed is not None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return data
+
+
 def params_dir() -> Path:
     env = os.environ.get("ANTIPERSIST_PARAMS")
     return Path(env) if env else Path(__file__).resolve().parents[1] / "params"
@@ -34,15 +53,7 @@ def load_profile(kind: str, name: str) -> dict[str, Any]:
     path = params_dir() / kind / f"{name}.yaml"
     if not path.exists():
         raise ValueError(f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind})")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a profile must be a mapping of fields")
-    unknown = sorted(set(data) - PROFILE_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown field(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
+    data = read_mapping(path, PROFILE_KEYS)
     for key in ("model", "base_url"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise ValueError(f"{path}: field {key!r} must be a non-empty string")

@@ -122,13 +122,18 @@ class Method(ABC):
         return self.ctx.state_dir / name
 
 
-def take_params(params: dict[str, Any], defaults: dict[str, Any], method: str) -> dict[str, Any]:
-    """Merge ``params`` into ``defaults``; unknown names raise an error that lists the valid ones."""
+def take_params(params: dict[str, Any], defaults: dict[str, Any], method: str,
+                minimums: dict[str, float] | None = None) -> dict[str, Any]:
+    """Merge ``params`` into ``defaults``; unknown names raise an error that lists the valid ones,
+    and a value below its entry in ``minimums`` raises an error naming the parameter."""
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"method {method!r} has no parameter(s) {unknown}; valid: {sorted(defaults)}")
     out = dict(defaults)
     out.update(params)
+    for key, low in (minimums or {}).items():
+        if float(out[key]) < low:
+            raise ValueError(f"{key} must be >= {low:g}, got {out[key]}")
     return out
 
 

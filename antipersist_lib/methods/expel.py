@@ -267,17 +267,9 @@ class ExpeL(Method):
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
-        p = take_params(params, DEFAULTS, self.name)
-        for key in ("max_compare_calls", "max_success_calls", "k_examples"):
-            if int(p[key]) < 0:
-                raise ValueError(f"{key} must be >= 0, got {p[key]}")
-        for key in ("success_group_size", "max_insights", "max_tokens"):
-            if int(p[key]) < 1:
-                raise ValueError(f"{key} must be >= 1, got {p[key]}")
-        if float(p["temperature"]) < 0:
-            raise ValueError(f"temperature must be >= 0, got {p['temperature']}")
-        if int(p["trajectory_chars"]) < 200:
-            raise ValueError(f"trajectory_chars must be >= 200, got {p['trajectory_chars']}")
+        p = take_params(params, DEFAULTS, self.name, minimums={
+            "max_compare_calls": 0, "max_success_calls": 0, "k_examples": 0, "success_group_size": 1,
+            "max_insights": 1, "max_tokens": 1, "temperature": 0, "trajectory_chars": 200})
         self.max_compare_calls = int(p["max_compare_calls"])
         self.max_success_calls = int(p["max_success_calls"])
         self.success_group_size = int(p["success_group_size"])

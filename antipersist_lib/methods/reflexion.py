@@ -127,19 +127,10 @@ class Reflexion(Method):
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
-        p = take_params(params, DEFAULTS, self.name)
-        if int(p["max_reflections"]) < 1:
-            raise ValueError(f"max_reflections must be >= 1, got {p['max_reflections']}")
+        p = take_params(params, DEFAULTS, self.name, minimums={
+            "max_reflections": 1, "transfer_tasks": 1, "max_tokens": 1, "temperature": 0, "trajectory_chars": 200})
         if p["transfer"] not in TRANSFER_MODES:
             raise ValueError(f"transfer is {p['transfer']!r}, expected one of {TRANSFER_MODES}")
-        if int(p["transfer_tasks"]) < 1:
-            raise ValueError(f"transfer_tasks must be >= 1, got {p['transfer_tasks']}")
-        if int(p["max_tokens"]) < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {p['max_tokens']}")
-        if float(p["temperature"]) < 0:
-            raise ValueError(f"temperature must be >= 0, got {p['temperature']}")
-        if int(p["trajectory_chars"]) < 200:
-            raise ValueError(f"trajectory_chars must be >= 200, got {p['trajectory_chars']}")
         self.max_reflections = int(p["max_reflections"])
         self.transfer = str(p["transfer"])
         self.transfer_tasks = int(p["transfer_tasks"])
