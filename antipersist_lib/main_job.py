@@ -20,8 +20,9 @@ from .methods import METHODS
 from .profiles import read_mapping
 from .protocol import RunSpec, run_cell
 
-PROFILE_KEYS = {"methods", "benchmarks", "seeds", "iterations", "train_per_iteration", "heldout_limit", "train_pool_limit",
-                "max_steps", "heldout_concurrency", "agent", "method_params", "backbone", "benchmark_options"}
+PROFILE_KEYS = {"methods", "variants", "benchmarks", "seeds", "iterations", "train_per_iteration", "heldout_limit", "train_pool_limit",
+                "max_steps", "heldout_concurrency", "agent", "method_params", "backbone", "benchmark_options", "notebooks"}
+VARIANT_KEYS = {"method", "params"}
 BACKBONE_LABEL = "embedded-gemma-3-270m"
 MAX_BACKBONE_RESTARTS = 3
 
@@ -36,10 +37,47 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     for m in data.get("method_params", {}) or {}:
         if m not in METHODS:
             raise ValueError(f"profile {p}: method_params names unknown method {m!r}")
+    variants = data.get("variants") or {}
+    if not isinstance(variants, dict):
+        raise ValueError(f"profile {p}: variants must be a mapping of run names to {{method, params}}")
+    for name, v in variants.items():
+        if not isinstance(v, dict) or "method" not in v:
+            raise ValueError(f"profile {p}: variant {name!r} needs a mapping with a 'method' key")
+        extra = sorted(set(v) - VARIANT_KEYS)
+        if extra:
+            raise ValueError(f"profile {p}: variant {name!r} has unknown key(s) {extra}; allowed: {sorted(VARIANT_KEYS)}")
+        if v["method"] not in METHODS:
+            raise ValueError(f"profile {p}: variant {name!r}: unknown method {v['method']!r}; expected one of {tuple(METHODS)}")
+        if name in data.get("methods", []):
+            raise ValueError(f"profile {p}: variant name {name!r} collides with a method's run folder")
+    nbs = data.get("notebooks")
+    if nbs is not None:
+        from .notebooks_runner import notebook_paths
+
+        known = [n.stem for n in notebook_paths()]
+        bad = [n for n in nbs if n not in known] if isinstance(nbs, list) else [nbs]
+        if bad:
+            raise ValueError(f"profile {p}: notebooks lists unknown notebook(s) {bad}; known: {known}")
+    if not data.get("methods") and not variants:
+        raise ValueError(f"profile {p}: nothing to run; give methods and/or variants")
     return data
 
 
-def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | Path = "outputs/main") -> dict[str, Any]:
+def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(run folder name, method, method params) for every method and named variant of a profile.
+
+    A variant is one method with its own parameters (an ablation or sweep point); its params are
+    layered over the profile's ``method_params`` for that method.
+    """
+    shared = prof.get("method_params") or {}
+    plan = [(m, m, dict(shared.get(m, {}) or {})) for m in prof.get("methods", [])]
+    for name, v in (prof.get("variants") or {}).items():
+        plan.append((name, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})}))
+    return plan
+
+
+def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | Path = "outputs/main",
+             execute_notebooks: bool = True) -> dict[str, Any]:
     prof = load_profile(profile_path)
     name = Path(profile_path).stem
     out = Path(out) / name
@@ -50,16 +88,16 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
     restarts: list[dict[str, Any]] = []
     specs = []
     for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
-        for method in prof.get("methods", []):
+        for run_name, method, mparams in run_plan(prof):
             for seed in prof.get("seeds", [42]):
                 specs.append(RunSpec(
                     method=method, benchmark=bench, backbone=BACKBONE_LABEL, embedding=EMBEDDER_MODEL, seed=int(seed),
                     iterations=int(prof.get("iterations", 2)), train_per_iteration=int(prof.get("train_per_iteration", 2)),
                     max_steps=int(prof.get("max_steps", 4)), heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
                     heldout_limit=prof.get("heldout_limit"), train_pool_limit=prof.get("train_pool_limit"),
-                    agent=dict(prof.get("agent", {}) or {}), method_params=dict((prof.get("method_params") or {}).get(method, {})),
+                    agent=dict(prof.get("agent", {}) or {}), method_params=mparams,
                     benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
-                    name=method, out_root=str(out / "runs"), cache_dir=str(out / "cache"),
+                    name=run_name, out_root=str(out / "runs"), cache_dir=str(out / "cache"),
                 ))
     with EmbeddedBackbone(threads=int(bb_opts.get("threads", 1)), n_ctx=int(bb_opts.get("n_ctx", 4096)), log_path=out / "llama_server.log") as bb, EmbeddedEmbedder() as em:
         print(f"embedded backbone up: {BACKBONE_NAME} at {bb.base_url}; embedder {EMBEDDER_MODEL} at {em.base_url}")
@@ -79,7 +117,7 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
                     bb.restart()
             last = summaries[-1]
             rows.append({
-                "backbone": BACKBONE_NAME, "benchmark": spec.benchmark, "method": spec.method, "seed": spec.seed,
+                "backbone": BACKBONE_NAME, "benchmark": spec.benchmark, "run": spec.name, "method": spec.method, "seed": spec.seed,
                 "iterations": len(summaries), "heldout_success_final": last.heldout_success, "heldout_n": last.heldout_n,
                 "mean_calls_per_task": last.mean_calls, "mean_steps": last.mean_steps,
                 "train_success": last.train_success, "seconds": round(time.monotonic() - started, 1),
@@ -91,15 +129,17 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
         w.writeheader()
         w.writerows(rows)
     lines = [f"# Main job ({name}) on the embedded default", "", f"> {WEAK_MODEL_NOTE}", "",
-             "| benchmark | method | held-out success (final it.) | n | calls/task | steps | run |", "|---|---|---|---|---|---|---|"]
+             "| benchmark | run | held-out success (final it.) | n | calls/task | steps | run |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['benchmark']} | {r['method']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
+        lines.append(f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
                      f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |")
     lines += ["", f"Wall time of the experiment: {wall / 60:.1f} min (backbone {BACKBONE_NAME}, embedder {EMBEDDER_MODEL})."]
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
     summary = {"profile": str(profile_path), "backbone": BACKBONE_NAME, "embedder": EMBEDDER_MODEL, "note": WEAK_MODEL_NOTE,
                "wall_s": round(wall, 1), "backbone_restarts": restarts, "rows": rows}
     atomic_write_json(out / "results.json", summary)
+    if not execute_notebooks:
+        return summary
     from .notebooks_runner import execute_all
     from .paths import repo_root
 
@@ -108,7 +148,7 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
         runs_root = runs_root.relative_to(repo_root())
     except ValueError:
         pass
-    executed = execute_all("smoke", overrides={"runs_root": str(runs_root), "mode": "load"})
+    executed = execute_all("smoke", only=prof.get("notebooks"), overrides={"runs_root": str(runs_root), "mode": "load"})
     summary["notebooks"] = [str(e.output) for e in executed]
     atomic_write_json(out / "results.json", summary)
     return summary

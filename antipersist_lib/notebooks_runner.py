@@ -52,9 +52,13 @@ def execute_all(profile: str = "smoke", *, only: list[str] | None = None, root: 
     import papermill as pm
 
     root = root or repo_root()
+    known = [nb.stem for nb in notebook_paths(root)]
+    missing = sorted(set(only or ()) - set(known))
+    if missing:
+        raise NotebookError(f"unknown notebook(s) {missing}; known: {known}")
     done = []
     for nb in notebook_paths(root):
-        if only and nb.stem not in only:
+        if only is not None and nb.stem not in only:
             continue
         params = profile_params(nb, profile, root)
         declared = set(pm.inspect_notebook(str(nb)))

@@ -50,3 +50,8 @@ def test_unknown_parameter_is_named(tmp_path):
     (tmp_path / "params" / NOTEBOOKS[0].stem / "bad.yaml").write_text(yaml.safe_dump({"mdoe": "paper"}))
     with pytest.raises(NotebookError, match=r"unknown parameter\(s\) \['mdoe'\]"):
         execute_all("bad", root=tmp_path)
+
+
+def test_unknown_notebook_name_is_named():
+    with pytest.raises(NotebookError, match=r"unknown notebook\(s\) \['09_nope'\]"):
+        execute_all("smoke", only=["09_nope"], root=ROOT)

@@ -39,8 +39,12 @@ SKILLS_HEADER = "## Skills (frozen library)"
 
 
 def load_skill_library(path: str | Path) -> list[dict[str, str]]:
-    """A JSON list of {"name", "content"} skills; errors name the file and the bad entry."""
+    """A JSON list of {"name", "content"} skills, or a run directory whose latest abstraction
+    snapshot becomes the library (Figure 11b: judge-filtered skills frozen as a persistent layer).
+    Errors name the file and the bad entry."""
     p = Path(path)
+    if p.is_dir():
+        return _library_from_run(p)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -53,6 +57,16 @@ def load_skill_library(path: str | Path) -> list[dict[str, str]]:
             raise ValueError(f"skill library {p}: entry {i} needs a non-empty 'content' string")
         out.append({"name": str(s.get("name", f"skill-{i}")), "content": s["content"].strip()})
     return out
+
+
+def _library_from_run(run_dir: Path) -> list[dict[str, str]]:
+    snaps = sorted((run_dir / "snapshots").glob("abstractions_iter_*.json"))
+    if not snaps:
+        raise ValueError(f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json "
+                         "(run an abstraction-memory method there first)")
+    data = json.loads(snaps[-1].read_text(encoding="utf-8"))
+    return [{"name": a.get("name") or a["abstraction_id"], "content": a["text"].strip()}
+            for a in data.get("active", []) if a.get("text", "").strip()]
 
 
 def format_skills(skills: list[dict[str, str]]) -> str:
