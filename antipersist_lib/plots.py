@@ -195,15 +195,16 @@ def selector_scores(per_mode: pd.DataFrame, *, title: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6, 3.4))
     colors = ["tab:red" if c else "tab:gray" for c in per_mode["chosen"]]
     if per_mode["score"].notna().any():
-        est = per_mode["estimate"].astype(float).fillna(0.0)
-        bonus = per_mode["bonus"].astype(float).fillna(0.0)
+        scored = per_mode["score"].notna()  # excluded modes (no positive weight) get no bar at all
+        est = per_mode["estimate"].astype(float).where(scored, 0.0).fillna(0.0)
+        bonus = per_mode["bonus"].astype(float).where(scored, 0.0).fillna(0.0)
         ax.bar(per_mode["mode"], est, color="tab:blue", label="estimate (cost-adjusted)")
         ax.bar(per_mode["mode"], bonus, bottom=est, color="tab:orange", label="exploration bonus")
         for i, (_, r) in enumerate(per_mode.iterrows()):
-            text = "excluded" if pd.isna(r["score"]) else f"{r['score']:.2f}"
+            text = "excluded\n(no weight)" if pd.isna(r["score"]) else f"{r['score']:.2f}"
             ax.text(i, (0 if pd.isna(r["score"]) else r["score"]) + 0.02, text, ha="center", fontsize=8, color=colors[i])
         ax.set_ylabel("UCB score")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     else:
         ax.bar(per_mode["mode"], per_mode["count"].astype(float).fillna(0.0), color=colors)
         ax.set_ylabel("log entries with this mode (no scores in this branch)")

@@ -116,7 +116,7 @@ def _files_containing(text: str, roots: list[Path]) -> tuple[int, list[str]]:
 
 def choose_episode(run_dir: str | Path, position: int | None = None, phase: str = "train") -> dict[str, Any]:
     """An episode of the last iteration of ``phase``: ``position`` if given, else the one whose
-    decision is most informative (UCB first), ties to the lowest position."""
+    decision is most informative (UCB first), then one that synthesized guidance, then the lowest position."""
     if phase not in PHASES:
         raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
     run = Path(run_dir)
@@ -134,7 +134,7 @@ def choose_episode(run_dir: str | Path, position: int | None = None, phase: str 
                              f"positions: {sorted(r['position'] for r in cands)}")
         return found[0]
     rank = {b: i for i, b in enumerate(BRANCH_PREFERENCE)}
-    return min(cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), r["position"]))
+    return min(cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), not r["calls"]["synthesis"], r["position"]))
 
 
 def replay_clients(run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None) -> tuple[LLMClient, Embedder]:

@@ -1,0 +1,75 @@
+"""The Appendix C walkthrough replays a recorded run (real ALFWorld engine, recorded embedded-model
+answers from the run's response cache, no model contacted) and proves the guidance was discarded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from antipersist_lib import walkthrough
+from antipersist_lib.llm import LLMUnavailableError
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "tests/fixtures/runs/walkthrough/alfworld/embedded-gemma-3-270m/anti_persistence/seed42"
+CACHE = ROOT / "tests/fixtures/cache/walkthrough"
+
+
+@pytest.fixture(autouse=True)
+def _data(alfworld_data, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
+
+
+def test_training_task_replays_the_recorded_decision_update_and_discard(tmp_path):
+    w = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "work", phase="train")
+    assert w.reproduces_recorded_decision
+    assert w.outcome == w.recorded_outcome
+    assert w.decision["branch"] == "local_ucb"  # the fixture run was sized so the walkthrough shows UCB scores
+    scores = [r["score"] for r in w.per_mode() if r["score"] is not None]
+    chosen = [r for r in w.per_mode() if r["chosen"]][0]
+    assert chosen["score"] == max(scores)
+    # the update: exactly one raw trajectory into M_k, identical to what the run wrote there
+    assert len(w.discard.appended["trajectories.jsonl"]) == 1 and w.discard.appended_matches_run
+    assert w.discard.discarded and not w.discard.files_containing_guidance
+    assert w.synthesis_calls == 1 and w.guidance.strip() and w.discard.files_searched > 0
+
+
+def test_heldout_task_changes_nothing(tmp_path):
+    w = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "work", phase="heldout")
+    assert w.reproduces_recorded_decision and w.discard.state_unchanged and w.discard.discarded
+    assert w.discard.appended == {"trajectories.jsonl": [], "outcome_log.jsonl": []}
+
+
+def test_guidance_found_in_a_file_is_reported(tmp_path):
+    w = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "work", phase="train")
+    assert w.synthesis_calls == 1 and w.guidance.strip()
+    (tmp_path / "work" / "leak.txt").write_text("stored: " + w.guidance)
+    n, hits = walkthrough._files_containing(w.guidance, [tmp_path / "work"])
+    assert hits == [str(tmp_path / "work" / "leak.txt")]
+
+
+def test_a_request_missing_from_the_cache_is_named(tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(CACHE, cache)
+    for f in sorted(cache.rglob("*.json")):  # drop the chat answers, keep the embeddings
+        if "gemma" in str(f.parent.parent.name):
+            f.unlink()
+    with pytest.raises(LLMUnavailableError, match="not in the response cache"):
+        walkthrough.walk_with("load", RUN, cache_dir=cache, work_dir=tmp_path / "work", phase="train")
+
+
+def test_wrong_inputs_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no response cache for model"):
+        walkthrough.walk_with("load", RUN, cache_dir=tmp_path, work_dir=tmp_path / "w")
+    with pytest.raises(ValueError, match="mode must be"):
+        walkthrough.walk_with("paper", RUN, cache_dir=CACHE, work_dir=tmp_path / "w")
+    with pytest.raises(ValueError, match="no train episode at position 99"):
+        walkthrough.choose_episode(RUN, 99)
+    other = tmp_path / "react"
+    other.mkdir()
+    man = json.loads((RUN / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**man, "method": "react"}))
+    with pytest.raises(ValueError, match="needs an anti_persistence run"):
+        walkthrough.walk(other, llm=None, embedder=None, work_dir=tmp_path / "w")
