@@ -134,7 +134,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
     out = Path(args.out) / Path(args.profile).stem
     print()
     for r in summary["rows"]:
-        print(f"{r['benchmark']:>13} {r['method']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
+        print(f"{r['benchmark']:>13} {r['run']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
               f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task, {r['seconds']:.0f} s")
     print(f"\n{summary['note']}")
     print(f"wall time {summary['wall_s'] / 60:.1f} min")
@@ -142,6 +142,19 @@ def _cmd_main(args: argparse.Namespace) -> int:
     for nb in summary.get("notebooks", []):
         print(f"executed notebook (tables and figures beside it): {nb}")
     return 0
+
+
+def _cmd_grid(args: argparse.Namespace) -> int:
+    from .grid import load_grid, run_grid
+
+    grid = load_grid(args.params)
+    if args.address:
+        grid.ray_address = args.address
+    if args.max_parallel:
+        grid.max_parallel = args.max_parallel
+    print(f"grid {grid.name}: {len(grid.runs)} runs on executor {args.executor or grid.executor}; run directories under {grid.out_root}")
+    outcomes = run_grid(grid, executor=args.executor)
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
 
 
 def _cmd_notebooks(args: argparse.Namespace) -> int:
@@ -217,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--method-param", action="append", metavar="NAME=VALUE", help="method hyperparameter (repeatable)")
     r.add_argument("--no-cache", action="store_true", help="disable the response cache")
     r.set_defaults(func=_cmd_run)
+
+    g = sub.add_parser("grid", help="run a grid of runs (methods x benchmarks x seeds x backbones) on Ray or a process pool")
+    g.add_argument("params", help="grid YAML file (see params/grid/)")
+    g.add_argument("--executor", choices=("ray", "process", "serial"), help="override the file's executor")
+    g.add_argument("--address", help="Ray cluster address (e.g. auto or ray://head:10001); default: a local instance")
+    g.add_argument("--max-parallel", dest="max_parallel", type=int, help="runs at once (process pool / local Ray CPUs)")
+    g.set_defaults(func=_cmd_grid)
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
     t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop"))

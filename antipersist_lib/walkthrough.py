@@ -178,6 +178,8 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
     frozen state; nothing may change.
     """
     run = Path(run_dir)
+    if not (run / "manifest.json").exists():
+        raise FileNotFoundError(f"{run} is not a run directory (no manifest.json); point run_dir at an anti_persistence run")
     man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     if man["method"] != "anti_persistence":
         raise ValueError(f"{run}: the walkthrough needs an anti_persistence run, this one is {man['method']!r}")

@@ -49,4 +49,14 @@ def make_method(name: str, ctx: MethodContext, **params: Any) -> Method:
     return method_class(name)(ctx, **params)
 
 
-__all__ = ["METHODS", "TABLE1_METHODS", "Method", "MethodContext", "TaskContext", "make_method", "method_class"]
+def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "errandworld") -> None:
+    """Build the method once with no model, in a throw-away state folder, so that unknown or bad
+    parameters fail before a grid starts (constructors validate; none of them calls a model)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="antipersist-check-") as tmp:
+        make_method(name, MethodContext(None, None, Path(tmp), 0, benchmark, fsync=False), **params).close()
+
+
+__all__ = ["validate_method_params", "METHODS", "TABLE1_METHODS", "Method", "MethodContext", "TaskContext", "make_method", "method_class"]

@@ -1,0 +1,274 @@
+"""Scale-out: a grid of runs (methods x benchmarks x seeds x backbones) from one params file.
+
+Every run is one task: on Ray (``executor: ray``; a user's cluster by ``ray_address``, a local
+instance by default), on a local process pool (``executor: process``) or in this process
+(``executor: serial``). Each task calls ``protocol.run_cell``, which writes its own run directory
+and resumes it if it exists, so a grid is resumable per run: run the same command again and
+finished runs return at once, interrupted ones continue where their journal says. Results are the
+run directories themselves (under ``out_root``; on a cluster it must be a shared filesystem) plus
+one ``grid_<name>.json`` summary the driver writes.
+
+Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
+backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
+response cache is keyed by model name, so a run may resume on another replica). Held-out
+concurrency inside each run (``heldout_concurrency``) keeps each server busy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .jsonl import atomic_write_json
+from .llm import Endpoint
+from .main_job import VARIANT_KEYS
+from .methods import METHODS, validate_method_params
+from .profiles import PROFILE_KEYS, endpoint_from_profile, load_profile, read_mapping
+from .protocol import RunSpec
+
+EXECUTORS = ("ray", "process", "serial")
+GRID_KEYS = {
+    "name", "methods", "variants", "benchmarks", "seeds", "backbones", "embedding", "endpoints", "embedding_endpoints",
+    "iterations", "train_per_iteration", "max_steps", "heldout_concurrency", "heldout_limit", "train_pool_limit",
+    "agent", "method_params", "benchmark_options", "out_root", "cache_dir", "executor", "ray_address",
+    "max_parallel", "cpus_per_run",
+}
+#: environment variables a Ray worker needs to see like the driver (never API keys: set those on the nodes)
+FORWARDED_ENV = ("ALFWORLD_DATA", "ANTIPERSIST_PARAMS", "ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "JAVA_HOME")
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One task of the grid: the run's spec and the endpoints it talks to."""
+
+    spec: RunSpec
+    endpoint: Endpoint
+    embed_endpoint: Endpoint
+
+
+@dataclass
+class Grid:
+    name: str
+    runs: list[GridRun]
+    executor: str = "process"
+    ray_address: str | None = None
+    max_parallel: int = 2
+    cpus_per_run: float = 1.0
+    out_root: str = "outputs/runs"
+
+
+@dataclass
+class RunOutcome:
+    run_dir: str
+    method: str
+    run_name: str
+    benchmark: str
+    backbone: str
+    seed: int
+    status: str  # "ok" | "failed"
+    seconds: float
+    iterations: int = 0
+    heldout_success_final: float | None = None
+    mean_calls_final: float | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _endpoint(entry: Any, kind: str, where: str) -> tuple[str, Endpoint]:
+    """A profile name (``params/<kind>/NAME.yaml``) or an inline mapping with the profile fields."""
+    override = "ANTIPERSIST_BASE_URL" if kind == "backbones" else "ANTIPERSIST_EMBED_BASE_URL"
+    if isinstance(entry, str):
+        return entry, endpoint_from_profile(load_profile(kind, entry), override_env=override)
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - PROFILE_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown endpoint field(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
+        for key in ("name", "model", "base_url"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
+        return entry["name"], endpoint_from_profile(entry, override_env=override)
+    raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
+
+
+def _list(data: dict[str, Any], key: str, path: Path, default: list[Any] | None = None) -> list[Any]:
+    value = data.get(key, default)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{path}: {key!r} must be a non-empty list")
+    return value
+
+
+def load_grid(path: str | os.PathLike[str]) -> Grid:
+    """Read and validate a grid file; every error names the file and the field, before any call."""
+    p = Path(path)
+    data = read_mapping(p, GRID_KEYS)
+    methods = data.get("methods") or []
+    variants = data.get("variants") or {}
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"{p}: methods: unknown method {m!r}; expected one of {tuple(METHODS)}")
+    if not isinstance(variants, dict):
+        raise ValueError(f"{p}: variants must be a mapping of run names to {{method, params}}")
+    for vname, v in variants.items():
+        if not isinstance(v, dict) or v.get("method") not in METHODS or set(v) - VARIANT_KEYS:
+            raise ValueError(f"{p}: variant {vname!r} needs {{method: one of {tuple(METHODS)}, params: {{...}}}}")
+    if not methods and not variants:
+        raise ValueError(f"{p}: nothing to run; give methods and/or variants")
+    executor = data.get("executor", "process")
+    if executor not in EXECUTORS:
+        raise ValueError(f"{p}: executor is {executor!r}, expected one of {EXECUTORS}")
+    for key in ("max_parallel",):
+        if key in data and (not isinstance(data[key], int) or data[key] < 1):
+            raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
+    backbones = [_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))]
+    emb_name, emb_ep = _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    replicas = data.get("endpoints") or {}
+    if not isinstance(replicas, dict):
+        raise ValueError(f"{p}: endpoints must map a backbone name to a list of base URLs")
+    for bname, urls in replicas.items():
+        if bname not in {b for b, _ in backbones}:
+            raise ValueError(f"{p}: endpoints names backbone {bname!r}, which is not in backbones")
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
+            raise ValueError(f"{p}: endpoints[{bname!r}] must be a non-empty list of base URLs")
+    emb_urls = data.get("embedding_endpoints") or [emb_ep.base_url]
+    shared = data.get("method_params") or {}
+    plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
+    plan += [(n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})}) for n, v in variants.items()]
+    for run_name, method, mparams in plan:
+        try:
+            validate_method_params(method, mparams)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{p}: run {run_name!r} ({method}): {exc}") from None
+    out_root = str(Path(data.get("out_root", "outputs/runs")).resolve())
+    cache_dir = data.get("cache_dir", "outputs/cache")
+    cache_dir = str(Path(cache_dir).resolve()) if cache_dir else None
+    runs: list[GridRun] = []
+    counters: dict[str, int] = {}
+    for bname, ep in backbones:
+        for bench in _list(data, "benchmarks", p):
+            for run_name, method, mparams in plan:
+                for seed in _list(data, "seeds", p, [42]):
+                    spec = RunSpec.from_dict({
+                        "method": method, "benchmark": bench, "backbone": bname, "embedding": emb_name, "seed": seed,
+                        "iterations": data.get("iterations", 10), "train_per_iteration": data.get("train_per_iteration", 50),
+                        "max_steps": data.get("max_steps", 50), "heldout_concurrency": data.get("heldout_concurrency", 8),
+                        "heldout_limit": data.get("heldout_limit"), "train_pool_limit": data.get("train_pool_limit"),
+                        "agent": dict(data.get("agent") or {}), "method_params": mparams,
+                        "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
+                        "out_root": out_root, "cache_dir": cache_dir, "name": run_name, "progress": False,
+                    })
+                    k = counters.get(bname, 0)
+                    counters[bname] = k + 1
+                    urls = replicas.get(bname) or [ep.base_url]
+                    runs.append(GridRun(spec, dataclasses.replace(ep, base_url=urls[k % len(urls)]),
+                                        dataclasses.replace(emb_ep, base_url=emb_urls[k % len(emb_urls)])))
+    return Grid(name=str(data.get("name", p.stem)), runs=runs, executor=executor, ray_address=data.get("ray_address"),
+                max_parallel=int(data.get("max_parallel", 2)), cpus_per_run=float(data.get("cpus_per_run", 1.0)),
+                out_root=out_root)
+
+
+def run_one(run: GridRun) -> RunOutcome:
+    """One grid task (runs in a worker): run or resume the cell; failures are reported, not raised."""
+    from .protocol import run_cell
+
+    spec = run.spec
+    started = time.monotonic()
+    base = dict(run_dir=str(spec.run_dir()), method=spec.method, run_name=spec.run_name, benchmark=spec.benchmark,
+                backbone=spec.backbone, seed=spec.seed)
+    try:
+        summaries = run_cell(spec, endpoint=run.endpoint, embed_endpoint=run.embed_endpoint)
+    except Exception as exc:  # noqa: BLE001 - one failing run must not stop the grid
+        return RunOutcome(**base, status="failed", seconds=round(time.monotonic() - started, 2),
+                          error=f"{type(exc).__name__}: {exc}", extra={"traceback": traceback.format_exc(limit=5)})
+    last = summaries[-1] if summaries else None
+    return RunOutcome(**base, status="ok", seconds=round(time.monotonic() - started, 2), iterations=len(summaries),
+                      heldout_success_final=None if last is None else last.heldout_success,
+                      mean_calls_final=None if last is None else last.mean_calls)
+
+
+def _run_serial(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    out = []
+    for r in grid.runs:
+        out.append(run_one(r))
+        on_done(out[-1])
+    return out
+
+
+def _run_process(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    out = []
+    # spawn: a fresh interpreter per worker (the engines start threads and JVMs; fork would copy them)
+    with ProcessPoolExecutor(max_workers=grid.max_parallel, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(run_one, r) for r in grid.runs]
+        for fut in as_completed(futures):
+            out.append(fut.result())
+            on_done(out[-1])
+    return out
+
+
+def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError("executor 'ray' needs the ray package: pip install -e '.[scale]' (or use executor: process)") from exc
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    started_here = not ray.is_initialized()
+    if started_here:
+        kw: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False}
+        if grid.ray_address:
+            kw["address"] = grid.ray_address
+        else:
+            kw.update(num_cpus=max(grid.max_parallel, int(grid.cpus_per_run + 0.999)), include_dashboard=False)
+        ray.init(**kw)
+    try:
+        remote = ray.remote(num_cpus=grid.cpus_per_run, max_retries=0)(run_one)
+        pending = [remote.remote(r) for r in grid.runs]
+        out = []
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            out.append(ray.get(done[0]))
+            on_done(out[-1])
+        return out
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_grid(grid: Grid, *, executor: str | None = None, verbose: bool = True) -> list[RunOutcome]:
+    """Run every run of the grid; write ``grid_<name>.json`` under ``out_root``; return the outcomes
+    in grid order. Re-running resumes each run."""
+    executor = executor or grid.executor
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor is {executor!r}, expected one of {EXECUTORS}")
+    total = len(grid.runs)
+    counter = {"n": 0}
+
+    def on_done(o: RunOutcome) -> None:
+        counter["n"] += 1
+        if verbose:
+            what = f"held-out {100 * o.heldout_success_final:.1f}%" if o.status == "ok" and o.heldout_success_final is not None else o.error
+            print(f"[{counter['n']}/{total}] {o.status:6s} {o.benchmark}/{o.backbone}/{o.run_name}/seed{o.seed} ({o.seconds:.1f} s): {what}", flush=True)
+
+    t0 = time.monotonic()
+    outcomes = {"ray": _run_ray, "process": _run_process, "serial": _run_serial}[executor](grid, on_done)
+    order = {r.spec.run_dir().as_posix(): i for i, r in enumerate(grid.runs)}
+    outcomes.sort(key=lambda o: order.get(Path(o.run_dir).as_posix(), 0))
+    failed = [o for o in outcomes if o.status != "ok"]
+    summary = {"grid": grid.name, "executor": executor, "runs": len(outcomes), "failed": len(failed),
+               "wall_s": round(time.monotonic() - t0, 2), "outcomes": [dataclasses.asdict(o) for o in outcomes]}
+    Path(grid.out_root).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(grid.out_root) / f"grid_{grid.name}.json", summary)
+    if verbose and failed:
+        print(f"{len(failed)} of {total} runs failed; their run directories are kept: run the same command again to resume them.")
+    return outcomes
+
+
+def to_json(outcomes: list[RunOutcome]) -> str:
+    return json.dumps([dataclasses.asdict(o) for o in outcomes], indent=1)
