@@ -2,6 +2,7 @@
 idle and with the other core(s) kept busy by a second process. Ratios are from one run.
 
     .venv/bin/python benchmarks/embedded_tokens.py
+    .venv/bin/python -m benchmarks --only embedded   # the same, as rows of the suite's table
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ def measure(threads: int, busy: bool, n: int = 4, max_tokens: int = 64) -> float
         if burner:
             stop.set()
             burner.join()
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Suite entry (``python -m benchmarks --embedded``): one row per (threads, busy), no target."""
+    from benchmarks import row
+
+    n = 2 if quick else 4
+    rows = [(t, b, measure(t, b, n=n)) for t in (1, 2) for b in (False, True)]
+    base = rows[0][2]
+    out = []
+    for t, b, v in rows:
+        setting = f"{t} thread(s), other core {'busy' if b else 'idle'}, {n} replies of <= 64 tokens"
+        out.append(row("embedded", setting, v, "tokens/s"))
+        out.append(row("embedded", f"{setting}: ratio to 1 thread idle", v / base, "ratio"))
+    return out
 
 
 def main() -> None:
