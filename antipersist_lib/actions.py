@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 MAX_ACTION_CHARS = 300
 
-_ACTION_RE = re.compile(r"^\s*(?:[-*\d.)\s]*)?(?:\*\*|__)?\s*action\s*(?:\d+\s*)?(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?(.*)$", re.IGNORECASE)
-_THOUGHT_RE = re.compile(r"^\s*(?:[-*\s]*)?(?:\*\*|__)?\s*(?:thought|reasoning|plan)\s*(?:\*\*|__)?\s*[:：]", re.IGNORECASE)
+# No two adjacent repeats may match the same characters (as in the older "\s*[-*\s]*\s*"):
+# that made matching cubic in the length of a whitespace run, and a reply with a few thousand
+# spaces stalled the agent for minutes. The languages matched are unchanged.
+_ACTION_RE = re.compile(r"^[-*\d.)\s]*(?:(?:\*\*|__)\s*)?action\s*(?:\d+\s*)?(?:(?:\*\*|__)\s*)?[:：]\s*(?:\*\*|__)?(.*)$", re.IGNORECASE)
+_THOUGHT_RE = re.compile(r"^[-*\s]*(?:(?:\*\*|__)\s*)?(?:thought|reasoning|plan)\s*(?:(?:\*\*|__)\s*)?[:：]", re.IGNORECASE)
 _THINK_ACTION_RE = re.compile(r"^think\s*:", re.IGNORECASE)
 
 
@@ -48,7 +51,7 @@ def clean_command(text: str) -> str:
     s = " ".join(s.split())
     if s.endswith(".") and not s.endswith(".."):
         s = s[:-1].rstrip()
-    return s[:MAX_ACTION_CHARS]
+    return s[:MAX_ACTION_CHARS].rstrip()  # the cut may fall just after a space
 
 
 def parse_action(reply: str | None) -> ParsedAction:

@@ -110,7 +110,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[JsonlLine]:
                 continue
             try:
                 value = json.loads(stripped.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # ValueError covers invalid UTF-8, invalid JSON and integer literals over Python's
+            # digit limit; RecursionError, arrays/objects nested too deeply to decode
+            except (ValueError, RecursionError) as exc:
                 log.warning("%s:%d: skipping malformed line: %s", path, lineno, exc)
                 continue
             yield JsonlLine(lineno, value)

@@ -114,7 +114,7 @@ class Ledger:
             for line in read_jsonl(self.path):
                 try:
                     self._records.append(CallRecord.from_dict(line.value))
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError, OverflowError):
                     continue  # a foreign or damaged line; read_jsonl already skips torn ones
         self._next_id = max((r.call_id for r in self._records), default=0) + 1
         self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None else None

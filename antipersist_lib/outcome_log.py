@@ -92,7 +92,11 @@ class OutcomeRecord:
         emb = d["embedding"]
         if not isinstance(emb, list) or not emb or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in emb):
             raise ValueError("field 'embedding' must be a non-empty list of numbers")
-        if not all(math.isfinite(x) for x in emb):
+        try:
+            finite = all(math.isfinite(x) for x in emb)
+        except OverflowError:  # an integer too large for a float (a damaged line)
+            finite = False
+        if not finite:
             raise ValueError("field 'embedding' has non-finite values")
         if d["mode"] not in MODES:
             raise ValueError(f"field 'mode' is {d['mode']!r}, not one of {MODES}")

@@ -59,6 +59,18 @@ def load_profile(kind: str, name: str) -> dict[str, Any]:
             raise ValueError(f"{path}: field {key!r} must be a non-empty string")
     if "context_length" in data and not (isinstance(data["context_length"], int) and data["context_length"] > 0):
         raise ValueError(f"{path}: field 'context_length' must be a positive integer")
+    for key in ("timeout_s", "backoff_base_s", "backoff_max_s"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
+            raise ValueError(f"{path}: field {key!r} must be a number, got {data[key]!r}")
+    if "max_retries" in data and (isinstance(data["max_retries"], bool) or not isinstance(data["max_retries"], int)):
+        raise ValueError(f"{path}: field 'max_retries' must be an integer, got {data['max_retries']!r}")
+    for key in ("name", "api_key_env", "system_prompt"):
+        if key in data and not isinstance(data[key], str):
+            raise ValueError(f"{path}: field {key!r} must be a string, got {data[key]!r}")
+    try:  # the ranges (positive timeout, known system_prompt form...) are the Endpoint's own rules
+        endpoint_from_profile(data, override_env="")
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
     return data
 
 

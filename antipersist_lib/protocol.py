@@ -29,7 +29,7 @@ from . import prompts
 from .agent import AgentConfig, EpisodeResult, run_episode
 from .embeddings import Embedder
 from .envs import BENCHMARKS, make_env
-from .environment import Environment
+from .environment import BenchmarkUnavailableError, Environment
 from .jsonl import JsonlWriter, atomic_write_json, read_jsonl
 from .ledger import Ledger
 from .llm import Endpoint, LLMClient
@@ -370,6 +370,8 @@ class Runner:
     def _train_episode(self, method: Method, env: Environment, task: Task, it: int, pos: int) -> dict[str, Any]:
         try:
             obs = env.reset(task)
+        except BenchmarkUnavailableError:
+            raise  # engine or data missing (no Java, no game files): stop with the fix, record nothing
         except Exception as exc:  # the engine could not load the task: recorded, not learned from
             log.warning("training task %s could not be loaded: %r", task.key, exc)
             ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
@@ -404,6 +406,8 @@ class Runner:
             env = env_for_thread()
             try:
                 obs = env.reset(task)
+            except BenchmarkUnavailableError:
+                raise  # as in training: a missing engine or data stops the run
             except Exception as exc:
                 ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
                 return _episode_record(task, "heldout", it, j, TaskContext(), ep, {})

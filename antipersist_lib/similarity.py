@@ -43,6 +43,8 @@ class EmbeddingMatrix:
             raise ValueError("empty embedding vector")
         if not np.all(np.isfinite(v)):
             raise ValueError("embedding contains NaN or infinite values")
+        if np.any(np.abs(v) > np.finfo(np.float32).max):  # would be stored as inf (rows are float32)
+            raise ValueError("embedding values exceed the float32 range")
         if self._dim is None:
             self._dim = int(v.size)
             self._rows = np.zeros((0, self._dim), dtype=np.float32)

@@ -44,3 +44,19 @@ def test_real_embedded_server_answers_chat_and_embeddings(tmp_path):
         assert bb.endpoint.model == BACKBONE_MODEL and ledger.count("execution") == 1 and ledger.count("embedding") == 3
     # the server process is gone after the context exits
     assert bb._proc is None
+
+
+@pytest.mark.slow
+def test_a_killed_server_is_seen_and_restarted_on_the_same_address(tmp_path):
+    import signal
+
+    with EmbeddedBackbone(log_path=tmp_path / "llama.log") as bb:
+        url = bb.base_url
+        assert bb.exit_code is None
+        bb._proc.send_signal(signal.SIGKILL)  # what the kernel's OOM killer does
+        bb._proc.wait(timeout=30)
+        assert bb.exit_code == -signal.SIGKILL
+        bb.restart()
+        assert bb.exit_code is None and bb.base_url == url
+        reply = LLMClient(bb.endpoint, ledger=Ledger()).chat([{"role": "user", "content": "Say hi."}], purpose="execution", max_tokens=4)
+        assert reply.completion_tokens >= 1

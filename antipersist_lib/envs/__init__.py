@@ -7,6 +7,7 @@ install.
 
 from __future__ import annotations
 
+import inspect
 from importlib import import_module
 from typing import Any
 
@@ -33,4 +34,9 @@ def adapter_class(benchmark: str) -> type[Environment]:
 
 def make_env(benchmark: str, **options: Any) -> Environment:
     """Construct the adapter for ``benchmark`` (options are adapter-specific)."""
-    return adapter_class(benchmark)(**options)
+    cls = adapter_class(benchmark)
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError as exc:  # checked before construction, so adapter bugs are not masked
+        raise ValueError(f"benchmark_options for {benchmark!r}: {exc}") from exc
+    return cls(**options)

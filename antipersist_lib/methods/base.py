@@ -18,6 +18,7 @@ committed state (``state_files``).
 
 from __future__ import annotations
 
+import numbers
 import threading
 from abc import ABC
 from dataclasses import dataclass, field
@@ -129,12 +130,32 @@ def take_params(params: dict[str, Any], defaults: dict[str, Any], method: str,
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"method {method!r} has no parameter(s) {unknown}; valid: {sorted(defaults)}")
+    for key, value in params.items():
+        wrong = _wrong_type(value, defaults[key])
+        if wrong:
+            raise ValueError(f"method {method!r}: parameter {key!r} must be {wrong}, got {value!r}")
     out = dict(defaults)
     out.update(params)
     for key, low in (minimums or {}).items():
         if float(out[key]) < low:
             raise ValueError(f"{key} must be >= {low:g}, got {out[key]}")
     return out
+
+
+def _wrong_type(value: Any, default: Any) -> str | None:
+    """What ``value`` should be, judged by the default's type; None when it fits (a None
+    default accepts anything: those parameters are optional paths or modes checked later)."""
+    if default is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, (bool, np.bool_)) else "true or false"
+    if isinstance(default, numbers.Integral):
+        return None if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) else "an integer"
+    if isinstance(default, numbers.Real):
+        return None if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    return None
 
 
 def check_sequence(values: Sequence[Any], name: str) -> None:
