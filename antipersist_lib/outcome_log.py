@@ -9,8 +9,9 @@ the valid records in file order (0, 1, 2, ...), and each append gets the next ra
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
-import math
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -90,13 +91,15 @@ class OutcomeRecord:
         if missing:
             raise ValueError(f"missing field(s) {missing}")
         emb = d["embedding"]
-        if not isinstance(emb, list) or not emb or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in emb):
+        # vectorised checks (a 4096-d record): element types in one pass over type objects, then
+        # finiteness on the float64 array; booleans are numbers to Python but not to this schema
+        if not isinstance(emb, list) or not emb or not set(map(type, emb)) <= {int, float}:
             raise ValueError("field 'embedding' must be a non-empty list of numbers")
         try:
-            finite = all(math.isfinite(x) for x in emb)
+            vec = np.array(emb, dtype=np.float64)
         except OverflowError:  # an integer too large for a float (a damaged line)
-            finite = False
-        if not finite:
+            raise ValueError("field 'embedding' has non-finite values") from None
+        if not np.isfinite(vec).all():
             raise ValueError("field 'embedding' has non-finite values")
         if d["mode"] not in MODES:
             raise ValueError(f"field 'mode' is {d['mode']!r}, not one of {MODES}")
@@ -112,7 +115,7 @@ class OutcomeRecord:
         if not isinstance(d["instruction"], str):
             raise ValueError("field 'instruction' must be a string")
         return cls(
-            embedding=tuple(float(x) for x in emb),
+            embedding=tuple(vec.tolist()),
             mode=d["mode"],
             reward=float(reward),
             raw_success=d["raw_success"],
@@ -141,6 +144,8 @@ class OutcomeLog:
         self._matrix = EmbeddingMatrix()
         self._mode_idx: list[int] = []
         self._rewards: list[float] = []
+        self._cols: tuple[np.ndarray, np.ndarray] | None = None
+        self._exact: list[np.ndarray] = []
         self._frozen = False
         self.skipped_lines = 0
         if self.path is not None:
@@ -165,8 +170,12 @@ class OutcomeLog:
             self.skipped_lines = physical - len(self._records)
 
     def _add(self, rec: OutcomeRecord) -> None:
-        self._matrix.append(np.asarray(rec.embedding))  # raises ValueError on a dimension mismatch
-        self._records.append(rec)
+        vec = np.asarray(rec.embedding, dtype=np.float64)
+        self._matrix.append(vec)  # raises ValueError on a dimension mismatch
+        # kept as a compact float64 row (exact values, 8 bytes per number) instead of a tuple of
+        # Python floats (32 bytes per number); ``log[i]`` rebuilds the full record on access
+        self._exact.append(vec)
+        self._records.append(dataclasses.replace(rec, embedding=()))
         self._mode_idx.append(MODES.index(rec.mode))
         self._rewards.append(rec.reward)
 
@@ -225,23 +234,35 @@ class OutcomeLog:
         return len(self._records)
 
     def __iter__(self) -> Iterator[OutcomeRecord]:
-        return iter(self._records)
+        return (self[i] for i in range(len(self._records)))
 
     def __getitem__(self, i: int) -> OutcomeRecord:
-        return self._records[i]
+        i = range(len(self._records))[i]  # negative indices and IndexError as for a list
+        return dataclasses.replace(self._records[i], embedding=tuple(self._exact[i].tolist()))
 
     @property
     def matrix(self) -> EmbeddingMatrix:
         return self._matrix
 
+    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mode index, reward) arrays, rebuilt only after appends (the selector reads them per task)."""
+        cols = self._cols
+        if cols is None or len(cols[0]) != len(self._mode_idx):
+            cols = (np.asarray(self._mode_idx, dtype=np.int64), np.asarray(self._rewards, dtype=np.float64))
+            cols[0].flags.writeable = False
+            cols[1].flags.writeable = False
+            self._cols = cols
+        return cols
+
     @property
     def modes(self) -> np.ndarray:
-        """Mode index (into MODES) of every record, in timestamp order."""
-        return np.asarray(self._mode_idx, dtype=np.int64)
+        """Mode index (into MODES) of every record, in timestamp order (read-only)."""
+        return self._columns()[0]
 
     @property
     def rewards(self) -> np.ndarray:
-        return np.asarray(self._rewards, dtype=np.float64)
+        """Cost-adjusted rewards in timestamp order (read-only)."""
+        return self._columns()[1]
 
     @property
     def timestamps(self) -> np.ndarray:

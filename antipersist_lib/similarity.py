@@ -29,6 +29,9 @@ class EmbeddingMatrix:
         self._rows = np.zeros((0, dim or 0), dtype=np.float32)
         self._norms = np.zeros(0, dtype=np.float64)
         self._n = 0
+        # the last query's scores: corrective retrieval ranks failures and successes against the
+        # same task, so the second search reuses the first product (one tuple swap: thread-safe)
+        self._last: tuple[bytes, int, np.ndarray] | None = None
 
     @property
     def dim(self) -> int | None:
@@ -76,8 +79,14 @@ class EmbeddingMatrix:
         if self._n == 0:
             return np.zeros(0, dtype=np.float64)
         q = self._check_query(query)
+        key = q.tobytes() + np.float64(eps).tobytes()
+        last = self._last
+        if last is not None and last[1] == self._n and last[0] == key:
+            return last[2].copy()
         dots = self._rows[: self._n] @ q.astype(np.float32)
-        return dots.astype(np.float64) / (self._norms[: self._n] * float(np.linalg.norm(q)) + eps)
+        sims = dots.astype(np.float64) / (self._norms[: self._n] * float(np.linalg.norm(q)) + eps)
+        self._last = (key, self._n, sims)
+        return sims.copy()
 
     def _check_query(self, query: np.ndarray) -> np.ndarray:
         q = np.asarray(query, dtype=np.float64).reshape(-1)
@@ -91,11 +100,17 @@ class EmbeddingMatrix:
 def top_k(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> np.ndarray:
     """Indices of the k highest scores, highest first; ties keep the earlier index first.
 
-    ``candidates`` (indices) restricts the ranking to a subset. Uses a stable sort so the
-    choice is reproducible.
+    ``candidates`` (indices) restricts the ranking to a subset. For large sets a partial
+    selection finds the k-th score first and sorts only what can be in the top k; the result is
+    exactly that of a full stable sort.
     """
     idx = np.arange(scores.shape[0]) if candidates is None else np.asarray(candidates, dtype=np.int64)
     if k <= 0 or idx.size == 0:
         return np.zeros(0, dtype=np.int64)
-    order = np.argsort(-scores[idx], kind="stable")
+    vals = scores[idx]
+    if idx.size > 4 * k + 64:
+        kth = np.partition(vals, idx.size - k)[idx.size - k]  # the k-th highest value
+        keep = np.flatnonzero(vals >= kth)  # everything above it, and every tie with it, in index order
+        idx, vals = idx[keep], vals[keep]
+    order = np.argsort(-vals, kind="stable")
     return idx[order[:k]]

@@ -173,3 +173,25 @@ def test_top_k_ties_stable_on_large_arrays():
     assert got == expected
     cands = np.arange(0, 500, 3)
     assert top_k(s, 50, cands).tolist() == [i for i in expected if i % 3 == 0][:50]
+
+
+def test_partial_top_k_equals_a_full_stable_sort_with_ties():
+    rng = np.random.default_rng(0)
+    for n, k in [(1000, 5), (300, 1), (5000, 10), (70, 5)]:
+        scores = rng.integers(0, 7, size=n).astype(np.float64)  # many ties
+        cands = np.sort(rng.choice(n, size=n // 2, replace=False))
+        for c in (None, cands):
+            idx = np.arange(n) if c is None else c
+            expected = idx[np.argsort(-scores[idx], kind="stable")[:k]]
+            assert top_k(scores, k, c).tolist() == expected.tolist()
+
+
+def test_repeated_query_reuses_the_product_but_not_after_an_append():
+    m = EmbeddingMatrix()
+    m.append(np.array([1.0, 0.0]))
+    q = np.array([1.0, 1.0])
+    first = m.similarities(q)
+    first[0] = 99.0  # callers get a copy: the cached scores cannot be changed from outside
+    assert m.similarities(q)[0] == pytest.approx(1 / np.sqrt(2))
+    m.append(np.array([0.0, 1.0]))
+    assert m.similarities(q).shape == (2,)
