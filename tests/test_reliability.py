@@ -436,3 +436,31 @@ def test_api_key_from_the_environment_never_reaches_a_file(tmp_path: Path, monke
     for which in ("endpoint", "embedding_endpoint"):
         assert manifest[which]["api_key_env"] == var
         assert set(manifest[which]) == set(Endpoint(base_url="http://x/v1", model="m").describe())
+
+
+@pytest.mark.slow
+def test_api_key_never_reaches_an_executed_notebook_or_its_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from antipersist_lib.notebooks_runner import execute_all
+
+    var = "AP_SECRET_" + secrets.token_hex(4).upper()
+    key = "sk-" + secrets.token_urlsafe(32)
+    monkeypatch.setenv(var, key)
+    repo = Path(__file__).resolve().parents[1]
+    with LoopbackServer(responder=errand_policy) as srv:
+        ep = _endpoint(srv, api_key_env=var)
+        spec = _spec(tmp_path / "runs", "anti_persistence", cache=tmp_path / "cache", iterations=1,
+                     train_per_iteration=3, heldout_limit=2)
+        run_cell(spec, endpoint=ep, embed_endpoint=ep, fsync=False)
+    root = tmp_path / "kit"
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(repo / "notebooks" / "01_main_results.ipynb", root / "notebooks")
+    shutil.copytree(repo / "params" / "01_main_results", root / "params" / "01_main_results")
+    done = execute_all("smoke", root=root, overrides={"runs_root": str(tmp_path / "runs"), "mode": "load"})
+    executed = done[0].output
+    text = executed.read_text()
+    assert str(tmp_path / "runs") in text  # the papermill parameters cell is in the executed copy
+    assert key not in text
+    for p in [q for q in tmp_path.rglob("*") if q.is_file()]:
+        assert key.encode() not in p.read_bytes(), p
