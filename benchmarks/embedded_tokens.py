@@ -48,8 +48,39 @@ def measure(threads: int, busy: bool, n: int = 4, max_tokens: int = 64) -> float
             burner.join()
 
 
+def seconds_per_episode(episodes: int = 2, max_steps: int = 4) -> float:
+    """Wall seconds per ALFWorld episode of ReAct on the embedded backbone (the main job's
+    settings: 32 tokens per action, 4 steps), training and held-out together."""
+    import tempfile
+
+    from antipersist_lib.embedded import BACKBONE_NAME, EMBEDDER_MODEL, EmbeddedEmbedder
+    from antipersist_lib.protocol import RunSpec, run_cell
+
+    with tempfile.TemporaryDirectory(prefix="antipersist-bench-") as tmp, EmbeddedBackbone(threads=1) as bb, EmbeddedEmbedder() as em:
+        spec = RunSpec(method="react", benchmark="alfworld", backbone=BACKBONE_NAME, embedding=EMBEDDER_MODEL, seed=42,
+                       iterations=1, train_per_iteration=episodes, max_steps=max_steps, heldout_concurrency=1,
+                       heldout_limit=episodes, agent={"max_tokens": 32}, out_root=tmp, cache_dir=None, progress=False)
+        t = time.monotonic()
+        run_cell(spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint, fsync=False)
+        return (time.monotonic() - t) / (2 * episodes)
+
+
+def main_command_wall_s() -> tuple[float, str] | None:
+    """The wall time the README's main command recorded on its last run here (``make run``
+    writes outputs/main/smoke/results.json), if it ran."""
+    import json
+    from pathlib import Path
+
+    path = Path("outputs/main/smoke/results.json")
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return float(data["wall_s"]), time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
+
+
 def run(quick: bool = False) -> list[dict]:
-    """Suite entry (``python -m benchmarks --embedded``): one row per (threads, busy), no target."""
+    """Suite entry (``python -m benchmarks --embedded``): tokens/s per (threads, busy), seconds
+    per episode, and the main command's recorded wall time; no targets."""
     from benchmarks import row
 
     n = 2 if quick else 4
@@ -60,6 +91,10 @@ def run(quick: bool = False) -> list[dict]:
         setting = f"{t} thread(s), other core {'busy' if b else 'idle'}, {n} replies of <= 64 tokens"
         out.append(row("embedded", setting, v, "tokens/s"))
         out.append(row("embedded", f"{setting}: ratio to 1 thread idle", v / base, "ratio"))
+    out.append(row("embedded", "ReAct on ALFWorld, 4 steps x 32 tokens, per episode", seconds_per_episode(1 if quick else 2), "s"))
+    recorded = main_command_wall_s()
+    if recorded is not None:
+        out.append(row("embedded", f"README main command, experiment part (recorded {recorded[1]} UTC)", recorded[0], "s"))
     return out
 
 
