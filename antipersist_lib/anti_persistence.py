@@ -98,6 +98,40 @@ class TaskResult:
         return d
 
 
+def decide(selector: ModeSelector, outcome_log: OutcomeLog, embedding: np.ndarray | None, *, iteration: int, position: int,
+           rng: np.random.Generator, policy: str = "bandit", fixed_mode: str | None = None) -> ModeDecision:
+    """Step 2 of Algorithm 1: the mode for this task (the bandit, or an ablation's fixed/random policy)."""
+    if policy == "fixed":
+        return selector.fixed(fixed_mode, embedding)  # type: ignore[arg-type]
+    if policy == "random":
+        return selector.random_policy(embedding, rng)
+    return selector.select(outcome_log, embedding, iteration=iteration, position=position, rng=rng)
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one training attempt left in the stores."""
+
+    record_id: int
+    reward: float
+    logged: bool
+    skip_reason: str | None
+
+
+def record_attempt(memory: TrajectoryMemory, outcome_log: OutcomeLog, task: Task, trajectory: Trajectory, outcome: EpisodeOutcome, *,
+                   embedding: np.ndarray | None, mode: str, kappa: int, lam: float, update_index: int, iteration: int,
+                   parents: tuple[str, ...] = ()) -> Update:
+    """Steps 6-7: the raw trajectory always enters M_k; the (embedding, mode, cost-adjusted reward)
+    entry enters L_k unless a skip rule applies (first update, no embedding, engine failure)."""
+    reward = cost_adjusted_reward(outcome.y, kappa, lam)
+    rec = memory.add(task, trajectory, outcome, embedding=embedding, parents=parents, iteration=iteration, mode=mode)
+    why = skip_reason(update_index, embedding, outcome.infra_failure)
+    if why is None:
+        outcome_log.append(embedding=embedding, mode=mode, reward=reward, raw_success=outcome.success,
+                           task_type=task.task_type, task_id=task.task_id, instruction=task.instruction)
+    return Update(rec.record_id, reward, why is None, None if why is None else why.value)
+
+
 class AntiPersistence:
     """The method: trajectory memory M_k + outcome log L_k, an empty abstraction store."""
 
@@ -137,12 +171,9 @@ class AntiPersistence:
             raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
         tags = dict(tags or {})
         embedding = self.embed(task, initial_observation, tags)
-        if self.config.fixed_mode is not None:
-            decision = self.selector.fixed(self.config.fixed_mode, embedding)
-        else:
-            decision = self.selector.select(
-                self.outcome_log, embedding, iteration=iteration, position=position, rng=self._rng(phase, iteration, position)
-            )
+        decision = decide(self.selector, self.outcome_log, embedding, iteration=iteration, position=position,
+                          rng=self._rng(phase, iteration, position),
+                          policy="bandit" if self.config.fixed_mode is None else "fixed", fixed_mode=self.config.fixed_mode)
         retrieved = self.memory.retrieve(embedding, decision.mode, task, budget=self.config.budget, contrast=self.config.contrast)
         guidance = synthesize(
             decision.mode,
@@ -188,32 +219,16 @@ class AntiPersistence:
             tags=tags,
         )
         kappa = guidance.kappa
-        reward = cost_adjusted_reward(episode.outcome.y, kappa, self.config.lam)
         decision = prepared.decision
         embedding = prepared.embedding
+        reward = cost_adjusted_reward(episode.outcome.y, kappa, self.config.lam)
         record_id: int | None = None
         logged = False
         reason = None
         if training:
-            rec = self.memory.add(
-                task, episode.trajectory, episode.outcome,
-                embedding=embedding, parents=(), iteration=iteration, mode=decision.mode,
-            )
-            record_id = rec.record_id
-            why = skip_reason(k, embedding, episode.outcome.infra_failure)
-            if why is None:
-                self.outcome_log.append(
-                    embedding=embedding,
-                    mode=decision.mode,
-                    reward=reward,
-                    raw_success=episode.outcome.success,
-                    task_type=task.task_type,
-                    task_id=task.task_id,
-                    instruction=task.instruction,
-                )
-                logged = True
-            else:
-                reason = why.value
+            upd = record_attempt(self.memory, self.outcome_log, task, episode.trajectory, episode.outcome, embedding=embedding,
+                                 mode=decision.mode, kappa=kappa, lam=self.config.lam, update_index=k, iteration=iteration)
+            record_id, reward, logged, reason = upd.record_id, upd.reward, upd.logged, upd.skip_reason
         result = TaskResult(
             task=task,
             phase=phase,

@@ -25,8 +25,8 @@ import numpy as np
 
 from ..abstraction_store import AbstractionStore
 from ..agent import EpisodeResult
-from ..anti_persistence import PHASES
-from ..outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
+from ..anti_persistence import PHASES, decide, record_attempt
+from ..outcome_log import OutcomeLog
 from ..records import MODES, SYNTHESIS_MODES, Task
 from ..selector import ModeSelector, SelectorConfig
 from ..synthesis import synthesize
@@ -129,12 +129,8 @@ class AntiPersistenceMethod(Method):
         p = self.params
         tags = {"phase": phase, "iteration": iteration, "task": task.key}
         emb = self.embed_task(task, initial_observation, phase, iteration)
-        if p["policy"] == "fixed":
-            decision = self.selector.fixed(p["fixed_mode"], emb)
-        elif p["policy"] == "random":
-            decision = self.selector.random_policy(emb, self._rng(phase, iteration, position))
-        else:
-            decision = self.selector.select(self.outcome_log, emb, iteration=iteration, position=position, rng=self._rng(phase, iteration, position))
+        decision = decide(self.selector, self.outcome_log, emb, iteration=iteration, position=position,
+                          rng=self._rng(phase, iteration, position), policy=p["policy"], fixed_mode=p["fixed_mode"])
         retrieved = self.memory.retrieve(emb, decision.mode, task, budget=int(p["budget"]), contrast=int(p["contrast"]))
         guidance = synthesize(decision.mode, task.instruction, retrieved, self.ctx.llm, max_tokens=int(p["synthesis_max_tokens"]), tags=tags)
         blocks = [format_skills(self.skills), guidance.text]
@@ -160,17 +156,12 @@ class AntiPersistenceMethod(Method):
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
         k = int(ctx.meta.get("update_index", len(self.memory)))
         mode = ctx.meta["mode"]
-        reward = cost_adjusted_reward(episode.outcome.y, ctx.synthesis_calls, float(self.params["lam"]))
-        self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration, mode=mode)
-        why = skip_reason(k, ctx.embedding, episode.outcome.infra_failure)
-        ctx.meta["reward"] = reward
-        ctx.meta["logged"] = why is None
-        ctx.meta["log_skip_reason"] = None if why is None else why.value
-        if why is None:
-            self.outcome_log.append(
-                embedding=ctx.embedding, mode=mode, reward=reward, raw_success=episode.outcome.success,
-                task_type=task.task_type, task_id=task.task_id, instruction=task.instruction,
-            )
+        upd = record_attempt(self.memory, self.outcome_log, task, episode.trajectory, episode.outcome, embedding=ctx.embedding,
+                             mode=mode, kappa=ctx.synthesis_calls, lam=float(self.params["lam"]), update_index=k,
+                             iteration=iteration, parents=ctx.parents)
+        ctx.meta["reward"] = upd.reward
+        ctx.meta["logged"] = upd.logged
+        ctx.meta["log_skip_reason"] = upd.skip_reason
         text = ctx.meta.pop("_persist_text", None)
         if self.store is not None and text and ctx.embedding is not None and mode in SYNTHESIS_MODES:
             self.store.add(text, kind="guidance", parents=ctx.parents, created_iteration=iteration,
