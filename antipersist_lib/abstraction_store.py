@@ -304,6 +304,17 @@ class AbstractionStore:
         )
 
 
+def snapshot_path(directory: str | os.PathLike[str], iteration: int) -> Path:
+    """Where a method writes S_k after iteration ``iteration`` (one name for every method, so the
+    provenance audit and frozen-layer loading find any method's snapshots)."""
+    return Path(directory) / f"abstractions_iter_{iteration:02d}.json"
+
+
+def snapshot_paths(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """A run directory's abstraction snapshots in iteration order."""
+    return sorted((Path(run_dir) / "snapshots").glob("abstractions_iter_*.json"))
+
+
 def parents_of_records(records: Iterable[Any]) -> tuple[str, ...]:
     """P(H) = union of P(m) over the records m in H (Appendix A.1)."""
     out: set[str] = set()

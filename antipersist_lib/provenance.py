@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from .abstraction_store import snapshot_paths
 from .jsonl import read_jsonl
 
 N_MIN = 3
@@ -111,7 +112,7 @@ def stored_abstractions(run_dir: Path) -> dict[str, dict[str, Any]]:
 def available_by_iteration(run_dir: Path) -> dict[int, set[str]]:
     """iteration -> ids in the store during that iteration's held-out evaluation (snapshots)."""
     out = {}
-    for snap in sorted((run_dir / "snapshots").glob("abstractions_iter_*.json")):
+    for snap in snapshot_paths(run_dir):
         data = json.loads(snap.read_text(encoding="utf-8"))
         out[int(data["iteration"])] = {a["abstraction_id"] for a in data.get("active", [])}
     return out

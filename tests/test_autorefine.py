@@ -541,7 +541,7 @@ def test_seed_skills_and_snapshot(make_clients, tmp_path):
     ctx = m.prepare(task(0), "obs", phase="train", iteration=0, position=0)
     assert [m.store.get(i).name for i in ctx.parents] == ["search-thoroughly", "rinse-in-sink"]
     m.snapshot(0, tmp_path / "snap")
-    snap = json.loads((tmp_path / "snap" / "autorefine_skills_iter_00.json").read_text())
+    snap = json.loads((tmp_path / "snap" / "abstractions_iter_00.json").read_text())
     assert snap["method"] == "autorefine" and len(snap["active"]) == 2 and set(snap["scores"]) == {a.abstraction_id for a in m.store}
     m.close()
     m2 = method(c, tmp_path, seed_skills=str(path))  # not added twice

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from antipersist_lib.abstraction_store import AbstractionStore
+from antipersist_lib.abstraction_store import AbstractionStore, snapshot_path
 from antipersist_lib.provenance import audit_run, descendant_counts, label_abstractions, pooled_by_setting
 
 
@@ -93,7 +93,7 @@ def test_audit_run_reads_a_run_directory(tmp_path):
     a = store.add("check the drawer first", kind="rule", parents=(), created_iteration=1, task_type="pick")
     b = store.add("open everything", kind="rule", parents=(a.abstraction_id,), created_iteration=1, task_type="pick")
     (run / "snapshots").mkdir(parents=True)
-    store.snapshot(run / "snapshots" / "abstractions_iter_01.json", iteration=1, method="abstraction_memory")
+    store.snapshot(snapshot_path(run / "snapshots", 1), iteration=1, method="abstraction_memory")
     store.close()
     (run / "manifest.json").write_text(json.dumps({"method": "abstraction_memory", "backbone": "m", "benchmark": "alfworld", "seed": 1}))
     eps = [ep(1, [a.abstraction_id], False)] * 3 + [ep(1, [b.abstraction_id], False)] * 3 + [ep(1, [], True)] * 2

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from .. import prompts
-from ..abstraction_store import AbstractionStore, parents_of_records
+from ..abstraction_store import AbstractionStore, parents_of_records, snapshot_path
 from ..agent import EpisodeResult
 from ..jsonl import JsonlWriter
 from ..records import Task
@@ -146,7 +146,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         return ok
 
     def snapshot(self, iteration: int, directory: Any) -> None:
-        self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
+        self.store.snapshot(snapshot_path(directory, iteration), iteration=iteration, method=self.name)
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..abstraction_store import AbstractionStore
+from ..abstraction_store import AbstractionStore, snapshot_path, snapshot_paths
 from ..agent import EpisodeResult
 from ..anti_persistence import PHASES, decide, record_attempt
 from ..outcome_log import OutcomeLog
@@ -60,7 +60,7 @@ def load_skill_library(path: str | Path) -> list[dict[str, str]]:
 
 
 def _library_from_run(run_dir: Path) -> list[dict[str, str]]:
-    snaps = sorted((run_dir / "snapshots").glob("abstractions_iter_*.json"))
+    snaps = snapshot_paths(run_dir)
     if not snaps:
         raise ValueError(f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json "
                          "(run an abstraction-memory method there first)")
@@ -169,7 +169,7 @@ class AntiPersistenceMethod(Method):
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         if self.store is not None:
-            self.store.snapshot(directory / f"abstractions_iter_{iteration:02d}.json", iteration=iteration, method=self.name)
+            self.store.snapshot(snapshot_path(directory, iteration), iteration=iteration, method=self.name)
 
     def stores(self) -> list[Any]:
         return [s for s in (self.memory, self.outcome_log, self.store) if s is not None]

@@ -123,7 +123,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import prompts
-from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records
+from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records, snapshot_path
 from ..agent import EpisodeResult
 from ..jsonl import JsonlWriter, atomic_write_json, read_jsonl
 from ..outcome_log import FrozenStateError
@@ -868,7 +868,7 @@ class AutoRefine(Method):
         self.memory.unfreeze()
 
     def snapshot(self, iteration: int, directory: Path) -> None:
-        self.store.snapshot(Path(directory) / f"autorefine_skills_iter_{iteration:02d}.json",
+        self.store.snapshot(snapshot_path(directory, iteration),
                             iteration=iteration, method=self.name, scores=self.scores())
 
     def close(self) -> None:

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import prompts
-from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records
+from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records, snapshot_path
 from ..agent import EpisodeResult
 from ..outcome_log import FrozenStateError
 from ..records import Task
@@ -481,7 +481,7 @@ class ExpeL(Method):
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(Path(directory) / f"abstractions_iter_{iteration:02d}.json", method=self.name, iteration=iteration,
+        self.store.snapshot(snapshot_path(directory, iteration), method=self.name, iteration=iteration,
                             n_trajectories=len(self.memory))
 
     def stores(self) -> list[Any]:

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from .. import prompts
-from ..abstraction_store import Abstraction, AbstractionStore
+from ..abstraction_store import Abstraction, AbstractionStore, snapshot_path
 from ..agent import EpisodeResult
 from ..outcome_log import FrozenStateError
 from ..records import Task
@@ -254,7 +254,7 @@ class Reflexion(Method):
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(Path(directory) / f"abstractions_iter_{iteration:02d}.json", method=self.name, iteration=iteration,
+        self.store.snapshot(snapshot_path(directory, iteration), method=self.name, iteration=iteration,
                             n_trajectories=len(self.memory))
 
     def stores(self) -> list[Any]:
