@@ -8,6 +8,15 @@ finished runs return at once, interrupted ones continue where their journal says
 run directories themselves (under ``out_root``; on a cluster it must be a shared filesystem) plus
 one ``grid_<name>.json`` summary the driver writes.
 
+One server per model: each backbone profile names its own base-URL variable (``base_url_env``,
+e.g. ``ANTIPERSIST_URL_QWEN3_CODER_NEXT``), so three vLLM servers serve one grid. Two backbones of
+different models resolving to the same URL are refused (a vLLM server serves one model) unless
+the file sets ``shared_server: true`` (a router serving every model behind one URL).
+
+Before any run starts (and any model call), every benchmark's partition must load and AppWorld
+must be installed if the grid uses it; the refusal names the missing file and the command that
+builds it.
+
 Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
 backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
 response cache is keyed by model name, so a run may resume on another replica). Held-out
@@ -29,7 +38,8 @@ from .jsonl import atomic_write_json
 from .llm import Endpoint
 from .main_job import VARIANT_KEYS
 from .methods import METHODS, validate_method_params
-from .profiles import PROFILE_KEYS, endpoint_from_profile, load_profile, read_mapping
+from .partitions import load_partition
+from .profiles import DECODING_KEYS, GLOBAL_URL_ENV, PROFILE_KEYS, endpoint_from_profile, load_profile, read_mapping, validate_profile
 from .protocol import RunSpec
 
 EXECUTORS = ("ray", "process", "serial")
@@ -37,10 +47,12 @@ GRID_KEYS = {
     "name", "methods", "variants", "benchmarks", "seeds", "backbones", "embedding", "endpoints", "embedding_endpoints",
     "iterations", "train_per_iteration", "max_steps", "heldout_concurrency", "heldout_limit", "train_pool_limit",
     "agent", "method_params", "benchmark_options", "out_root", "cache_dir", "executor", "ray_address",
-    "max_parallel", "cpus_per_run",
+    "max_parallel", "cpus_per_run", "shared_server",
 }
-#: environment variables a Ray worker needs to see like the driver (never API keys: set those on the nodes)
-FORWARDED_ENV = ("ALFWORLD_DATA", "ANTIPERSIST_PARAMS", "ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "JAVA_HOME")
+#: environment variables a Ray worker needs to see like the driver (never API keys: set those on the
+#: nodes); ``forwarded_env`` adds the base-URL variables the grid's profiles name
+FORWARDED_ENV = ("ALFWORLD_DATA", "ANTIPERSIST_PARAMS", "ANTIPERSIST_PARTITIONS", "APPWORLD_ROOT",
+                 "ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "JAVA_HOME")
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,12 @@ class Grid:
     max_parallel: int = 2
     cpus_per_run: float = 1.0
     out_root: str = "outputs/runs"
+    url_env: tuple[str, ...] = ()  # the base-URL variables named by the grid's endpoints
+
+
+def forwarded_env(grid: Grid) -> dict[str, str]:
+    """The driver's values of ``FORWARDED_ENV`` and of the grid's base-URL variables, for workers."""
+    return {k: os.environ[k] for k in (*FORWARDED_ENV, *grid.url_env) if k in os.environ}
 
 
 @dataclass
@@ -80,11 +98,18 @@ class RunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _endpoint(entry: Any, kind: str, where: str) -> tuple[str, Endpoint]:
+@dataclass(frozen=True)
+class _Named:
+    name: str
+    endpoint: Endpoint
+    url_env: str | None  # the profile's own base-URL variable (base_url_env)
+
+
+def _endpoint(entry: Any, kind: str, where: str) -> _Named:
     """A profile name (``params/<kind>/NAME.yaml``) or an inline mapping with the profile fields."""
-    override = "ANTIPERSIST_BASE_URL" if kind == "backbones" else "ANTIPERSIST_EMBED_BASE_URL"
     if isinstance(entry, str):
-        return entry, endpoint_from_profile(load_profile(kind, entry), override_env=override)
+        data = load_profile(kind, entry)
+        return _Named(entry, endpoint_from_profile(data, kind), data.get("base_url_env"))
     if isinstance(entry, dict):
         unknown = sorted(set(entry) - PROFILE_KEYS)
         if unknown:
@@ -92,8 +117,54 @@ def _endpoint(entry: Any, kind: str, where: str) -> tuple[str, Endpoint]:
         for key in ("name", "model", "base_url"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
-        return entry["name"], endpoint_from_profile(entry, override_env=override)
+        decoding = sorted(set(entry) & set(DECODING_KEYS))
+        if decoding:
+            raise ValueError(f"{where}: {decoding} are read from backbone profile files only; "
+                             "for an inline endpoint set them under the grid's agent: mapping")
+        validate_profile(entry, where)
+        return _Named(entry["name"], endpoint_from_profile(entry, kind), entry.get("base_url_env"))
     raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
+
+
+def _check_one_model_per_url(p: Path, served: list[tuple[str, _Named, list[str]]]) -> None:
+    """Refuse two endpoints of different models on one base URL (one vLLM server, one model)."""
+    seen: dict[str, tuple[str, _Named]] = {}
+    for what, named, urls in served:
+        for url in urls:
+            key = url.rstrip("/")
+            if key in seen and seen[key][1].endpoint.model != named.endpoint.model:
+                other_what, other = seen[key]
+                variables = " and ".join(f"${n.url_env}" if n.url_env else f"{n.name}'s base_url" for n in (other, named))
+                global_set = [f"${v}" for v in GLOBAL_URL_ENV.values() if os.environ.get(v)]
+                unset = f" (and unset {' and '.join(global_set)}: it sets every profile's URL at once)" if global_set else ""
+                raise ValueError(
+                    f"{p}: {other_what} {other.name!r} ({other.endpoint.model}) and {what} {named.name!r} "
+                    f"({named.endpoint.model}) both resolve to base URL {url}, but a vLLM server serves one model. "
+                    f"Start one server per model and point each at its own URL: set {variables}"
+                    f"{unset}; or set `shared_server: true` in {p.name} if a router at that URL serves every model.")
+            seen.setdefault(key, (what, named))
+
+
+def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> None:
+    """Every benchmark known, installed (AppWorld) and with a loadable partition whose training
+    pool holds ``train_per_iteration`` tasks, before any call."""
+    from .envs import BENCHMARKS
+
+    per_iteration, limit = data.get("train_per_iteration", 50), data.get("train_pool_limit")
+    for b in benchmarks:
+        if b not in BENCHMARKS:
+            raise ValueError(f"{p}: benchmarks: unknown {b!r}; expected one of {BENCHMARKS}")
+        try:
+            if b == "appworld":
+                from .envs.appworld import require_appworld
+
+                require_appworld()
+            part = load_partition(b)
+        except Exception as exc:  # missing file, malformed file, missing package: all refuse the grid
+            raise ValueError(f"{p}: benchmark {b!r} cannot run: {exc}") from None
+        pool = len(part.train[:limit] if isinstance(limit, int) else part.train)
+        if isinstance(per_iteration, int) and per_iteration > pool:
+            raise ValueError(f"{p}: train_per_iteration={per_iteration} exceeds {b!r}'s training pool of {pool} tasks")
 
 
 def _list(data: dict[str, Any], key: str, path: Path, default: list[Any] | None = None) -> list[Any]:
@@ -126,16 +197,23 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         if key in data and (not isinstance(data[key], int) or data[key] < 1):
             raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
     backbones = [_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))]
-    emb_name, emb_ep = _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    emb = _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
     replicas = data.get("endpoints") or {}
     if not isinstance(replicas, dict):
         raise ValueError(f"{p}: endpoints must map a backbone name to a list of base URLs")
     for bname, urls in replicas.items():
-        if bname not in {b for b, _ in backbones}:
+        if bname not in {b.name for b in backbones}:
             raise ValueError(f"{p}: endpoints names backbone {bname!r}, which is not in backbones")
         if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
             raise ValueError(f"{p}: endpoints[{bname!r}] must be a non-empty list of base URLs")
-    emb_urls = data.get("embedding_endpoints") or [emb_ep.base_url]
+    emb_urls = data.get("embedding_endpoints") or [emb.endpoint.base_url]
+    if not isinstance(data.get("shared_server", False), bool):
+        raise ValueError(f"{p}: shared_server must be true or false, got {data['shared_server']!r}")
+    if not data.get("shared_server", False):
+        _check_one_model_per_url(p, [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
+                                 + [("embedding", emb, emb_urls)])
+    benchmarks = _list(data, "benchmarks", p)
+    _check_benchmarks(p, benchmarks, data)
     shared = data.get("method_params") or {}
     plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
     plan += [(n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})}) for n, v in variants.items()]
@@ -149,12 +227,12 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     cache_dir = str(Path(cache_dir).resolve()) if cache_dir else None
     runs: list[GridRun] = []
     counters: dict[str, int] = {}
-    for bname, ep in backbones:
-        for bench in _list(data, "benchmarks", p):
+    for bname, ep in ((b.name, b.endpoint) for b in backbones):
+        for bench in benchmarks:
             for run_name, method, mparams in plan:
                 for seed in _list(data, "seeds", p, [42]):
                     spec = RunSpec.from_dict({
-                        "method": method, "benchmark": bench, "backbone": bname, "embedding": emb_name, "seed": seed,
+                        "method": method, "benchmark": bench, "backbone": bname, "embedding": emb.name, "seed": seed,
                         "iterations": data.get("iterations", 10), "train_per_iteration": data.get("train_per_iteration", 50),
                         "max_steps": data.get("max_steps", 50), "heldout_concurrency": data.get("heldout_concurrency", 8),
                         "heldout_limit": data.get("heldout_limit"), "train_pool_limit": data.get("train_pool_limit"),
@@ -166,10 +244,10 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                     counters[bname] = k + 1
                     urls = replicas.get(bname) or [ep.base_url]
                     runs.append(GridRun(spec, dataclasses.replace(ep, base_url=urls[k % len(urls)]),
-                                        dataclasses.replace(emb_ep, base_url=emb_urls[k % len(emb_urls)])))
+                                        dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)])))
     return Grid(name=str(data.get("name", p.stem)), runs=runs, executor=executor, ray_address=data.get("ray_address"),
                 max_parallel=int(data.get("max_parallel", 2)), cpus_per_run=float(data.get("cpus_per_run", 1.0)),
-                out_root=out_root)
+                out_root=out_root, url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n.url_env)))
 
 
 def run_one(run: GridRun) -> RunOutcome:
@@ -218,7 +296,7 @@ def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutco
         import ray
     except ImportError as exc:
         raise RuntimeError("executor 'ray' needs the ray package: pip install -e '.[scale]' (or use executor: process)") from exc
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    env = forwarded_env(grid)
     started_here = not ray.is_initialized()
     if started_here:
         kw: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False}

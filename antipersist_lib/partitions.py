@@ -12,8 +12,13 @@ File format::
      "splits": {"train": [Task.to_dict(), ...], "heldout": [...]}}
 
 ``task_id`` is the task's index in its benchmark's task pool: WebShop's goal index (its
-``fixed_{i}`` session); for ALFWorld and ScienceWorld, whose pools have no single index, the
-task's position in its split list. ``env_args`` holds what the adapter needs to load it.
+``fixed_{i}`` session); for ALFWorld, ScienceWorld and AppWorld, whose pools have no single index,
+the task's position in its split list. ``env_args`` holds what the adapter needs to load it.
+
+WebShop's and AppWorld's partitions are built by the user from their own install
+(``BUILD_COMMANDS``). ``ANTIPERSIST_PARTITIONS`` names a folder searched before the kit's own
+``data/partitions`` (and written to by ``save_partition``), e.g. when the kit is installed
+read-only; a run records the partition's hash either way.
 """
 
 from __future__ import annotations
@@ -87,23 +92,40 @@ def partition_hash(p: Partition) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
+#: how to (re)build each benchmark's partition file
+BUILD_COMMANDS = {
+    "webshop": "python -m antipersist_lib partition webshop --goals <your WebShop instruction file (human_goals.json or items_human_ins.json)>",
+    "appworld": "python -m antipersist_lib partition appworld",
+    "alfworld": "python -m antipersist_lib partition alfworld",
+    "scienceworld": "python -m antipersist_lib partition scienceworld",
+}
+
+
+def partition_dirs() -> list[Path]:
+    """Where partition files are looked for, in order: ``$ANTIPERSIST_PARTITIONS``, then the kit's."""
+    kit = Path(str(resources.files("antipersist_lib") / "data" / "partitions"))
+    env = os.environ.get("ANTIPERSIST_PARTITIONS")
+    return [Path(env), kit] if env else [kit]
+
+
 def partition_path(benchmark: str) -> Path:
-    return Path(str(resources.files("antipersist_lib") / "data" / "partitions" / f"{benchmark}.json"))
+    """The first existing ``<benchmark>.json`` of ``partition_dirs()``, else where it would be written."""
+    dirs = partition_dirs()
+    return next((d / f"{benchmark}.json" for d in dirs if (d / f"{benchmark}.json").exists()), dirs[0] / f"{benchmark}.json")
 
 
 def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -> Partition:
-    """The committed partition of ``benchmark`` (or one at ``path``)."""
+    """The committed partition of ``benchmark`` (or one at ``path``); a missing file raises
+    FileNotFoundError naming the file and the command that builds it."""
     if benchmark == "errandworld" and path is None:
         from .testing.errand_world import partition as errand_partition
 
         return errand_partition()
     p = Path(path) if path is not None else partition_path(benchmark)
     if not p.exists():
-        hint = ""
-        if benchmark == "webshop":
-            hint = (" WebShop's partition needs the user's instruction file: run "
-                    "`python -m antipersist_lib partition webshop --goals <items_human_ins.json>`.")
-        raise FileNotFoundError(f"no partition file for {benchmark!r} at {p}.{hint}")
+        where = " or ".join(str(d / f"{benchmark}.json") for d in partition_dirs()) if path is None else str(p)
+        build = f" Build it with `{BUILD_COMMANDS[benchmark]}`." if benchmark in BUILD_COMMANDS else ""
+        raise FileNotFoundError(f"no partition file for {benchmark!r} at {where}.{build}")
     part = Partition.from_dict(json.loads(p.read_text(encoding="utf-8")))
     if part.benchmark != benchmark:
         raise ValueError(f"{p} holds the partition of {part.benchmark!r}, not {benchmark!r}")
@@ -111,7 +133,7 @@ def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -
 
 
 def save_partition(part: Partition, path: str | os.PathLike[str] | None = None) -> Path:
-    p = Path(path) if path is not None else partition_path(part.benchmark)
+    p = Path(path) if path is not None else partition_dirs()[0] / f"{part.benchmark}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(part.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return p

@@ -288,3 +288,79 @@ def test_agent_loop_passes_the_whole_code_block(fake_appworld, make_clients):
     world = FakeWorld.instances[-1]
     assert world.executed[0] == "for app in ['spotify', 'gmail']:\n    print(app)"
     assert res.outcome.success and res.trajectory.n_steps == 2
+
+
+# -- the F.1 partition and the command line ------------------------------------------------
+
+
+def test_partition_builder_draws_30_distinct_ids_deterministically(monkeypatch):
+    from antipersist_lib.envs.appworld import build_appworld_partition
+
+    ids = [f"{i:07x}_{j}" for i in range(19) for j in (1, 2, 3)]
+    monkeypatch.setattr(aw, "load_appworld_task_ids", lambda dataset="dev": list(reversed(ids)) + ids[:4])
+    a, b = build_appworld_partition(), build_appworld_partition(seed=PARTITION_SEED)
+    held = [t.env_args["task_id"] for t in a.heldout]
+    train = [t.env_args["task_id"] for t in a.train]
+    assert len(held) == F1_N_TASKS == len(set(held)) and set(held) <= set(ids)
+    assert held == sample_appworld_tasks(ids)  # the adapter's seeded draw, whatever order the package lists
+    assert sorted(train) == sorted(set(ids) - set(held)) and not set(train) & set(held)
+    assert a == b and a.hash == b.hash
+    assert build_appworld_partition(seed=43).hash != a.hash
+    assert all(t.benchmark == "appworld" and t.split == "heldout" and t.env_args["dataset"] == "dev" for t in a.heldout)
+    assert a.drawn_with["dataset"] == "dev" and a.drawn_with["n_task_ids"] == 57 and a.seed == PARTITION_SEED
+
+
+@pytest.fixture
+def no_partitions(tmp_path, monkeypatch):
+    """An empty partition folder searched first, the kit's own never holding appworld.json here."""
+    from antipersist_lib import partitions
+
+    d = tmp_path / "partitions"
+    d.mkdir()
+    monkeypatch.setattr(partitions, "partition_dirs", lambda: [d])
+    return d
+
+
+def test_cli_without_the_package_exits_2_and_records_nothing(tmp_path, monkeypatch, capsys, no_partitions):
+    from antipersist_lib.cli import main
+
+    monkeypatch.setitem(sys.modules, "appworld", None)
+    out = tmp_path / "out"
+    for args in (["partition", "appworld", "--out", str(out / "appworld.json")],
+                 ["run", "--method", "frozen_skills", "--benchmark", "appworld", "--backbone", "qwen3-coder-next",
+                  "--out-root", str(out / "runs"), "--no-cache"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: AppWorld is not set up") and all(step in err for step in INSTALL_STEPS)
+    assert main(["tasks", "--benchmark", "appworld"]) == 2
+    assert "`python -m antipersist_lib partition appworld`" in capsys.readouterr().err
+    assert not out.exists() and list(no_partitions.iterdir()) == []
+
+
+def test_cli_builds_lists_and_runs_the_f1_partition(fake_appworld, tmp_path, monkeypatch, capsys, no_partitions):
+    import json
+
+    from antipersist_lib.cli import main
+    from antipersist_lib.loopback_server import LoopbackServer
+
+    assert main(["partition", "appworld"]) == 0
+    assert "wrote 30 training and 30 held-out tasks" in capsys.readouterr().out
+    assert main(["tasks", "--benchmark", "appworld", "--json"]) == 0
+    held = json.loads(capsys.readouterr().out)
+    assert [t["env_args"]["task_id"] for t in held] == sample_appworld_tasks(fake_appworld.load_task_ids())
+    done = "```python\napis.supervisor.complete_task(answer=42)\n```"
+    with LoopbackServer(responder=lambda request: done) as srv:
+        params = tmp_path / "params"
+        for kind in ("backbones", "embeddings"):
+            (params / kind).mkdir(parents=True)
+            (params / kind / "loopback.yaml").write_text(f"model: scripted\nbase_url: {srv.base_url}\nmax_retries: 1\n")
+        monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
+        assert main(["run", "--method", "frozen_skills", "--benchmark", "appworld", "--backbone", "loopback",
+                     "--embedding", "loopback", "--iterations", "1", "--train-per-iteration", "1", "--heldout-limit", "2",
+                     "--heldout-concurrency", "1", "--max-steps", "3", "--out-root", str(tmp_path / "runs"), "--no-cache"]) == 0
+    assert "final held-out success 100.0%" in capsys.readouterr().out
+    run = tmp_path / "runs" / "appworld" / "loopback" / "frozen_skills" / "seed42"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["engine"]["appworld"] == "0.0.fake" and manifest["n_heldout"] == 2
+    opened = [w.task_id for w in FakeWorld.instances]
+    assert opened[-2:] == [t["env_args"]["task_id"] for t in held[:2]]

@@ -95,3 +95,283 @@ def test_a_failing_run_does_not_stop_the_grid(tmp_path):
     status = {o.run_name: o for o in outcomes}
     assert status["react"].status == "ok"
     assert status["broken"].status == "failed" and status["broken"].error
+
+
+# -- one server per model, benchmarks checked before any call --------------------------------
+
+URL_VARS = ("ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "ANTIPERSIST_URL_LLAMA_4_SCOUT",
+            "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_GEMMA_4_31B_IT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+
+
+@pytest.fixture
+def clean_urls(monkeypatch):
+    monkeypatch.delenv("ANTIPERSIST_PARAMS", raising=False)
+    for var in URL_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def two_models(url: str, **extra) -> list[dict]:
+    return [{"name": "model-a", "model": "org/a", "base_url": url, "base_url_env": "AP_TEST_URL_A", **extra},
+            {"name": "model-b", "model": "org/b", "base_url": url, "base_url_env": "AP_TEST_URL_B", **extra}]
+
+
+def test_two_models_on_one_url_are_refused_unless_shared_server(tmp_path, clean_urls, monkeypatch):
+    embedding = {"name": "embed", "model": "org/embed", "base_url": "http://127.0.0.1:7/v1"}
+    with LoopbackServer(responder=errand_policy) as srv:
+        with pytest.raises(ValueError) as info:
+            load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models(srv.base_url), embedding=embedding))
+        msg = str(info.value)
+        assert all(s in msg for s in ("'model-a'", "'model-b'", srv.base_url, "$AP_TEST_URL_A", "$AP_TEST_URL_B", "shared_server: true"))
+        assert len(load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models(srv.base_url), shared_server=True)).runs) == 8
+        # each model on its own server (its own variable): accepted, and each backbone's runs use its URL
+        monkeypatch.setenv("AP_TEST_URL_A", srv.base_url)
+        monkeypatch.setenv("AP_TEST_URL_B", "http://127.0.0.1:9/v1")
+        g = load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models("http://unused:1/v1"), embedding=embedding))
+        assert {(r.spec.backbone, r.endpoint.base_url) for r in g.runs} == {("model-a", srv.base_url), ("model-b", "http://127.0.0.1:9/v1")}
+        assert srv.requests == []
+
+
+def test_the_global_url_variable_on_a_multi_backbone_grid_names_the_fix(tmp_path, clean_urls, monkeypatch):
+    monkeypatch.setenv("ANTIPERSIST_BASE_URL", "http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError) as info:
+        load_grid(write_grid(tmp_path, "http://x/v1", backbones=["llama-4-scout", "qwen3-coder-next"]))
+    msg = str(info.value)
+    assert all(s in msg for s in ("'llama-4-scout'", "'qwen3-coder-next'", "http://127.0.0.1:8000/v1",
+                                  "$ANTIPERSIST_URL_LLAMA_4_SCOUT", "$ANTIPERSIST_URL_QWEN3_CODER_NEXT", "unset $ANTIPERSIST_BASE_URL"))
+    # an embedding server is a server too: a chat model's URL for the embedder is refused
+    monkeypatch.delenv("ANTIPERSIST_BASE_URL")
+    monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_EMBEDDING_8B", "http://127.0.0.1:8001/v1")
+    with pytest.raises(ValueError, match=r"backbone 'qwen3-coder-next'.*embedding 'qwen3-embedding-8b'"):
+        load_grid(write_grid(tmp_path, "http://x/v1", backbones=["qwen3-coder-next"], embedding="qwen3-embedding-8b"))
+
+
+def test_workers_get_the_grids_url_variables(tmp_path, clean_urls, monkeypatch):
+    from antipersist_lib.grid import FORWARDED_ENV, forwarded_env
+
+    monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_CODER_NEXT", "http://gpu-2:8001/v1")
+    monkeypatch.setenv("ANTIPERSIST_URL_GEMMA_4_31B_IT", "http://gpu-3:8002/v1")
+    monkeypatch.setenv("VLLM_API_KEY", "sk-never-forwarded")
+    g = load_grid(write_grid(tmp_path, "http://x/v1", backbones=["llama-4-scout", "qwen3-coder-next"], embedding="qwen3-embedding-8b"))
+    assert g.url_env == ("ANTIPERSIST_URL_LLAMA_4_SCOUT", "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+    env = forwarded_env(g)
+    assert env["ANTIPERSIST_URL_QWEN3_CODER_NEXT"] == "http://gpu-2:8001/v1"
+    assert "ANTIPERSIST_URL_GEMMA_4_31B_IT" not in env  # not a backbone of this grid
+    assert "sk-never-forwarded" not in env.values() and "VLLM_API_KEY" not in FORWARDED_ENV
+    assert {"ANTIPERSIST_PARTITIONS", "APPWORLD_ROOT"} <= set(FORWARDED_ENV)
+
+
+def test_inline_endpoints_take_decoding_from_the_agent_block(tmp_path):
+    with pytest.raises(ValueError, match=r"\['temperature'\] are read from backbone profile files only.*agent:"):
+        load_grid(write_grid(tmp_path, "http://x/v1", backbones=[{"name": "x", "model": "m", "base_url": "http://x/v1", "temperature": 0.3}]))
+
+
+@pytest.fixture
+def no_webshop_partition(tmp_path, monkeypatch):
+    """The kit's partitions without WebShop's (as in a fresh checkout, even where a user built it)."""
+    from antipersist_lib import partitions
+
+    only = tmp_path / "partitions"
+    only.mkdir()
+    for f in partitions.partition_dirs()[-1].glob("*.json"):
+        if f.name != "webshop.json":
+            (only / f.name).symlink_to(f)
+    monkeypatch.setattr(partitions, "partition_dirs", lambda: [only])
+    return only
+
+
+def test_webshop_without_its_partition_is_refused_before_any_call(tmp_path, no_webshop_partition):
+    with LoopbackServer(responder=errand_policy) as srv:
+        with pytest.raises(ValueError) as info:
+            load_grid(write_grid(tmp_path, srv.base_url, benchmarks=["alfworld", "webshop"]))
+        assert srv.requests == []
+    msg = str(info.value)
+    assert "benchmark 'webshop' cannot run" in msg and "grid.yaml" in msg
+    assert str(no_webshop_partition / "webshop.json") in msg
+    assert "`python -m antipersist_lib partition webshop --goals <your WebShop instruction file" in msg
+    assert not (tmp_path / "runs").exists()
+
+
+def test_appworld_without_the_package_is_refused_before_any_call(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "appworld", None)
+    with LoopbackServer(responder=errand_policy) as srv:
+        with pytest.raises(ValueError, match=r"benchmark 'appworld' cannot run: AppWorld is not set up: .*pip install appworld"):
+            load_grid(write_grid(tmp_path, srv.base_url, benchmarks=["appworld"], methods=["frozen_skills"]))
+        assert srv.requests == []
+
+
+def test_more_training_tasks_per_iteration_than_the_pool_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"train_per_iteration=500 exceeds 'errandworld''s training pool of \d+ tasks"):
+        load_grid(write_grid(tmp_path, "http://x/v1", train_per_iteration=500))
+
+
+# -- the paper-scale grid files ------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID_FILES = sorted((ROOT / "params" / "grid").glob("*.yaml"))
+QWEN, LLAMA, GEMMA = "qwen3-coder-next", "llama-4-scout", "gemma-4-31b-it"
+ALF_WEB = {"alfworld", "webshop"}
+#: per file: (backbones, benchmarks, iterations, runs) as the paper describes it
+DESIGN = {
+    "paper": ({LLAMA, QWEN, GEMMA}, {"alfworld", "webshop", "scienceworld"}, 10, 8 * 3 * 3 * 3),
+    "table2_persist_vs_discard": ({LLAMA, QWEN}, ALF_WEB, 10, 2 * 2 * 3 * 2),
+    "figure5_gamma": ({QWEN}, ALF_WEB, 10, 4 * 2 * 3),
+    "figure6_policies": ({QWEN}, ALF_WEB, 10, 6 * 2 * 3),
+    "figure7_lambda": ({QWEN}, ALF_WEB, 10, 4 * 2 * 3),
+    "figure12_budgets": ({QWEN}, ALF_WEB, 10, 6 * 2 * 3),
+    "figure11a_skill_content": ({QWEN}, {"appworld"}, 1, 3 * 3),
+    "figure11b_retention": ({QWEN}, {"webshop"}, 10, 3 * 3),
+    "figure11b_frozen_layer": ({QWEN}, {"webshop"}, 10, 1 * 3),
+}
+PAPER_URLS = {"ANTIPERSIST_URL_LLAMA_4_SCOUT": "http://gpu-1:8000/v1", "ANTIPERSIST_URL_QWEN3_CODER_NEXT": "http://gpu-2:8001/v1",
+              "ANTIPERSIST_URL_GEMMA_4_31B_IT": "http://gpu-3:8002/v1", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B": "http://gpu-4:8003/v1"}
+FROZEN_LAYER = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge/seed42")
+
+
+def fake_partition(benchmark: str, n_train: int, n_heldout: int):
+    from antipersist_lib.partitions import Partition
+    from antipersist_lib.records import Task
+
+    def tasks(split: str, n: int) -> tuple[Task, ...]:
+        return tuple(Task(task_id=i, benchmark=benchmark, task_type=benchmark, split=split, env_args={"goal_index": i}) for i in range(n))
+
+    return Partition(benchmark, 42, {"fake": True}, tasks("train", n_train), tasks("heldout", n_heldout))
+
+
+@pytest.fixture
+def users_setup(tmp_path, monkeypatch, clean_urls):
+    """What a user provides before launching every grid file: one URL per server, a WebShop
+    partition, AppWorld with its partition, the F.1 skill libraries, and the 11(b) judge run."""
+    import sys
+    import types
+
+    from antipersist_lib.envs.appworld import build_appworld_partition
+    from antipersist_lib.partitions import save_partition
+
+    for var, url in PAPER_URLS.items():
+        monkeypatch.setenv(var, url)
+    appworld = types.ModuleType("appworld")
+    appworld.AppWorld = object
+    appworld.load_task_ids = lambda dataset="dev": [f"{i:07x}_{j}" for i in range(19) for j in (1, 2, 3)]
+    monkeypatch.setitem(sys.modules, "appworld", appworld)
+    (tmp_path / "appworld" / "data" / "tasks").mkdir(parents=True)
+    monkeypatch.setenv("APPWORLD_ROOT", str(tmp_path / "appworld"))
+    monkeypatch.setenv("ANTIPERSIST_PARTITIONS", str(tmp_path / "partitions"))
+    save_partition(fake_partition("webshop", 200, 100))
+    save_partition(build_appworld_partition())
+    monkeypatch.chdir(tmp_path)  # the files' relative paths (libraries, out_root) are the user's
+    (tmp_path / "params" / "skills").mkdir(parents=True)
+    for kind in ("useful", "toxic"):
+        (tmp_path / "params" / "skills" / f"appworld-{kind}.json").write_text(json.dumps([{"name": "s", "content": f"a {kind} rule"}]))
+    (FROZEN_LAYER / "snapshots").mkdir(parents=True)
+    (FROZEN_LAYER / "snapshots" / "abstractions_iter_10.json").write_text(json.dumps({"active": [{"abstraction_id": "a1", "text": "a judged skill"}]}))
+    return tmp_path
+
+
+def test_every_grid_file_has_a_design():
+    assert {p.stem for p in GRID_FILES} == set(DESIGN)
+
+
+def policy_label(mp: dict) -> str:
+    """A run's mode-selection policy in ablations.POLICIES' terms."""
+    return {"random": "random", "fixed": f"fixed: {mp.get('fixed_mode')}"}.get(mp.get("policy", "bandit"), "bandit")
+
+
+def is_default_run(spec) -> bool:
+    """The Table 3 default: the main grid's anti_persistence run, no parameter changed."""
+    return spec.method == "anti_persistence" and spec.method_params == {}
+
+
+@pytest.mark.parametrize("path", GRID_FILES, ids=lambda p: p.stem)
+def test_grid_files_load_with_the_papers_design(users_setup, path):
+    from antipersist_lib import ablations as ab
+
+    grid = load_grid(path)
+    backbones, benchmarks, iterations, n_runs = DESIGN[path.stem]
+    specs = [r.spec for r in grid.runs]
+    assert len(specs) == n_runs and len({s.run_dir() for s in specs}) == n_runs
+    assert {s.backbone for s in specs} == backbones and {s.benchmark for s in specs} == benchmarks
+    assert {s.seed for s in specs} == {42, 43, 44} and {s.iterations for s in specs} == {iterations}
+    assert {s.max_steps for s in specs} == {50} and {s.heldout_limit for s in specs} == {None}
+    assert Path(grid.out_root) == users_setup / "outputs" / "runs"  # where params/0*/paper.yaml look (runs_root)
+    assert {r.endpoint.base_url for r in grid.runs} == {PAPER_URLS["ANTIPERSIST_URL_" + b.upper().replace("-", "_")] for b in backbones}
+    assert {r.embed_endpoint.base_url for r in grid.runs} == {PAPER_URLS["ANTIPERSIST_URL_QWEN3_EMBEDDING_8B"]}
+    runs = {s.run_name: s for s in specs}
+    if path.stem == "paper":
+        from antipersist_lib.methods import TABLE1_METHODS
+
+        assert set(runs) == set(TABLE1_METHODS) and all(s.method_params == {} for s in specs)
+    elif path.stem == "table2_persist_vs_discard":
+        assert set(runs) == set(ab.PERSISTENCE) and is_default_run(runs[ab.DEFAULT_RUN])
+        assert {n: "persist" if s.method_params.get("persist") else "discard" for n, s in runs.items()} == ab.PERSISTENCE
+    elif path.stem == "figure6_policies":
+        assert set(runs) == set(ab.POLICIES) and is_default_run(runs[ab.DEFAULT_RUN])
+        assert {n: policy_label(s.method_params) for n, s in runs.items()} == ab.POLICIES
+    elif path.stem in ("figure5_gamma", "figure7_lambda", "figure12_budgets"):
+        sweeps = {"figure5_gamma": ["gamma"], "figure7_lambda": ["lambda"], "figure12_budgets": ["B", "B_hat"]}[path.stem]
+        assert set(runs) == {n for sw in sweeps for n in ab.SWEEPS[sw]} and is_default_run(runs[ab.DEFAULT_RUN])
+        for sw in sweeps:
+            for name, value in ab.SWEEPS[sw].items():
+                if name != ab.DEFAULT_RUN:
+                    assert runs[name].method == "anti_persistence"
+                    assert runs[name].method_params == {ab.SWEEP_PARAMETERS[sw]: value}, (sw, name)
+    elif path.stem == "figure11a_skill_content":
+        assert set(runs) == set(ab.SKILL_CONTENT) and {s.method for s in specs} == {"frozen_skills"}
+        libraries = {n: s.method_params["library"] for n, s in runs.items()}
+        assert libraries == {"skills-none": None, "skills-useful": "params/skills/appworld-useful.json",
+                             "skills-toxic": "params/skills/appworld-toxic.json"}
+        assert {s.heldout_concurrency for s in specs} == {1} and grid.max_parallel == 1  # one AppWorld world at a time
+    elif path.stem == "figure11b_retention":
+        assert set(runs) == set(ab.RETENTION) - {"frozen-layer"} and is_default_run(runs[ab.DEFAULT_RUN])
+        assert runs["abstraction_memory"].method_params == {} and runs["abstraction-judge"].method_params == {"judge": True}
+    elif path.stem == "figure11b_frozen_layer":
+        assert set(runs) == {"frozen-layer"}
+        layer = users_setup / runs["frozen-layer"].method_params["frozen_skills"]
+        judge = next(s for s in (r.spec for r in load_grid(path.with_name("figure11b_retention.yaml")).runs)
+                     if s.run_name == "abstraction-judge" and s.seed == 42)
+        assert layer == judge.run_dir()  # step 2 freezes the skills step 1 admitted
+
+
+def test_a_run_in_two_grid_files_has_one_identity(users_setup):
+    """A run directory two files share (the default points, the main grid's runs) is defined the same
+    in both, so the second file resumes it instead of being refused as a different configuration."""
+    from antipersist_lib.protocol import IDENTITY_KEYS
+
+    seen: dict[Path, tuple[str, dict]] = {}
+    shared = 0
+    for path in GRID_FILES:
+        for r in load_grid(path).runs:
+            ident = {k: getattr(r.spec, k) for k in IDENTITY_KEYS if k != "partition_hash"}
+            ident["iterations"] = r.spec.iterations
+            if r.spec.run_dir() in seen:
+                shared += 1
+                assert seen[r.spec.run_dir()][1] == ident, (path.name, seen[r.spec.run_dir()][0], r.spec.run_dir())
+            seen.setdefault(r.spec.run_dir(), (path.name, ident))
+    # each file's default runs are main-grid runs: Table 2 (12), Figures 5, 6, 7, 12 (6 each), 11(b) (3 + 3)
+    assert shared == 12 + 4 * 6 + 6
+
+
+def test_grid_files_are_refused_until_the_users_parts_exist(tmp_path, monkeypatch, clean_urls, no_webshop_partition):
+    """Honest refusals: WebShop needs its partition, Figure 11(a) AppWorld and the user's libraries,
+    Figure 11(b)'s step 2 the judge run of step 1."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "appworld", None)
+    monkeypatch.chdir(tmp_path)
+    for path in GRID_FILES:
+        benchmarks = DESIGN[path.stem][1]
+        message = (r"benchmark 'webshop' cannot run: .*partition webshop --goals" if "webshop" in benchmarks
+                   else r"benchmark 'appworld' cannot run: AppWorld is not set up")
+        with pytest.raises(ValueError, match=message):
+            load_grid(path)
+
+
+def test_missing_libraries_and_judge_run_are_named(users_setup):
+    (users_setup / "params" / "skills" / "appworld-toxic.json").unlink()
+    with pytest.raises(ValueError, match=r"run 'skills-toxic' \(frozen_skills\): cannot read skill library params/skills/appworld-toxic.json"):
+        load_grid(ROOT / "params" / "grid" / "figure11a_skill_content.yaml")
+    for p in (FROZEN_LAYER / "snapshots").iterdir():
+        p.unlink()
+    with pytest.raises(ValueError, match=r"run 'frozen-layer' \(anti_persistence\): skill library .*abstraction-judge/seed42"):
+        load_grid(ROOT / "params" / "grid" / "figure11b_frozen_layer.yaml")

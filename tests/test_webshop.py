@@ -444,6 +444,29 @@ def test_partition_reproducible_and_seed_dependent(goals_file, tmp_path):
     assert draw_webshop_split(PAPER_N_GOALS)[1] == [t.task_id for t in a.train]
 
 
+def test_missing_partition_names_the_file_and_the_command(tmp_path, monkeypatch):
+    from antipersist_lib import partitions
+
+    monkeypatch.setattr(partitions, "partition_dirs", lambda: [tmp_path / "mine", tmp_path / "kit"])
+    with pytest.raises(FileNotFoundError) as info:
+        load_partition("webshop")
+    msg = str(info.value)
+    assert str(tmp_path / "mine" / "webshop.json") in msg and str(tmp_path / "kit" / "webshop.json") in msg
+    assert "`python -m antipersist_lib partition webshop --goals <your WebShop instruction file" in msg
+
+
+def test_users_partition_folder_is_written_and_read_first(goals_file, tmp_path, monkeypatch):
+    """ANTIPERSIST_PARTITIONS: the CLI's default destination, searched before the kit's folder (the
+    other benchmarks still come from the kit)."""
+    from antipersist_lib.cli import main
+
+    monkeypatch.setenv("ANTIPERSIST_PARTITIONS", str(tmp_path / "mine"))
+    assert main(["partition", "webshop", "--goals", str(goals_file)]) == 0
+    assert load_partition("webshop") == build_webshop_partition(goals_file)
+    assert (tmp_path / "mine" / "webshop.json").exists() and len(list((tmp_path / "mine").iterdir())) == 1
+    assert len(load_partition("alfworld").heldout) == 134
+
+
 def test_partition_from_goal_objects_and_wrong_count(tmp_path):
     p = tmp_path / "goals.json"
     p.write_text(json.dumps([{"asin": f"A{i}", "instruction_text": f"goal {i}, and price lower than 10.00 dollars"} for i in range(500)]))

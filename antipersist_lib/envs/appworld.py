@@ -26,7 +26,11 @@ install steps (``pip install appworld``, ``appworld install``, ``appworld downlo
 others), so use one ``AppWorldEnvironment`` per process.
 
 ``sample_appworld_tasks`` draws the 30 tasks of the F.1 study with a fixed seed from a task-id
-list (e.g. ``load_task_ids("dev")``); ``appworld_tasks`` wraps ids as kit ``Task`` records.
+list (e.g. ``load_task_ids("dev")``); ``appworld_tasks`` wraps ids as kit ``Task`` records;
+``build_appworld_partition`` (``python -m antipersist_lib partition appworld``) saves them as the
+kit's AppWorld partition: the 30 drawn tasks held out, the rest of the dataset as training pool.
+F.1 evaluates frozen skill libraries without training; the protocol runs at least one training
+episode per iteration, which ``frozen_skills`` does not learn from (``params/grid/figure11a_skill_content.yaml``).
 """
 
 from __future__ import annotations
@@ -35,12 +39,13 @@ import logging
 import os
 import random
 import re
+import sys
 from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from ..partitions import PARTITION_SEED
+from ..partitions import PARTITION_SEED, Partition
 from ..records import Task
 
 log = logging.getLogger(__name__)
@@ -117,7 +122,7 @@ def appworld_data_dir(module: Any | None = None) -> Path:
     return Path(os.environ.get("APPWORLD_ROOT") or ".") / "data"
 
 
-def _require_appworld() -> Any:
+def require_appworld() -> Any:
     """The ``appworld`` module with its data present, or BenchmarkUnavailableError."""
     mod = _import_appworld()
     if not hasattr(mod, "AppWorld"):
@@ -130,7 +135,7 @@ def _require_appworld() -> Any:
 
 def load_appworld_task_ids(dataset: str = "dev") -> list[str]:
     """``appworld.load_task_ids(dataset)`` (train, dev, test_normal, test_challenge)."""
-    mod = _require_appworld()
+    mod = require_appworld()
     try:
         return [str(t) for t in mod.load_task_ids(dataset)]
     except Exception as exc:
@@ -160,6 +165,31 @@ def appworld_tasks(task_ids: Iterable[str], *, split: str = "heldout", dataset: 
     return out
 
 
+def _appworld_version() -> str | None:
+    try:
+        return metadata.version("appworld")
+    except metadata.PackageNotFoundError:
+        return getattr(sys.modules.get("appworld"), "__version__", None)
+
+
+def build_appworld_partition(dataset: str = "dev", seed: int = PARTITION_SEED, n: int = F1_N_TASKS) -> Partition:
+    """The F.1 partition from the installed package's ``dataset`` task ids: ``n`` tasks drawn by
+    ``sample_appworld_tasks`` (held-out), the remaining ids in sorted order (training pool)."""
+    ids = sorted(set(load_appworld_task_ids(dataset)))
+    held = sample_appworld_tasks(ids, n=n, seed=seed)
+    chosen = set(held)
+    train = [t for t in ids if t not in chosen]
+    return Partition(
+        benchmark="appworld", seed=seed,
+        drawn_with={"appworld": _appworld_version(), "dataset": dataset, "n_task_ids": len(ids), "heldout_n": n,
+                    "draw": "sorted(random.Random(seed).sample(sorted(task_ids), n))"},
+        train=tuple(appworld_tasks(train, split="train", dataset=dataset)),
+        heldout=tuple(appworld_tasks(held, split="heldout", dataset=dataset)),
+        notes=(f"Appendix F.1: {n} randomly selected AppWorld tasks ({dataset} set), evaluated with frozen skill "
+               "libraries; the other tasks of the set form the training pool, which F.1 does not use."),
+    )
+
+
 def _supervisor_text(sup: Any) -> str:
     if sup is None:
         return ""
@@ -186,7 +216,7 @@ class AppWorldEnvironment(Environment):
     raw_actions = True  # the model writes a code block; the agent loop passes the whole reply
 
     def __init__(self, *, experiment_name: str = "antipersist", dataset: str = "dev", **appworld_options: Any) -> None:
-        self._mod = _require_appworld()
+        self._mod = require_appworld()
         self.experiment_name = experiment_name
         self.dataset = dataset
         self.appworld_options = dict(appworld_options)
@@ -310,13 +340,9 @@ class AppWorldEnvironment(Environment):
         return extract_code(action)
 
     def engine_info(self) -> dict[str, Any]:
-        try:
-            version = metadata.version("appworld")
-        except metadata.PackageNotFoundError:
-            version = getattr(self._mod, "__version__", None)
         return {
             "benchmark": self.benchmark,
-            "appworld": version,
+            "appworld": _appworld_version(),
             "experiment_name": self.experiment_name,
             "dataset": self.dataset,
             "appworld_options": self.appworld_options,
@@ -338,7 +364,9 @@ __all__ = [
     "INSTALL_HINT",
     "appworld_data_dir",
     "appworld_tasks",
+    "build_appworld_partition",
     "extract_code",
     "load_appworld_task_ids",
+    "require_appworld",
     "sample_appworld_tasks",
 ]

@@ -1,0 +1,116 @@
+"""Backbone and embedding profiles: one base URL per model (own variable > global variable >
+base_url), the shipped profiles' distinct ports, the agent's decoding per backbone, and field
+validation that names the file and the field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from antipersist_lib.profiles import agent_decoding, backbone_endpoint, embedding_endpoint, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+URL_VARS = ("ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "ANTIPERSIST_URL_LLAMA_4_SCOUT",
+            "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_GEMMA_4_31B_IT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    monkeypatch.delenv("ANTIPERSIST_PARAMS", raising=False)
+    for var in URL_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def write_profile(tmp_path: Path, kind: str, name: str, **fields) -> Path:
+    d = tmp_path / "params" / kind
+    d.mkdir(parents=True, exist_ok=True)
+    data = {"name": name, "model": f"org/{name}", "base_url": "http://127.0.0.1:9000/v1", **fields}
+    (d / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path / "params"
+
+
+def test_shipped_profiles_have_their_own_port_variable_and_serve_line():
+    ports = {}
+    for kind in ("backbones", "embeddings"):
+        for path in sorted((ROOT / "params" / kind).glob("*.yaml")):
+            data = load_profile(kind, path.stem)
+            port = int(re.search(r":(\d+)/v1$", data["base_url"]).group(1))
+            comment = path.read_text().split("\nname:")[0]
+            assert "vllm serve" in comment and f"--port {port}" in comment, f"{path}: its vllm serve line must use port {port}"
+            assert data["base_url_env"] == "ANTIPERSIST_URL_" + re.sub(r"[^A-Z0-9]", "_", path.stem.upper())
+            ports[path.stem] = port
+    assert ports == {"llama-4-scout": 8000, "qwen3-coder-next": 8001, "gemma-4-31b-it": 8002, "qwen3-embedding-8b": 8003}
+
+
+def test_url_precedence_own_variable_then_global_then_file(monkeypatch):
+    assert backbone_endpoint("qwen3-coder-next").base_url == "http://127.0.0.1:8001/v1"
+    monkeypatch.setenv("ANTIPERSIST_BASE_URL", "http://router:9000/v1")
+    assert backbone_endpoint("qwen3-coder-next").base_url == "http://router:9000/v1"
+    assert backbone_endpoint("llama-4-scout").base_url == "http://router:9000/v1"
+    monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_CODER_NEXT", "http://gpu-2:8001/v1")
+    assert backbone_endpoint("qwen3-coder-next").base_url == "http://gpu-2:8001/v1"
+    assert backbone_endpoint("llama-4-scout").base_url == "http://router:9000/v1"  # only its own model moved
+    # embeddings: their own global variable, not the backbones'
+    assert embedding_endpoint("qwen3-embedding-8b").base_url == "http://127.0.0.1:8003/v1"
+    monkeypatch.setenv("ANTIPERSIST_EMBED_BASE_URL", "http://emb:9001/v1")
+    assert embedding_endpoint("qwen3-embedding-8b").base_url == "http://emb:9001/v1"
+    monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_EMBEDDING_8B", "http://gpu-3:8003/v1")
+    assert embedding_endpoint("qwen3-embedding-8b").base_url == "http://gpu-3:8003/v1"
+    monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_CODER_NEXT", "")  # empty = unset
+    assert backbone_endpoint("qwen3-coder-next").base_url == "http://router:9000/v1"
+
+
+def test_agent_decoding_from_the_profile():
+    for name in ("llama-4-scout", "qwen3-coder-next", "gemma-4-31b-it"):
+        assert agent_decoding(name) == {"temperature": 0.7, "top_p": 0.95}
+    assert agent_decoding("embedded-gemma-3-270m") == {}  # a label without a profile file
+
+
+def test_agent_decoding_only_the_keys_present(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTIPERSIST_PARAMS", str(write_profile(tmp_path, "backbones", "greedy", temperature=0)))
+    assert agent_decoding("greedy") == {"temperature": 0.0}
+    write_profile(tmp_path, "backbones", "plain")
+    assert agent_decoding("plain") == {}
+    ep = backbone_endpoint("greedy")  # decoding is the agent's, not the endpoint's
+    assert not hasattr(ep, "temperature") and "temperature" not in ep.describe()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"temperature": -0.1}, r"'temperature' must be a number in \[0, 2\]"),
+    ({"temperature": 2.5}, r"'temperature' must be a number in \[0, 2\]"),
+    ({"temperature": "hot"}, r"'temperature' must be a number in \[0, 2\]"),
+    ({"temperature": True}, r"'temperature' must be a number in \[0, 2\]"),
+    ({"top_p": 0}, r"'top_p' must be a number in \(0, 1\]"),
+    ({"top_p": 1.5}, r"'top_p' must be a number in \(0, 1\]"),
+    ({"base_url_env": "MY-URL"}, r"'base_url_env' must name an environment variable"),
+    ({"base_url_env": 3}, r"'base_url_env' must name an environment variable"),
+    ({"base_url": "http://user:sk-secret@host/v1"}, r"'base_url' carries credentials.*api_key_env"),
+    ({"base_url": ""}, r"'base_url' must be a non-empty string"),
+    ({"temprature": 0.5}, r"unknown key\(s\) \['temprature'\]"),
+])
+def test_bad_fields_name_the_file_and_field(tmp_path, monkeypatch, fields, message):
+    params = write_profile(tmp_path, "backbones", "bad", **fields)
+    monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
+    with pytest.raises(ValueError, match=message) as info:
+        load_profile("backbones", "bad")
+    assert str(params / "backbones" / "bad.yaml") in str(info.value)
+    assert "sk-secret" not in str(info.value)
+
+
+def test_credentials_in_a_url_variable_are_refused(monkeypatch):
+    monkeypatch.setenv("ANTIPERSIST_URL_LLAMA_4_SCOUT", "http://me:sk-secret@gpu-1:8000/v1")
+    with pytest.raises(ValueError, match=r"\$ANTIPERSIST_URL_LLAMA_4_SCOUT carries credentials") as info:
+        backbone_endpoint("llama-4-scout")
+    assert "sk-secret" not in str(info.value)
+
+
+def test_manifest_form_has_the_url_and_never_the_key(monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "sk-not-in-manifests")
+    monkeypatch.setenv("ANTIPERSIST_URL_GEMMA_4_31B_IT", "http://gpu-3:8002/v1")
+    described = backbone_endpoint("gemma-4-31b-it").describe()
+    assert described["base_url"] == "http://gpu-3:8002/v1" and described["api_key_env"] == "VLLM_API_KEY"
+    assert "sk-not-in-manifests" not in repr(described)
+
