@@ -1,9 +1,11 @@
-# The README's two commands:
+# The README's commands:
 #   make run    - the main job on the embedded default
 #   make test   - the whole test suite
-# Both create ./.venv from PyPI on first use (no conda needed; environment.yml mirrors the same
+#   make lab    - JupyterLab on the notebooks, with the kit's kernel registered in ./.venv
+# All create ./.venv from PyPI on first use (no conda needed; environment.yml mirrors the same
 # dependencies for conda users), make sure a Java runtime exists (ScienceWorld runs in a JVM)
-# and that ALFWorld's game files are unpacked.
+# and that ALFWorld's game files are unpacked. `make test` also needs Chromium and its driver
+# (Debian's chromium, chromium-driver: `make browser`) for the JupyterLab browser test.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +18,7 @@ ALFWORLD_ARCHIVE := $(firstword $(wildcard ../shared/data/alfworld/alfworld-game
 ALFWORLD_DATA ?= $(CURDIR)/.data/alfworld
 export ALFWORLD_DATA
 
-.PHONY: run test install java alfworld-data clean-venv
+.PHONY: run test lab install java browser alfworld-data clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +37,17 @@ java:
 	  echo "ScienceWorld needs a Java runtime: install one (e.g. 'sudo apt-get install default-jre-headless') and re-run"; exit 1; \
 	fi
 
+# The JupyterLab test drives Debian's Chromium through its matching chromedriver (both given by
+# path, so Selenium never downloads a driver or a browser).
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Chromium and chromedriver for the JupyterLab test (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+	  echo "the JupyterLab test needs /usr/bin/chromium and /usr/bin/chromedriver: install them (e.g. 'sudo apt-get install chromium chromium-driver') and re-run"; exit 1; \
+	fi
+
 alfworld-data:
 	@if [ -d "$(ALFWORLD_DATA)/json_2.1.1" ] || [ "$$(basename "$(ALFWORLD_DATA)")" = json_2.1.1 -a -d "$(ALFWORLD_DATA)" ]; then :; \
 	elif [ -n "$(ALFWORLD_ARCHIVE)" ]; then \
@@ -47,8 +60,15 @@ alfworld-data:
 run: install
 	$(PY) -m antipersist_lib main --profile params/main/smoke.yaml
 
-test: install
+test: install browser
 	$(PY) -m pytest
+
+# Notebooks open with the repository root as JupyterLab's root (notebooks/ and params/ side by
+# side); they find their files through antipersist_lib.paths.repo_root(), whatever the cwd.
+lab: install
+	$(PY) -m ipykernel install --sys-prefix --name antipersist --display-name "antipersist (.venv)"
+	$(PY) -m jupyter lab --ServerApp.root_dir=$(CURDIR) --ContentsManager.preferred_dir=notebooks \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean-venv:
 	rm -rf $(VENV)

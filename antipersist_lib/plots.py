@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")  # headless (papermill, CI); notebooks still display the returned figures
+if "ipykernel" not in sys.modules:  # headless scripts and CI; a notebook kernel keeps its inline backend
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -38,6 +40,7 @@ def cost_vs_success(points: pd.DataFrame, *, title: str, note: str = "") -> plt.
     if note:
         fig.text(0.01, -0.06, note, fontsize=7, wrap=True)
     ax.legend(fontsize=7, loc="best")
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -60,6 +63,7 @@ def success_bars(df: pd.DataFrame, *, x: str, hue: str, title: str, note: str = 
     ax.set_xticks(ax.get_xticks(), [_wrap(t.get_text()) for t in ax.get_xticklabels()], fontsize=8)
     ax.legend(fontsize=7, title=hue, title_fontsize=7, loc="upper right")
     _titles(fig, ax, title, note)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -106,6 +110,7 @@ def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: boo
     fig.suptitle(title)
     fig.tight_layout()
     _note(fig, note)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -133,6 +138,7 @@ def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
     fig.suptitle(title)
     fig.tight_layout()
     _note(fig, note)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -161,6 +167,7 @@ def mode_heatmaps(freq: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.92))
     _note(fig, note)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -185,6 +192,7 @@ def provenance_rates(rates: pd.DataFrame, *, title: str, note: str = "") -> plt.
     ax.set_title(title)
     ax.legend(fontsize=7)
     _note(fig, note)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
 
@@ -211,4 +219,31 @@ def selector_scores(per_mode: pd.DataFrame, *, title: str) -> plt.Figure:
     for lbl, c in zip(ax.get_xticklabels(), colors):
         lbl.set_color(c)
     ax.set_title(title)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
+    return fig
+
+
+def dynamics(curves: pd.DataFrame, paper_final: pd.DataFrame, *, note: str = "") -> plt.Figure:
+    """Figures 2 and 9: held-out success (a) and mean trajectory length (b) per iteration, one
+    column per benchmark, with the paper's final-iteration success (mean over backbones) as stars."""
+    sns.set_theme(style="whitegrid")
+    benches = sorted(set(curves["benchmark"]) if not curves.empty else set(paper_final["benchmark"]))
+    fig, axes = plt.subplots(2, len(benches), figsize=(4.5 * len(benches), 7), squeeze=False)
+    for j, bench in enumerate(benches):
+        ax_s, ax_l = axes[0][j], axes[1][j]
+        sub = curves[curves["benchmark"] == bench] if not curves.empty else curves
+        last = int(sub["iteration"].max()) if not sub.empty else 10
+        if not sub.empty:
+            sns.lineplot(data=sub, x="iteration", y="success", hue="method", marker="o", ax=ax_s, legend=j == 0)
+            sns.lineplot(data=sub, x="iteration", y="steps", hue="method", marker="o", ax=ax_l, legend=False)
+        pf = paper_final[paper_final["benchmark"] == bench].groupby("method")["success"].mean()
+        ax_s.scatter([last] * len(pf), pf.values, marker="*", s=140, color="black", label="paper, final (mean over backbones)")
+        ax_s.set_title(f"{bench}: (a) held-out success (%)")
+        ax_l.set_title(f"{bench}: (b) mean trajectory length")
+        ax_s.set_ylim(-2, 102)
+    axes[0][0].legend(fontsize=7)
+    if note:
+        fig.text(0.01, -0.02, note, fontsize=7, wrap=True)
+    fig.tight_layout()
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig

@@ -36,8 +36,8 @@ def find_runs(roots: Any, *, base: str | Path | None = None) -> list[Path]:
     return out
 
 
-def load_manifest(run: Path) -> dict[str, Any]:
-    return json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+def load_manifest(run: str | Path) -> dict[str, Any]:
+    return json.loads((Path(run) / "manifest.json").read_text(encoding="utf-8"))
 
 
 def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
