@@ -7,6 +7,8 @@ that they agree with the profile, so a renamed variant cannot silently drop out 
 
 from __future__ import annotations
 
+from .anti_persistence import TABLE3
+
 #: the default configuration (Table 3) that every sweep passes through
 DEFAULT_RUN = "anti_persistence"
 
@@ -17,15 +19,17 @@ PERSISTENCE = {DEFAULT_RUN: "discard", "persist": "persist"}
 POLICIES = {DEFAULT_RUN: "bandit", "policy-none": "fixed: none", "policy-imitation": "fixed: imitation",
             "policy-strategic": "fixed: strategic", "policy-corrective": "fixed: corrective", "policy-random": "random"}
 
-#: Figures 5, 7, 12: run folder -> parameter value, per swept parameter (the method's parameter name in brackets)
-SWEEPS: dict[str, dict[str, float]] = {
-    "gamma": {"gamma-0.98": 0.98, "gamma-0.99": 0.99, DEFAULT_RUN: 0.998, "gamma-1.0": 1.0},
-    "lambda": {"lambda-0": 0.0, DEFAULT_RUN: 0.05, "lambda-0.2": 0.2, "lambda-0.5": 0.5},
-    "B": {"B-1": 1, DEFAULT_RUN: 5, "B-10": 10},
-    "B_hat": {"Bhat-3": 3, "Bhat-5": 5, DEFAULT_RUN: 10, "Bhat-20": 20},
-}
 #: the method parameter each swept symbol sets
 SWEEP_PARAMETERS = {"gamma": "gamma", "lambda": "lam", "B": "budget", "B_hat": "neighbourhood"}
+_T3 = TABLE3.params()
+
+#: Figures 5, 7, 12: run folder -> parameter value, per swept parameter; the default run's value is Table 3's
+SWEEPS: dict[str, dict[str, float]] = {
+    "gamma": {"gamma-0.98": 0.98, "gamma-0.99": 0.99, DEFAULT_RUN: _T3["gamma"], "gamma-1.0": 1.0},
+    "lambda": {"lambda-0": 0.0, DEFAULT_RUN: _T3["lam"], "lambda-0.2": 0.2, "lambda-0.5": 0.5},
+    "B": {"B-1": 1, DEFAULT_RUN: _T3["budget"], "B-10": 10},
+    "B_hat": {"Bhat-3": 3, "Bhat-5": 5, DEFAULT_RUN: _T3["neighbourhood"], "Bhat-20": 20},
+}
 
 #: Figure 11(a): frozen skill libraries (the paper: AppWorld; the smoke profile: ALFWorld libraries in params/skills)
 SKILL_CONTENT = {"skills-none": "no skills", "skills-useful": "useful skills", "skills-toxic": "toxic skills"}

@@ -28,12 +28,21 @@ THINK_OBSERVATION = "OK."
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """The acting LLM's settings. Decoding (temperature, top_p) belongs to the backbone: a backbone
+    profile sets it (``params/backbones/*.yaml``), a run's ``agent:`` block may override it, and
+    the manifest records what was used. ``top_p=None`` sends no top_p (the server's default)."""
+
     max_steps: int = 50
     max_tokens: int = 1024  # per action (Table 3)
     temperature: float = 0.0
     history_turns: int | None = None  # keep only the last N turns in the prompt (None = all)
+    top_p: float | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:
+            raise ValueError(f"temperature must be a number in [0, 2], got {self.temperature!r}")
+        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be null or a number in (0, 1], got {self.top_p!r}")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.max_tokens < 1:
@@ -93,6 +102,7 @@ def run_episode(
             _window(messages, config.history_turns),
             purpose="execution",
             temperature=config.temperature,
+            top_p=config.top_p,
             max_tokens=config.max_tokens,
             tags={**(tags or {}), "step": t},
         )

@@ -11,7 +11,7 @@ trajectory, its outcome, and which mode was used with what reward.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -21,25 +21,37 @@ from .embeddings import embed_text
 from .environment import Environment
 from .outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
 from .records import MODES, EpisodeOutcome, Task, Trajectory
-from .selector import ModeDecision, ModeSelector, SelectorConfig
+from .selector import PHASES, ModeDecision, ModeSelector, SelectorConfig, decision_rng
 from .synthesis import FormatLimits, Guidance, synthesize
-from .trajectory_memory import Retrieved, TrajectoryMemory
+from .trajectory_memory import TASK_FILTERS, Retrieved, TrajectoryMemory
 
 log = logging.getLogger(__name__)
 
-PHASES = ("train", "heldout")
+#: method parameter name -> FormatLimits field (synthesis input budget per retrieved record)
+LIMIT_PARAMETERS = {"max_observation_chars": "max_observation_chars", "max_initial_chars": "max_initial_chars",
+                    "max_record_chars": "max_record_chars"}
 
 
 @dataclass(frozen=True)
 class AntiPersistenceConfig:
-    """Method hyperparameters (Table 3 defaults)."""
+    """Every Anti-Persistence hyperparameter, in one place.
+
+    The defaults are the paper's Table 3 (B = 5, B-hat = 10, c = 0.5, gamma = 0.998, rho = 0.7,
+    W_init = 3, three round-robin iterations, epsilon = 0.1, lambda = 0.05, 1024 synthesis tokens)
+    plus the kit's documented choices where the paper is silent (observation and record clipping
+    in the synthesis input, the task-type filter, the contrast count). ``TABLE3`` below is this
+    object with its defaults; the protocol method, the per-task API, the ``select`` command and
+    the ablation maps all read their defaults from it. ``params()`` / ``from_params()`` convert
+    to and from the flat method-parameter names a run's ``method_params`` use.
+    """
 
     budget: int = 5  # B: records per retrieval
-    contrast: int = 1  # contrasting successes for corrective
-    lam: float = 0.05  # cost weight lambda
-    embed_prefix_chars: int = 500
+    contrast: int = 1  # contrasting successes shown with the failures in corrective mode
+    lam: float = 0.05  # cost weight lambda in r = clip(y - lambda * kappa, -1, 1)
+    embed_prefix_chars: int = 500  # initial observation prefix in the embedding text (B.3)
     synthesis_max_tokens: int = 1024
-    synthesis_temperature: float = 0.0
+    synthesis_temperature: float = 0.0  # B.2: the synthesis LLM decodes greedily
+    task_filter: str = "task_type"  # retrieval candidates: same task type ("task_type"), same "benchmark", or "off"
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     fixed_mode: str | None = None  # ablations: always use this mode instead of the bandit
     limits: FormatLimits = field(default_factory=FormatLimits)
@@ -51,8 +63,36 @@ class AntiPersistenceConfig:
             raise ValueError(f"contrast must be >= 0, got {self.contrast}")
         if self.lam < 0:
             raise ValueError(f"lam (lambda) must be >= 0, got {self.lam}")
+        if self.synthesis_max_tokens < 1:
+            raise ValueError(f"synthesis_max_tokens must be >= 1, got {self.synthesis_max_tokens}")
+        if self.task_filter not in TASK_FILTERS:
+            raise ValueError(f"task_filter is {self.task_filter!r}, expected one of {TASK_FILTERS}")
         if self.fixed_mode is not None and self.fixed_mode not in MODES:
             raise ValueError(f"fixed_mode is {self.fixed_mode!r}, expected one of {MODES} or None")
+
+    def params(self) -> dict[str, Any]:
+        """The flat method parameters (selector and clipping fields lifted to the top level)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("selector", "limits", "fixed_mode")}
+        out.update(self.selector.to_dict())
+        out.update({name: getattr(self.limits, attr) for name, attr in LIMIT_PARAMETERS.items()})
+        return out
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], *, fixed_mode: str | None = None) -> "AntiPersistenceConfig":
+        """Build from flat method parameters; names outside ``params()`` are an error naming them."""
+        defaults = cls().params()
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            raise ValueError(f"unknown Anti-Persistence parameter(s) {unknown}; valid: {sorted(defaults)}")
+        p = {**defaults, **params}
+        sel = {f.name: p[f.name] for f in fields(SelectorConfig)}
+        lim = FormatLimits(**{attr: p[name] for name, attr in LIMIT_PARAMETERS.items()})
+        top = {f.name: p[f.name] for f in fields(cls) if f.name not in ("selector", "limits", "fixed_mode")}
+        return cls(**top, selector=SelectorConfig(**sel), limits=lim, fixed_mode=fixed_mode)
+
+
+#: the paper's Table 3 defaults (with the kit's documented choices): the one source every default is read from
+TABLE3 = AntiPersistenceConfig()
 
 
 @dataclass(frozen=True)
@@ -159,7 +199,7 @@ class AntiPersistence:
         return len(self.memory)
 
     def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, PHASES.index(phase), iteration, position])
+        return decision_rng(self.seed, phase, iteration, position)
 
     def embed(self, task: Task, initial_observation: str, tags: dict[str, Any] | None = None) -> np.ndarray | None:
         text = embed_text(task.instruction, initial_observation, self.config.embed_prefix_chars)
@@ -193,15 +233,14 @@ class AntiPersistence:
         env: Environment,
         *,
         iteration: int,
-        position: int | None = None,
+        position: int,
         training: bool,
         agent_config: AgentConfig = AgentConfig(),
     ) -> TaskResult:
-        """Run one task end to end; during training also update M_k and L_k."""
+        """Run one task end to end; during training also update M_k and L_k. ``position`` is the
+        task's 0-based index within its iteration (it drives round-robin and seeds the decision)."""
         phase = "train" if training else "heldout"
         k = self.update_index
-        if position is None:
-            position = k if training else 0
         tags = {"phase": phase, "iteration": iteration, "task": task.key}
         try:
             initial_observation = env.reset(task)

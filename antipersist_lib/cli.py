@@ -25,20 +25,43 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from .outcome_log import OutcomeLog
-    from .selector import SelectorConfig, select_mode
+    """Audit one selection: re-derive a recorded decision from a run, or decide for a log + embedding."""
+    if args.run:
+        from .audit import audit_decision
 
-    log = OutcomeLog(args.log)
-    try:
-        emb = np.asarray(json.loads(Path(args.embedding).read_text()), dtype=np.float64)
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read an embedding (JSON list of numbers) from {args.embedding}: {exc}", file=sys.stderr)
-        return 2
-    cfg = SelectorConfig(neighbourhood=args.neighbourhood, gamma=args.gamma, rho=args.rho, c=args.c)
-    decision = select_mode(log, emb, iteration=args.iteration, position=args.position, seed=args.seed, config=cfg)
+        emb = _read_embedding(args.embedding) if args.embedding else None
+        audit = audit_decision(args.run, phase=args.phase, iteration=args.iteration, position=args.position,
+                               embedding=emb, cache_dir=args.cache)
+        print(json.dumps(audit.to_dict(), indent=2))
+        if not audit.reproduces:
+            print(f"error: the re-derived decision differs from the recorded one: {audit.differences}", file=sys.stderr)
+        return 0 if audit.reproduces else 1
+    from dataclasses import replace
+
+    from .anti_persistence import TABLE3
+    from .outcome_log import OutcomeLog
+    from .selector import select_mode
+
+    if not args.log or not args.embedding:
+        raise ValueError("select needs --run RUN_DIR, or both --log and --embedding")
+    emb = _read_embedding(args.embedding)
+    log = OutcomeLog(args.log, read_only=True)
+    overrides = {k: getattr(args, k) for k in SELECTOR_FLAGS if getattr(args, k) is not None}
+    cfg = replace(TABLE3.selector, **overrides)
+    decision = select_mode(log, emb, iteration=args.iteration, position=args.position, seed=args.seed, phase=args.phase, config=cfg)
     print(json.dumps(decision.to_dict(), indent=2))
-    log.close()
     return 0
+
+
+def _read_embedding(path: str) -> np.ndarray:
+    try:
+        return np.asarray(json.loads(Path(path).read_text()), dtype=np.float64)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"cannot read an embedding (JSON list of numbers) from {path}: {exc}") from None
+
+
+#: SelectorConfig fields the select command can override (defaults: Table 3, anti_persistence.TABLE3)
+SELECTOR_FLAGS = ("neighbourhood", "c", "gamma", "rho", "warmup_per_mode", "round_robin_iterations", "epsilon", "unsupported")
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
@@ -79,6 +102,10 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from .envs.scienceworld import build_scienceworld_partition
 
         part, _ = build_scienceworld_partition(seed=args.seed)
+    elif args.benchmark == "appworld":
+        from .envs.appworld import build_appworld_partition
+
+        part = build_appworld_partition(args.dataset, seed=args.seed)
     elif args.benchmark == "alfworld":
         from .envs.alfworld import build_alfworld_partition
 
@@ -120,6 +147,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.no_cache:
         settings["cache_dir"] = None
     spec = RunSpec.from_dict(settings)
+    if spec.benchmark == "appworld":  # before the run directory exists: a missing install records nothing
+        from .envs.appworld import require_appworld
+
+        require_appworld()
     summaries = run_cell(spec)
     last = summaries[-1] if summaries else None
     if last is not None:
@@ -148,11 +179,22 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     from .grid import load_grid, run_grid
 
     grid = load_grid(args.params)
+    if (args.executor or grid.executor) == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError(f"{args.params}: executor 'ray' needs the ray package: pip install -e '.[scale]', or pass --executor process")
     if args.address:
         grid.ray_address = args.address
     if args.max_parallel:
         grid.max_parallel = args.max_parallel
     print(f"grid {grid.name}: {len(grid.runs)} runs on executor {args.executor or grid.executor}; run directories under {grid.out_root}")
+    urls: dict[str, dict[str, None]] = {}
+    for r in grid.runs:
+        urls.setdefault(r.spec.backbone, {})[r.endpoint.base_url] = None
+        urls.setdefault(f"{r.spec.embedding} (embedding)", {})[r.embed_endpoint.base_url] = None
+    for name, where in urls.items():
+        print(f"  {name}: {', '.join(where)}")
     outcomes = run_grid(grid, executor=args.executor)
     return 0 if all(o.status == "ok" for o in outcomes) else 1
 
@@ -184,16 +226,29 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=42)
     d.set_defaults(func=_cmd_demo)
 
-    s = sub.add_parser("select", help="audit one mode selection: outcome log + task embedding -> decision JSON")
-    s.add_argument("--log", required=True, help="outcome_log.jsonl of a run")
-    s.add_argument("--embedding", required=True, help="JSON file holding the task embedding (list of numbers)")
-    s.add_argument("--iteration", type=int, default=4, help="1-based iteration (<= 3 means round-robin)")
-    s.add_argument("--position", type=int, default=0)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--neighbourhood", type=int, default=10, help="B-hat")
-    s.add_argument("--gamma", type=float, default=0.998)
-    s.add_argument("--rho", type=float, default=0.7)
-    s.add_argument("-c", type=float, default=0.5)
+    from .anti_persistence import TABLE3
+
+    t3 = TABLE3.selector
+    s = sub.add_parser("select", help="audit one mode selection: re-derive a run's recorded decision, or decide for a log + embedding",
+                       description="Either --run (re-derive the decision a run recorded, compare, exit 1 if it differs) or "
+                                   "--log + --embedding (decide afresh). Outcome logs are opened read-only. The random stream is "
+                                   "the method's: default_rng([seed, phase index, iteration, position]).")
+    s.add_argument("--run", help="an anti_persistence run directory: re-derive the decision recorded there")
+    s.add_argument("--cache", help="with --run and --phase heldout: the run's response cache (answers the embedding request)")
+    s.add_argument("--log", help="outcome_log.jsonl to decide from (read-only)")
+    s.add_argument("--embedding", help="JSON file holding the task embedding (list of numbers)")
+    s.add_argument("--phase", default="train", choices=("train", "heldout"), help="the phase the decision is made in (seeds the random stream)")
+    s.add_argument("--iteration", type=int, default=t3.round_robin_iterations + 1, help="1-based iteration (round-robin up to %(default)s - 1)")
+    s.add_argument("--position", type=int, default=0, help="0-based position of the task within the iteration")
+    s.add_argument("--seed", type=int, default=0, help="the run's seed")
+    s.add_argument("--neighbourhood", type=int, help=f"B-hat (default {t3.neighbourhood})")
+    s.add_argument("--gamma", type=float, help=f"recency decay (default {t3.gamma})")
+    s.add_argument("--rho", type=float, help=f"trust threshold (default {t3.rho})")
+    s.add_argument("-c", dest="c", type=float, help=f"UCB coefficient (default {t3.c})")
+    s.add_argument("--warmup-per-mode", dest="warmup_per_mode", type=int, help=f"W_init (default {t3.warmup_per_mode})")
+    s.add_argument("--round-robin-iterations", dest="round_robin_iterations", type=int, help=f"default {t3.round_robin_iterations}")
+    s.add_argument("--epsilon", type=float, help=f"default {t3.epsilon}")
+    s.add_argument("--unsupported", choices=("exclude", "zero"), help=f"default {t3.unsupported}")
     s.set_defaults(func=_cmd_select)
 
     mj = sub.add_parser("main", help="the README's main job: a smoke experiment on the embedded default")
@@ -239,14 +294,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_cmd_grid)
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
-    t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop"))
+    t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop", "appworld"))
     t.add_argument("--split", default="heldout", choices=("train", "heldout"))
     t.add_argument("--json", action="store_true", help="print the tasks as JSON")
     t.set_defaults(func=_cmd_tasks)
 
     pa = sub.add_parser("partition", help="(re)draw a benchmark's partition with the fixed seed")
-    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop"))
+    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop", "appworld"))
     pa.add_argument("--goals", help="WebShop: the instruction file of your WebShop install")
+    pa.add_argument("--dataset", default="dev", help="AppWorld: the task set the F.1 tasks are drawn from (default: dev)")
     pa.add_argument("--seed", type=int, default=42)
     pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
     pa.set_defaults(func=_cmd_partition)

@@ -135,11 +135,15 @@ class OutcomeLog:
 
     ``OutcomeLog(path)`` streams an existing file in order, skipping malformed lines (invalid
     JSON, torn writes, records failing the schema, a wrong embedding dimension) with a logged
-    warning. ``OutcomeLog(None)`` keeps the log in memory only.
+    warning. ``OutcomeLog(None)`` keeps the log in memory only. ``read_only=True`` is for audits:
+    the file must exist, is never created, repaired or appended to, and ``append`` raises.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False) -> None:
         self.path = Path(path) if path is not None else None
+        self.read_only = read_only
+        if read_only and (self.path is None or not self.path.is_file()):
+            raise FileNotFoundError(f"no outcome log at {self.path} (an audit reads an existing outcome_log.jsonl; it never creates one)")
         self._records: list[OutcomeRecord] = []
         self._matrix = EmbeddingMatrix()
         self._mode_idx: list[int] = []
@@ -150,7 +154,7 @@ class OutcomeLog:
         self.skipped_lines = 0
         if self.path is not None:
             self._load()
-        self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None else None
+        self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None and not read_only else None
 
     def _load(self) -> None:
         assert self.path is not None
@@ -195,6 +199,8 @@ class OutcomeLog:
         """Append one eligible attempt; the caller applies ``skip_reason`` first."""
         if self._frozen:
             raise FrozenStateError("the outcome log is frozen (held-out evaluation may not write it)")
+        if self.read_only:
+            raise FrozenStateError(f"the outcome log {self.path} was opened read-only (for an audit)")
         rec = OutcomeRecord.from_dict(
             {
                 "embedding": [float(x) for x in np.asarray(embedding, dtype=np.float64).reshape(-1)],
@@ -229,6 +235,15 @@ class OutcomeLog:
             self._writer.close()
 
     # -- reading ---------------------------------------------------------------------------
+
+    def head(self, n: int) -> "OutcomeLog":
+        """An in-memory copy of the first ``n`` entries: the log as it was after n appends (audits)."""
+        if not 0 <= n <= len(self):
+            raise ValueError(f"head({n}) of an outcome log with {len(self)} entries")
+        out = OutcomeLog(None)
+        for i in range(n):
+            out._add(self[i])
+        return out
 
     def __len__(self) -> int:
         return len(self._records)

@@ -43,6 +43,9 @@ from .versions import git_commit, package_versions
 
 log = logging.getLogger(__name__)
 
+#: AgentConfig fields a run's ``agent:`` block may set (max_steps is the run's own field)
+AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns")
+
 #: manifest fields that must match for a run to be resumed
 IDENTITY_KEYS = (
     "method", "method_params", "benchmark", "benchmark_options", "backbone", "embedding",
@@ -82,10 +85,13 @@ class RunSpec:
         for f in ("seed",):
             if not isinstance(getattr(self, f), int) or isinstance(getattr(self, f), bool):
                 raise ValueError(f"{f} must be an integer, got {getattr(self, f)!r}")
-        for f in ("iterations", "train_per_iteration", "max_steps", "heldout_concurrency"):
+        for f in ("iterations", "max_steps", "heldout_concurrency"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{f} must be an integer >= 1, got {v!r}")
+        v = self.train_per_iteration  # 0: evaluation only (e.g. F.1's frozen skill libraries)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"train_per_iteration must be an integer >= 0, got {v!r}")
         for f in ("heldout_limit", "train_pool_limit"):
             v = getattr(self, f)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
@@ -93,9 +99,9 @@ class RunSpec:
         for f in ("method_params", "benchmark_options", "agent"):
             if not isinstance(getattr(self, f), dict):
                 raise ValueError(f"{f} must be a mapping, got {type(getattr(self, f)).__name__}")
-        unknown = sorted(set(self.agent) - {"max_tokens", "temperature", "history_turns"})
+        unknown = sorted(set(self.agent) - set(AGENT_KEYS))
         if unknown:
-            raise ValueError(f"agent: unknown field(s) {unknown}; allowed: max_tokens, temperature, history_turns")
+            raise ValueError(f"agent: unknown field(s) {unknown}; allowed: {', '.join(AGENT_KEYS)}")
 
     @property
     def run_name(self) -> str:
@@ -237,7 +243,7 @@ class Runner:
         fsync: bool = True,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
-        from .profiles import backbone_endpoint, embedding_endpoint
+        from .profiles import agent_decoding, backbone_endpoint, embedding_endpoint
 
         self.spec = spec
         self.endpoint = endpoint or backbone_endpoint(spec.backbone)
@@ -247,7 +253,8 @@ class Runner:
         self.fsync = fsync
         self.on_event = on_event or (lambda kind, data: None)
         method_class(spec.method)  # fail early on import problems
-        self.agent_config = AgentConfig(max_steps=spec.max_steps, **spec.agent)
+        # decoding is the backbone's (its profile's temperature/top_p); the run's agent block wins
+        self.agent_config = AgentConfig(max_steps=spec.max_steps, **{**agent_decoding(spec.backbone), **spec.agent})
         train = list(self.partition.train)[: spec.train_pool_limit] if spec.train_pool_limit else list(self.partition.train)
         self.train_pool = train
         self.heldout = list(self.partition.heldout)[: spec.heldout_limit] if spec.heldout_limit else list(self.partition.heldout)

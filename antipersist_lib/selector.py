@@ -28,10 +28,12 @@ Choices made where the paper is silent (each is a documented reading, not a pape
   ``none``), then round-robin, then per-mode warmup, then epsilon-greedy, then the trust test
   (global-best fallback), then local KNN-UCB. The paper lists these safeguards (Table 3, B.4)
   without fixing their precedence.
-* **Round-robin is indexed by position.** During the first ``round_robin_iterations`` iterations
-  (1-based) the mode is ``modes[position % len(modes)]``, where ``position`` is the 0-based index
-  of this selection within the run's stream of selections (e.g. the training update index k).
-  The log is not consulted, so attempts skipped by the B.5 logging rules still advance the cycle.
+* **Round-robin is indexed by position within the iteration.** During the first
+  ``round_robin_iterations`` iterations (1-based) the mode is ``modes[position % len(modes)]``,
+  where ``position`` is the 0-based index of the task within its iteration: the protocol passes
+  0..49 for an iteration's training tasks and the held-out set's index for held-out tasks. So
+  each iteration's cycle starts at ``none``; the log is not consulted, and attempts skipped by the
+  B.5 logging rules still advance the cycle.
 * **Warmup is fewest-first with log-wide counts.** "Each mode forced at least W_init times" is
   implemented as: if any mode has fewer than ``warmup_per_mode`` records in the *whole* outcome
   log, choose the mode with the fewest records, ties to the earliest mode in ``modes`` order.
@@ -79,6 +81,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import tolerance
 from .outcome_log import OutcomeLog
 from .records import MODES
 from .similarity import top_k
@@ -524,6 +527,24 @@ class ModeSelector:
         )
 
 
+#: the phases a decision is made in; their index seeds the decision's random stream
+PHASES: tuple[str, ...] = ("train", "heldout")
+
+
+def decision_rng(seed: int, phase: str, iteration: int, position: int) -> np.random.Generator:
+    """The random stream of one decision: ``default_rng([seed, phase index, iteration, position])``.
+
+    The method draws from it when it selects, and the audit API re-creates it from the same four
+    values, so every recorded decision (an epsilon draw included) can be re-derived later.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
+    for name, v in (("seed", seed), ("iteration", iteration), ("position", position)):
+        if not _is_int(v) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+    return np.random.default_rng([int(seed), PHASES.index(phase), int(iteration), int(position)])
+
+
 def select_mode(
     log: OutcomeLog,
     embedding: np.ndarray | Sequence[float] | None,
@@ -531,20 +552,39 @@ def select_mode(
     iteration: int,
     position: int,
     seed: int = 0,
+    phase: str = "train",
     config: SelectorConfig = SelectorConfig(),
     modes: Sequence[str] = MODES,
 ) -> ModeDecision:
     """Choose a mode in one call, reproducibly: the audit API.
 
-    The random generator is ``np.random.default_rng([seed, iteration, position])``, so the same
-    (log, embedding, seed, iteration, position, config) always gives the same decision, and a
-    decision can be re-derived later from the logged arguments alone.
+    The random stream is ``decision_rng(seed, phase, iteration, position)``, exactly the one the
+    method uses, so the same (log, embedding, seed, phase, iteration, position, config) always
+    gives the decision the run recorded.
     """
-    for name, v in (("seed", seed), ("iteration", iteration), ("position", position)):
-        if not _is_int(v) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    rng = np.random.default_rng([int(seed), int(iteration), int(position)])
+    rng = decision_rng(seed, phase, iteration, position)
     return ModeSelector(config, modes).select(log, embedding, iteration=iteration, position=position, rng=rng)
+
+
+def decision_differences(recorded: dict[str, Any], recomputed: dict[str, Any]) -> list[str]:
+    """Where a recomputed decision (``ModeDecision.to_dict()``) differs from a recorded one.
+
+    The chosen mode, the branch, the neighbour ids and the counts must be equal; floats
+    (similarities, weights, estimates, bonuses, scores, epsilon draw) may differ by rounding
+    (``tolerance.REL_TOL``), as they do between CPUs. Neighbours whose similarities tie within
+    that tolerance may come in either order. The ``reason`` sentence is derived text and is not
+    compared.
+    """
+    a = {k: v for k, v in recorded.items() if k != "reason"}
+    b = {k: v for k, v in recomputed.items() if k != "reason"}
+    ids_a, ids_b = list(a.get("neighbours") or []), list(b.get("neighbours") or [])
+    if ids_a != ids_b and sorted(ids_a) == sorted(ids_b) and len(set(ids_a)) == len(ids_a):
+        order = [ids_b.index(i) for i in ids_a]  # align the recomputed neighbours with the recorded order
+        b = dict(b, neighbours=ids_a)
+        for key in ("similarities", "weights"):
+            if len(b.get(key) or []) == len(order):
+                b[key] = [b[key][j] for j in order]
+    return tolerance.differences(a, b)
 
 
 __all__ = [
@@ -554,5 +594,8 @@ __all__ = [
     "ModeDecision",
     "ModeSelector",
     "SelectorConfig",
+    "PHASES",
+    "decision_differences",
+    "decision_rng",
     "select_mode",
 ]

@@ -18,11 +18,22 @@ from .trajectory_memory import MemoryRecord, Retrieved
 
 @dataclass(frozen=True)
 class FormatLimits:
-    """Per-record context budget, so B records fit a shared context window."""
+    """Per-record context budget of the synthesis input, so B records fit a shared context window.
+
+    The paper is silent on clipping; these are the kit's choices (method parameters of the same
+    names): each observation is cut to 300 characters, the initial observation to 500, and a
+    record stops adding steps once it would exceed 4000 characters.
+    """
 
     max_observation_chars: int = 300
     max_initial_chars: int = 500
     max_record_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        for name in ("max_observation_chars", "max_initial_chars", "max_record_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 8:  # room for text and "..."
+                raise ValueError(f"{name} must be an integer >= 8, got {value!r}")
 
 
 def format_record(rec: MemoryRecord, *, label: str = "", limits: FormatLimits = FormatLimits()) -> str:

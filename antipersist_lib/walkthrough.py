@@ -33,10 +33,11 @@ from .methods import make_method
 from .methods.base import MethodContext
 from .records import Task
 from .response_cache import ResponseCache
+from .selector import PHASES, decision_differences
+from . import tolerance
 
 #: branches whose audit carries per-mode estimates, most informative first
 BRANCH_PREFERENCE = ("local_ucb", "global_best", "epsilon", "warmup", "round_robin", "fixed", "random", "no_embedding")
-PHASES = ("train", "heldout")
 UNREACHABLE = "http://127.0.0.1:9/v1"  # discard port: nothing answers, so a cache miss fails at once
 
 
@@ -51,7 +52,7 @@ class DiscardProof:
     files_searched: int
     files_containing_guidance: list[str]
     record_fields: list[str]
-    appended_matches_run: bool  # the records the replay added equal the ones the run wrote at the same place
+    appended_matches_run: bool  # the records the replay added equal the ones the run wrote there (floats within rounding)
 
     @property
     def state_unchanged(self) -> bool:
@@ -83,9 +84,17 @@ class Walkthrough:
     recorded_outcome: dict[str, Any]
     discard: DiscardProof
 
+    def decision_differences(self) -> list[str]:
+        """Where the replayed decision differs from the recorded one (empty when it reproduces).
+
+        Same mode, branch, neighbour ids and counts; floats within rounding tolerance, because the
+        cosines were computed on the recording machine's CPU and may differ here in the last bit.
+        """
+        return decision_differences(self.recorded_decision, self.decision)
+
     @property
     def reproduces_recorded_decision(self) -> bool:
-        return self.decision == self.recorded_decision
+        return not self.decision_differences()
 
     def per_mode(self) -> list[dict[str, Any]]:
         """One row per mode: neighbourhood count, estimate, bonus, UCB score (None where the branch had none)."""
@@ -228,7 +237,7 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
     appended, matches = {}, True
     for name, n in sizes.items():
         new = [x.value for x in read_jsonl(work / "state" / name)][n:]
-        matches &= new == [x.value for x in read_jsonl(run / "state" / name)][n:n + len(new)]
+        matches &= tolerance.close([x.value for x in read_jsonl(run / "state" / name)][n:n + len(new)], new)
         appended[name] = [{k: ("<%d floats>" % len(v) if k == "embedding" else v) for k, v in r.items() if k != "trajectory"} for r in new]
     n, hits = _files_containing(guidance, [run, work]) if ctx.synthesis_calls else (0, [])
     proof = DiscardProof(phase, before, after, appended, n, hits, sorted(record) + sorted(record["meta"]), matches)

@@ -32,7 +32,7 @@ def build(make_clients, run_dir: Path | None, **cfg):
 
 def train(ap, tasks, iteration, env=None):
     env = env or ErrandWorld()
-    return [ap.run_task(t, env, iteration=iteration, training=True, agent_config=AGENT) for t in tasks]
+    return [ap.run_task(t, env, iteration=iteration, position=j, training=True, agent_config=AGENT) for j, t in enumerate(tasks)]
 
 
 def test_training_updates_memory_and_log_with_skip_rule_k0(make_clients):
@@ -43,7 +43,7 @@ def test_training_updates_memory_and_log_with_skip_rule_k0(make_clients):
     assert not results[0].logged and results[0].log_skip_reason == "first_update"
     assert all(r.logged for r in results[1:])
     assert len(ap.outcome_log) == 7
-    # round-robin over positions 0..7 (training update index k)
+    # round-robin over positions 0..7 (the index within the iteration)
     assert [r.mode for r in results] == ["none", "imitation", "strategic", "corrective"] * 2
     for r, rec in zip(results[1:], ap.outcome_log):
         assert rec.mode == r.mode and rec.raw_success == r.outcome.success

@@ -44,9 +44,76 @@ def test_select_command_prints_the_audit(tmp_path, capsys):
 
 
 def test_select_command_rejects_bad_embedding_file(tmp_path, capsys):
+    (tmp_path / "log.jsonl").write_text("")
     (tmp_path / "bad.json").write_text("not json")
     assert main(["select", "--log", str(tmp_path / "log.jsonl"), "--embedding", str(tmp_path / "bad.json")]) == 2
     assert "cannot read an embedding" in capsys.readouterr().err
+
+
+def test_select_audit_never_creates_or_repairs_a_log(tmp_path, capsys):
+    """An audit reads: a missing log is an error (no empty file appears), and a log with a torn
+    last line is left byte-identical (a writer would terminate the torn line)."""
+    (tmp_path / "emb.json").write_text(json.dumps([1.0, 0.0]))
+    missing = tmp_path / "nowhere" / "outcome_log.jsonl"
+    assert main(["select", "--log", str(missing), "--embedding", str(tmp_path / "emb.json")]) == 2
+    assert "no outcome log" in capsys.readouterr().err and not missing.parent.exists()
+    torn = tmp_path / "outcome_log.jsonl"
+    entry = {"embedding": [1.0, 0.0], "mode": "none", "reward": 1.0, "raw_success": True, "task_type": "t", "task_id": 1, "instruction": "x"}
+    torn.write_bytes((json.dumps(entry) + "\n").encode() + b'{"embedding": [0.5')
+    before = torn.read_bytes()
+    assert main(["select", "--log", str(torn), "--embedding", str(tmp_path / "emb.json"), "--iteration", "5"]) == 0
+    assert torn.read_bytes() == before
+    assert json.loads(capsys.readouterr().out)["counts"]["none"] == 1
+
+
+def _ap_run(tmp_path):
+    """A small anti_persistence run whose decisions include round-robin, warmup, epsilon and UCB ones."""
+    from antipersist_lib.llm import Endpoint
+    from antipersist_lib.loopback_server import LoopbackServer
+    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    spec = RunSpec(method="anti_persistence", benchmark="errandworld", backbone="scripted-loopback", embedding="loopback-bag-of-words",
+                   seed=5, iterations=4, train_per_iteration=6, max_steps=4, heldout_concurrency=2,
+                   method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "epsilon": 0.4, "rho": 0.0},
+                   name="ap", out_root=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"), progress=False)
+    with LoopbackServer(responder=errand_policy) as server:
+        ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        run_cell(spec, endpoint=ep, embed_endpoint=ep)
+    return spec.run_dir()
+
+
+def test_select_rederives_every_recorded_decision_of_a_run(tmp_path, capsys):
+    """The select command seeds its stream as the method does ([seed, phase, iteration, position]),
+    so each decision of a run, epsilon draws included, is re-derived from the run's files; the
+    state is not touched."""
+    run = _ap_run(tmp_path)
+    state = {p.name: p.read_bytes() for p in (run / "state").iterdir() if p.is_file()}
+    branches = set()
+    for phase in ("train", "heldout"):
+        for line in (run / f"episodes_{phase}.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            args = ["select", "--run", str(run), "--phase", phase, "--iteration", str(rec["iteration"]), "--position", str(rec["position"])]
+            if phase == "heldout":
+                args += ["--cache", str(tmp_path / "cache")]
+            assert main(args) == 0, capsys.readouterr().err
+            audit = json.loads(capsys.readouterr().out)
+            assert audit["reproduces"] and audit["recomputed"]["mode"] == rec["meta"]["mode"]
+            branches.add(audit["recorded"]["branch"])
+    assert {"round_robin", "epsilon", "local_ucb"} <= branches
+    assert {p.name: p.read_bytes() for p in (run / "state").iterdir() if p.is_file()} == state
+
+
+def test_select_run_reports_a_decision_that_does_not_reproduce(tmp_path, capsys):
+    """Seeding differently (the old [seed, iteration, position] stream) changes epsilon draws: caught."""
+    run = _ap_run(tmp_path)
+    man = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**man, "seed": man["seed"] + 1}))
+    rec = [json.loads(x) for x in (run / "episodes_train.jsonl").read_text().splitlines()]
+    target = next(r for r in rec if r["meta"]["branch"] not in ("round_robin", "warmup"))
+    code = main(["select", "--run", str(run), "--iteration", str(target["iteration"]), "--position", str(target["position"])])
+    captured = capsys.readouterr()
+    assert code == 1 and "epsilon_draw" in captured.err
 
 
 def test_tasks_command_lists_the_partition(capsys):
@@ -62,3 +129,37 @@ def test_tasks_command_lists_the_partition(capsys):
 def test_tasks_command_explains_missing_webshop_partition(capsys):
     assert main(["tasks", "--benchmark", "webshop"]) == 2
     assert "instruction file" in capsys.readouterr().err
+
+
+def test_agent_decoding_comes_from_the_backbone_profile_and_is_recorded(tmp_path, monkeypatch):
+    """A backbone profile's temperature/top_p reach every execution request and the manifest;
+    a run's own agent block overrides them; synthesis stays at temperature 0."""
+    import shutil
+    from pathlib import Path
+
+    from antipersist_lib.loopback_server import LoopbackServer
+    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    params = tmp_path / "params"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "params", params)
+    with LoopbackServer(responder=errand_policy) as server:
+        (params / "backbones" / "sampling.yaml").write_text(
+            f"name: sampling\nmodel: scripted\nbase_url: {server.base_url}\napi_key_env: ANTIPERSIST_DEMO_KEY\n"
+            "temperature: 0.7\ntop_p: 0.95\n")
+        (params / "embeddings" / "bow.yaml").write_text(f"name: bow\nmodel: scripted\nbase_url: {server.base_url}\n")
+        monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
+        for name, agent, expected in (("profile", {}, (0.7, 0.95)), ("override", {"temperature": 0.2}, (0.2, 0.95))):
+            before = len(server.requests)
+            spec = RunSpec(method="anti_persistence", benchmark="errandworld", backbone="sampling", embedding="bow", seed=1,
+                           iterations=1, train_per_iteration=4, max_steps=3, heldout_concurrency=1, heldout_limit=2,
+                           agent=agent, name=name, out_root=str(tmp_path / "runs"), cache_dir=None, progress=False,
+                           method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "synthesis_max_tokens": 256})
+            run_cell(spec)
+            bodies = [r["body"] for r in server.requests[before:] if r["route"].endswith("/chat/completions")]
+            execution = [b for b in bodies if b["max_tokens"] == 1024]
+            synthesis = [b for b in bodies if b["max_tokens"] == 256]
+            assert execution and all((b["temperature"], b.get("top_p")) == expected for b in execution)
+            assert all(b["temperature"] == 0.0 and "top_p" not in b for b in synthesis)
+            man = json.loads((spec.run_dir() / "manifest.json").read_text())
+            assert (man["agent"]["temperature"], man["agent"]["top_p"]) == expected

@@ -72,3 +72,28 @@ def test_ablation_maps_match_the_ablations_profile():
     assert plan["persist"][1]["persist"] is True
     assert plan["policy-random"][1]["policy"] == "random"
     assert plan["skills-toxic"][0] == "frozen_skills" and Path(ROOT / plan["skills-toxic"][1]["library"]).exists()
+
+
+def test_table3_defaults_have_one_source():
+    """The paper's Table 3 values live in anti_persistence.TABLE3; the protocol method, the select
+    command and the ablation maps read them from there (changing TABLE3 changes all of them)."""
+    from antipersist_lib.anti_persistence import TABLE3
+    from antipersist_lib.cli import build_parser
+    from antipersist_lib.methods.anti_persistence import AntiPersistenceMethod
+
+    paper_table3 = {"neighbourhood": 10, "c": 0.5, "gamma": 0.998, "rho": 0.7, "warmup_per_mode": 3,
+                    "round_robin_iterations": 3, "epsilon": 0.1, "lam": 0.05, "budget": 5, "contrast": 1,
+                    "synthesis_max_tokens": 1024, "task_filter": "task_type", "embed_prefix_chars": 500}
+    t3 = TABLE3.params()
+    assert {k: t3[k] for k in paper_table3} == paper_table3
+    assert TABLE3.synthesis_temperature == 0.0
+    for key, value in AntiPersistenceMethod.DEFAULTS.items():
+        if key in t3:
+            assert value == t3[key], key
+    for symbol, key in ablations.SWEEP_PARAMETERS.items():
+        assert ablations.SWEEPS[symbol][ablations.DEFAULT_RUN] == t3[key]
+    sub = build_parser()._subparsers._group_actions[0].choices["select"]
+    assert sub.get_default("iteration") == TABLE3.selector.round_robin_iterations + 1
+    helps = {a.dest: a.help for a in sub._actions}
+    for key in ("neighbourhood", "gamma", "rho", "c", "epsilon"):
+        assert f"default {t3[key]}" in helps[key]

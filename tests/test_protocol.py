@@ -213,3 +213,27 @@ def test_run_directory_lock_and_manifest_mismatch(tmp_path):
     with pytest.raises(ManifestMismatchError, match="seed: stored 1, now 2"):
         rd2.check_or_write_manifest({"method": "react", "seed": 2}, ["method", "seed"])
     rd2.close()
+
+
+def test_evaluation_only_run_has_no_training_episode(tmp_path):
+    """train_per_iteration: 0 (F.1's frozen skill libraries): held-out evaluation only; the
+    summary's training fields are empty, not NaN."""
+    import json
+
+    from antipersist_lib.llm import Endpoint
+    from antipersist_lib.loopback_server import LoopbackServer
+    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    spec = RunSpec(method="frozen_skills", benchmark="errandworld", backbone="scripted-loopback", embedding="bow", seed=1,
+                   iterations=1, train_per_iteration=0, max_steps=3, heldout_concurrency=1, heldout_limit=3,
+                   name="eval-only", out_root=str(tmp_path), cache_dir=None, progress=False)
+    with LoopbackServer(responder=errand_policy) as server:
+        ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        (summary,) = run_cell(spec, endpoint=ep, embed_endpoint=ep)
+    assert summary.heldout_n == 3 and summary.train_n == 0
+    assert (spec.run_dir() / "episodes_train.jsonl").read_text() == ""
+    saved = json.loads((spec.run_dir() / "summary.json").read_text())
+    assert saved["iterations"][0]["train_success"] is None
+    with pytest.raises(ValueError, match="train_per_iteration must be an integer >= 0"):
+        RunSpec(method="react", benchmark="errandworld", backbone="x", train_per_iteration=-1)

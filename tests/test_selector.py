@@ -168,8 +168,8 @@ def test_epsilon_one_always_explores_with_reproducible_draws():
     for pos in range(6):
         d = decide(log, position=pos, seed=11, epsilon=1.0)
         assert d.branch == "epsilon"
-        # replicate the documented stream: rng([seed, iteration, position]); u, then integers(4)
-        rng = np.random.default_rng([11, AFTER_RR, pos])
+        # replicate the documented stream: rng([seed, phase index, iteration, position]); u, then integers(4)
+        rng = np.random.default_rng([11, 0, AFTER_RR, pos])
         u = rng.random()
         j = int(rng.integers(4))
         assert d.epsilon_draw == u
@@ -182,7 +182,7 @@ def test_epsilon_zero_never_explores_but_still_draws():
     for pos in range(6):
         d = decide(log, position=pos, epsilon=0.0)
         assert d.branch == "local_ucb"
-        assert d.epsilon_draw == np.random.default_rng([0, AFTER_RR, pos]).random()
+        assert d.epsilon_draw == np.random.default_rng([0, 0, AFTER_RR, pos]).random()
         assert 0.0 <= d.epsilon_draw < 1.0
 
 
@@ -439,7 +439,11 @@ def test_select_mode_deterministic_and_position_dependent():
     a = select_mode(log, Q, iteration=5, position=3, seed=7)
     b = select_mode(log, Q, iteration=5, position=3, seed=7)
     assert a == b
-    assert a.epsilon_draw == np.random.default_rng([7, 5, 3]).random()
+    assert a.epsilon_draw == np.random.default_rng([7, 0, 5, 3]).random()  # phase "train" has index 0
+    held = select_mode(log, Q, iteration=5, position=3, seed=7, phase="heldout")
+    assert held.epsilon_draw == np.random.default_rng([7, 1, 5, 3]).random() != a.epsilon_draw
+    with pytest.raises(ValueError, match="phase"):
+        select_mode(log, Q, iteration=5, position=3, seed=7, phase="test")
     cfg = SelectorConfig(epsilon=1.0)
     modes = {select_mode(log, Q, iteration=5, position=p, seed=7, config=cfg).mode for p in range(20)}
     assert len(modes) > 1
@@ -451,7 +455,7 @@ def test_mode_selector_with_explicit_rng_matches_select_mode():
     log = full_log()
     sel = ModeSelector(SelectorConfig(epsilon=0.5))
     for p in range(5):
-        d = sel.select(log, Q, iteration=4, position=p, rng=np.random.default_rng([0, 4, p]))
+        d = sel.select(log, Q, iteration=4, position=p, rng=np.random.default_rng([0, 0, 4, p]))
         assert d == select_mode(log, Q, iteration=4, position=p, config=SelectorConfig(epsilon=0.5))
 
 
@@ -545,3 +549,30 @@ def test_to_dict_is_json_serialisable_and_round_trips():
     assert local["estimates"]["corrective"] is None
     assert local["counts"] == {"none": 3, "imitation": 2, "strategic": 1, "corrective": 0}
     assert isinstance(local["neighbours"][0], int)
+
+
+def test_decisions_compare_within_rounding_but_not_beyond():
+    """A log whose embeddings are one float32 ulp off (another CPU's rounding) gives the same
+    decision up to the last digits; a different mode, branch or neighbour set is reported."""
+    from antipersist_lib.selector import decision_differences
+
+    rng = np.random.default_rng(3)
+    embs = rng.normal(size=(12, 64))
+    log = make_log([(e, MODES[i % 4], i % 3 == 0) for i, e in enumerate(embs)])
+    nudged = make_log([(np.nextafter(e.astype(np.float32), np.float32(np.inf)).astype(np.float64), MODES[i % 4], i % 3 == 0)
+                       for i, e in enumerate(embs)])
+    q = embs[0] + 0.05 * rng.normal(size=64)
+    cfg = SelectorConfig(rho=0.0, epsilon=0.0, warmup_per_mode=1)
+    a = select_mode(log, q, iteration=5, position=2, seed=1, config=cfg).to_dict()
+    b = select_mode(nudged, q, iteration=5, position=2, seed=1, config=cfg).to_dict()
+    assert a["branch"] == "local_ucb" and a["similarities"] != b["similarities"]
+    assert decision_differences(a, b) == []
+    # neighbours whose cosines tie within rounding may swap places
+    swapped = dict(b, neighbours=[b["neighbours"][1], b["neighbours"][0], *b["neighbours"][2:]],
+                   similarities=[b["similarities"][1], b["similarities"][0], *b["similarities"][2:]],
+                   weights=[b["weights"][1], b["weights"][0], *b["weights"][2:]])
+    assert decision_differences(a, swapped) == []
+    other = next(m for m in MODES if m != a["mode"])
+    assert any(d.startswith("mode:") for d in decision_differences(a, dict(b, mode=other)))
+    assert any(d.startswith("neighbours") for d in decision_differences(a, dict(b, neighbours=[99, *b["neighbours"][1:]])))
+    assert any(d.startswith("scores.") for d in decision_differences(a, dict(b, scores={**b["scores"], a["mode"]: 0.5 + (b["scores"][a["mode"]] or 0)})))

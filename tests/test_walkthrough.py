@@ -73,3 +73,50 @@ def test_wrong_inputs_are_named(tmp_path):
     (other / "manifest.json").write_text(json.dumps({**man, "method": "react"}))
     with pytest.raises(ValueError, match="needs an anti_persistence run"):
         walkthrough.walk(other, llm=None, embedder=None, work_dir=tmp_path / "w")
+
+
+def _nudge_embeddings(value):
+    """Every float inside an "embedding" list moved by one ulp of float32, the precision the
+    similarity products use (a float64 ulp would vanish when the rows are stored as float32)."""
+    import numpy as np
+
+    up = np.float32(np.inf)
+    if isinstance(value, dict):
+        return {k: ([float(np.nextafter(np.float32(x), up)) for x in v] if k == "embedding" and isinstance(v, list) and v
+                    else _nudge_embeddings(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nudge_embeddings(v) for v in value]
+    return value
+
+
+def test_a_run_recorded_on_another_cpu_still_replays(tmp_path):
+    """Stored embeddings one ulp off (state files and cached embeddings): the recomputed cosines
+    differ in the last bits, yet the decision, the update and the discard proof are reproduced."""
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    shutil.copytree(RUN, run)
+    shutil.copytree(CACHE, cache)
+    touched = 0
+    for name in ("outcome_log.jsonl", "trajectories.jsonl"):
+        path = run / "state" / name
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        path.write_text("".join(json.dumps(_nudge_embeddings(x)) + "\n" for x in lines))
+        touched += len(lines)
+    for f in sorted(cache.rglob("*.json")):
+        data = json.loads(f.read_text())
+        if "embedding" in data:
+            f.write_text(json.dumps(_nudge_embeddings(data)))
+            touched += 1
+    assert touched > 3
+    w = walkthrough.walk_with("load", run, cache_dir=cache, work_dir=tmp_path / "work", phase="train")
+    assert w.decision != w.recorded_decision  # exact equality fails: the floats really moved
+    assert w.decision_differences() == [] and w.reproduces_recorded_decision
+    assert w.discard.appended_matches_run and w.discard.discarded
+    h = walkthrough.walk_with("load", run, cache_dir=cache, work_dir=tmp_path / "work2", phase="heldout")
+    assert h.reproduces_recorded_decision and h.discard.state_unchanged
+
+
+def test_a_different_decision_is_named(tmp_path):
+    w = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "work", phase="heldout")
+    w.recorded_decision = {**w.recorded_decision, "mode": "imitation" if w.decision["mode"] != "imitation" else "none"}
+    assert not w.reproduces_recorded_decision
+    assert any(d.startswith("mode:") for d in w.decision_differences())

@@ -12,7 +12,9 @@ Variants (parameters):
 * ``frozen_skills=<path>``: a frozen persistent skill layer (F.2) shown in every context, never
   updated; the skills file is a JSON list of {"name", "content"} objects;
 * every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
-  epsilon, lambda) for the sensitivity sweeps.
+  epsilon, lambda) for the sensitivity sweeps, and the kit's own choices where the paper is silent
+  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``);
+  defaults come from ``anti_persistence.TABLE3``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import numpy as np
 
 from ..abstraction_store import AbstractionStore, snapshot_path, snapshot_paths
 from ..agent import EpisodeResult
-from ..anti_persistence import PHASES, decide, record_attempt
+from ..anti_persistence import TABLE3, AntiPersistenceConfig, decide, record_attempt
 from ..outcome_log import OutcomeLog
 from ..records import MODES, SYNTHESIS_MODES, Task
-from ..selector import ModeSelector, SelectorConfig
+from ..selector import ModeSelector, decision_rng
 from ..synthesis import synthesize
 from ..trajectory_memory import TrajectoryMemory
 from .abstraction_memory import format_stored
@@ -78,20 +80,9 @@ def format_skills(skills: list[dict[str, str]]) -> str:
 class AntiPersistenceMethod(Method):
     name = "anti_persistence"
     state_files = ("trajectories.jsonl", "outcome_log.jsonl", "abstractions/events.jsonl")
+    #: Table 3 (one source: ``anti_persistence.TABLE3``) plus the ablation switches
     DEFAULTS: dict[str, Any] = {
-        "budget": 5,
-        "contrast": 1,
-        "lam": 0.05,
-        "neighbourhood": 10,
-        "c": 0.5,
-        "gamma": 0.998,
-        "rho": 0.7,
-        "warmup_per_mode": 3,
-        "round_robin_iterations": 3,
-        "epsilon": 0.1,
-        "unsupported": "exclude",
-        "synthesis_max_tokens": 1024,
-        "task_filter": "task_type",
+        **{k: v for k, v in TABLE3.params().items() if k not in ("embed_prefix_chars", "synthesis_temperature")},
         "policy": "bandit",
         "fixed_mode": None,
         "persist": False,
@@ -107,23 +98,18 @@ class AntiPersistenceMethod(Method):
             raise ValueError(f"policy 'fixed' needs fixed_mode in {MODES}, got {p['fixed_mode']!r}")
         if p["policy"] != "fixed" and p["fixed_mode"] is not None:
             raise ValueError("fixed_mode is only used with policy 'fixed'")
-        if int(p["budget"]) < 1:
-            raise ValueError(f"budget (B) must be >= 1, got {p['budget']}")
-        if float(p["lam"]) < 0:
-            raise ValueError(f"lam (lambda) must be >= 0, got {p['lam']}")
         self.params = p
-        self.selector = ModeSelector(SelectorConfig(
-            neighbourhood=int(p["neighbourhood"]), c=float(p["c"]), gamma=float(p["gamma"]), rho=float(p["rho"]),
-            warmup_per_mode=int(p["warmup_per_mode"]), round_robin_iterations=int(p["round_robin_iterations"]),
-            epsilon=float(p["epsilon"]), unsupported=str(p["unsupported"]),
-        ))
-        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=p["task_filter"], fsync=ctx.fsync)
+        self.config = AntiPersistenceConfig.from_params(
+            {k: v for k, v in p.items() if k not in ("policy", "fixed_mode", "persist", "frozen_skills")},
+            fixed_mode=p["fixed_mode"])
+        self.selector = ModeSelector(self.config.selector)
+        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=self.config.task_filter, fsync=ctx.fsync)
         self.outcome_log = OutcomeLog(self.path("outcome_log.jsonl"), fsync=ctx.fsync)
         self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync) if p["persist"] else None
         self.skills = load_skill_library(p["frozen_skills"]) if p["frozen_skills"] else []
 
     def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
-        return np.random.default_rng([self.ctx.seed, PHASES.index(phase), iteration, position])
+        return decision_rng(self.ctx.seed, phase, iteration, position)
 
     def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
         p = self.params
@@ -131,8 +117,10 @@ class AntiPersistenceMethod(Method):
         emb = self.embed_task(task, initial_observation, phase, iteration)
         decision = decide(self.selector, self.outcome_log, emb, iteration=iteration, position=position,
                           rng=self._rng(phase, iteration, position), policy=p["policy"], fixed_mode=p["fixed_mode"])
-        retrieved = self.memory.retrieve(emb, decision.mode, task, budget=int(p["budget"]), contrast=int(p["contrast"]))
-        guidance = synthesize(decision.mode, task.instruction, retrieved, self.ctx.llm, max_tokens=int(p["synthesis_max_tokens"]), tags=tags)
+        cfg = self.config
+        retrieved = self.memory.retrieve(emb, decision.mode, task, budget=cfg.budget, contrast=cfg.contrast)
+        guidance = synthesize(decision.mode, task.instruction, retrieved, self.ctx.llm, max_tokens=cfg.synthesis_max_tokens,
+                              temperature=cfg.synthesis_temperature, limits=cfg.limits, tags=tags)
         blocks = [format_skills(self.skills), guidance.text]
         parents: tuple[str, ...] = ()
         meta: dict[str, Any] = {
@@ -144,7 +132,7 @@ class AntiPersistenceMethod(Method):
             "update_index": len(self.memory),
         }
         if self.store is not None:
-            items = [] if emb is None else self.store.search(emb, k=int(p["budget"]), task_type=task.task_type)
+            items = [] if emb is None else self.store.search(emb, k=cfg.budget, task_type=task.task_type)
             blocks.insert(1, format_stored(items))
             parents = tuple(a.abstraction_id for a, _ in items)
             meta["abstractions_shown"] = list(parents)
@@ -157,7 +145,7 @@ class AntiPersistenceMethod(Method):
         k = int(ctx.meta.get("update_index", len(self.memory)))
         mode = ctx.meta["mode"]
         upd = record_attempt(self.memory, self.outcome_log, task, episode.trajectory, episode.outcome, embedding=ctx.embedding,
-                             mode=mode, kappa=ctx.synthesis_calls, lam=float(self.params["lam"]), update_index=k,
+                             mode=mode, kappa=ctx.synthesis_calls, lam=self.config.lam, update_index=k,
                              iteration=iteration, parents=ctx.parents)
         ctx.meta["reward"] = upd.reward
         ctx.meta["logged"] = upd.logged

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import EpisodeResult
+from ..anti_persistence import TABLE3
 from ..records import Task
 from ..synthesis import synthesize
 from ..trajectory_memory import TrajectoryMemory
@@ -21,7 +22,8 @@ from .base import Method, MethodContext, TaskContext, take_params
 class TrajectoryMemoryMethod(Method):
     name = "trajectory_memory"
     state_files = ("trajectories.jsonl",)
-    DEFAULTS: dict[str, Any] = {"budget": 5, "task_filter": "task_type"}
+    #: B and the task-type filter as Anti-Persistence's (Table 3, ``anti_persistence.TABLE3``)
+    DEFAULTS: dict[str, Any] = {"budget": TABLE3.budget, "task_filter": TABLE3.task_filter}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
