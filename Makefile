@@ -1,6 +1,7 @@
 # The README's commands:
 #   make run    - the main job on the embedded default
-#   make test   - the whole test suite
+#   make test   - the whole test suite (ruff format check and lint first)
+#   make format - apply ruff's formatting and safe lint fixes
 #   make lab    - JupyterLab on the notebooks, with the kit's kernel registered in ./.venv
 # All create ./.venv from PyPI on first use (no conda needed; environment.yml mirrors the same
 # dependencies for conda users), make sure a Java runtime exists (ScienceWorld runs in a JVM)
@@ -18,7 +19,7 @@ ALFWORLD_ARCHIVE := $(firstword $(wildcard ../shared/data/alfworld/alfworld-game
 ALFWORLD_DATA ?= $(CURDIR)/.data/alfworld
 export ALFWORLD_DATA
 
-.PHONY: run test lab install java browser alfworld-data clean-venv
+.PHONY: run test format lab install java browser alfworld-data clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,8 +61,16 @@ alfworld-data:
 run: install
 	$(PY) -m antipersist_lib main --profile params/main/smoke.yaml
 
+# ruff (format check + lint, settings in pyproject.toml) first: it fails in seconds, the suite in minutes
 test: install browser
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+# rewrite the tree the way `make test` checks it
+format: install
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 # Notebooks open with the repository root as JupyterLab's root (notebooks/ and params/ side by
 # side); they find their files through antipersist_lib.paths.repo_root(), whatever the cwd.

@@ -16,8 +16,14 @@ DEFAULT_RUN = "anti_persistence"
 PERSISTENCE = {DEFAULT_RUN: "discard", "persist": "persist"}
 
 #: Figure 6: the bandit vs fixed single-mode policies and a uniform random policy
-POLICIES = {DEFAULT_RUN: "bandit", "policy-none": "fixed: none", "policy-imitation": "fixed: imitation",
-            "policy-strategic": "fixed: strategic", "policy-corrective": "fixed: corrective", "policy-random": "random"}
+POLICIES = {
+    DEFAULT_RUN: "bandit",
+    "policy-none": "fixed: none",
+    "policy-imitation": "fixed: imitation",
+    "policy-strategic": "fixed: strategic",
+    "policy-corrective": "fixed: corrective",
+    "policy-random": "random",
+}
 
 #: the method parameter each swept symbol sets
 SWEEP_PARAMETERS = {"gamma": "gamma", "lambda": "lam", "B": "budget", "B_hat": "neighbourhood"}
@@ -35,5 +41,9 @@ SWEEPS: dict[str, dict[str, float]] = {
 SKILL_CONTENT = {"skills-none": "no skills", "skills-useful": "useful skills", "skills-toxic": "toxic skills"}
 
 #: Figure 11(b): selective retention
-RETENTION = {"abstraction_memory": "no filter", "abstraction-judge": "LLM-judge filter",
-             DEFAULT_RUN: "no frozen layer", "frozen-layer": "frozen filtered layer"}
+RETENTION = {
+    "abstraction_memory": "no filter",
+    "abstraction-judge": "LLM-judge filter",
+    DEFAULT_RUN: "no frozen layer",
+    "frozen-layer": "frozen filtered layer",
+}

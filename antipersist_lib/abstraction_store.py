@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class Abstraction:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Abstraction":
+    def from_dict(cls, d: dict[str, Any]) -> Abstraction:
         emb = d.get("embedding")
         return cls(
             abstraction_id=str(d["abstraction_id"]),
@@ -91,7 +92,9 @@ class AbstractionStore:
     is in memory only. Identifiers are ``{prefix}-{n:06d}``, never reused.
     """
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None, *, prefix: str = "abs", fsync: bool = True) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, *, prefix: str = "abs", fsync: bool = True
+    ) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.prefix = prefix
         self._all: dict[str, Abstraction] = {}  # every abstraction ever created (history)
@@ -105,7 +108,9 @@ class AbstractionStore:
                 try:
                     self._apply(line.value)
                 except (KeyError, TypeError, ValueError) as exc:
-                    log.warning("%s:%d: skipping invalid store event: %s", self.directory / "events.jsonl", line.lineno, exc)
+                    log.warning(
+                        "%s:%d: skipping invalid store event: %s", self.directory / "events.jsonl", line.lineno, exc
+                    )
         self._writer = JsonlWriter(self.directory / "events.jsonl", fsync=fsync) if self.directory is not None else None
 
     # -- event log -------------------------------------------------------------------------
@@ -192,7 +197,9 @@ class AbstractionStore:
             raise KeyError(f"{abstraction_id} is not in the store")
         self._emit({"op": "retire", "id": abstraction_id, "reason": reason})
 
-    def rewrite(self, abstraction_id: str, new_text: str, *, created_iteration: int, parents: Iterable[str] = (), **kw: Any) -> Abstraction:
+    def rewrite(
+        self, abstraction_id: str, new_text: str, *, created_iteration: int, parents: Iterable[str] = (), **kw: Any
+    ) -> Abstraction:
         """Replace one abstraction by a new object (new identifier); the old one is retired."""
         old = self.get(abstraction_id)
         if abstraction_id not in self._active:
@@ -210,17 +217,28 @@ class AbstractionStore:
         self.retire(abstraction_id, reason=f"rewritten as {new.abstraction_id}")
         return new
 
-    def merge(self, abstraction_ids: Sequence[str], new_text: str, *, created_iteration: int, kind: str, **kw: Any) -> Abstraction:
+    def merge(
+        self, abstraction_ids: Sequence[str], new_text: str, *, created_iteration: int, kind: str, **kw: Any
+    ) -> Abstraction:
         """Merge several abstractions into one new object; the inputs are retired."""
         olds = [self.get(a) for a in abstraction_ids]
         parents = set().union(*(set(o.parents) for o in olds)) if olds else set()
-        new = self.add(new_text, kind=kind, parents=parents, created_iteration=created_iteration, derived_from=tuple(abstraction_ids), **kw)
+        new = self.add(
+            new_text,
+            kind=kind,
+            parents=parents,
+            created_iteration=created_iteration,
+            derived_from=tuple(abstraction_ids),
+            **kw,
+        )
         for a in abstraction_ids:
             if a in self._active:
                 self.retire(a, reason=f"merged into {new.abstraction_id}")
         return new
 
-    def update_stats(self, abstraction_id: str, *, extra: dict[str, Any] | None = None, **delta: int) -> AbstractionStats:
+    def update_stats(
+        self, abstraction_id: str, *, extra: dict[str, Any] | None = None, **delta: int
+    ) -> AbstractionStats:
         if abstraction_id not in self._all:
             raise KeyError(abstraction_id)
         for k in delta:
@@ -273,11 +291,14 @@ class AbstractionStore:
     def retired_reason(self, abstraction_id: str) -> str | None:
         return self._retired_reason.get(abstraction_id)
 
-    def search(self, embedding: np.ndarray, *, k: int, task_type: str | None = None, kinds: Iterable[str] | None = None) -> list[tuple[Abstraction, float]]:
+    def search(
+        self, embedding: np.ndarray, *, k: int, task_type: str | None = None, kinds: Iterable[str] | None = None
+    ) -> list[tuple[Abstraction, float]]:
         """Top-k active abstractions with an embedding, by cosine similarity."""
         kinds_set = set(kinds) if kinds is not None else None
         cands = [
-            a for a in self
+            a
+            for a in self
             if a.embedding is not None
             and (task_type is None or a.task_type in (None, task_type))
             and (kinds_set is None or a.kind in kinds_set)
@@ -296,9 +317,7 @@ class AbstractionStore:
             path,
             {
                 **meta,
-                "active": [
-                    {**self._all[a].to_dict(), "stats": asdict(self._stats[a])} for a in self._active
-                ],
+                "active": [{**self._all[a].to_dict(), "stats": asdict(self._stats[a])} for a in self._active],
                 "n_created": len(self._all),
             },
         )

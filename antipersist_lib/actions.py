@@ -25,8 +25,12 @@ MAX_ACTION_CHARS = 300
 # No two adjacent repeats may match the same characters (as in the older "\s*[-*\s]*\s*"):
 # that made matching cubic in the length of a whitespace run, and a reply with a few thousand
 # spaces stalled the agent for minutes. The languages matched are unchanged.
-_ACTION_RE = re.compile(r"^[-*\d.)\s]*(?:(?:\*\*|__)\s*)?action\s*(?:\d+\s*)?(?:(?:\*\*|__)\s*)?[:：]\s*(?:\*\*|__)?(.*)$", re.IGNORECASE)
-_THOUGHT_RE = re.compile(r"^[-*\s]*(?:(?:\*\*|__)\s*)?(?:thought|reasoning|plan)\s*(?:(?:\*\*|__)\s*)?[:：]", re.IGNORECASE)
+_ACTION_RE = re.compile(
+    r"^[-*\d.)\s]*(?:(?:\*\*|__)\s*)?action\s*(?:\d+\s*)?(?:(?:\*\*|__)\s*)?[:：]\s*(?:\*\*|__)?(.*)$", re.IGNORECASE
+)
+_THOUGHT_RE = re.compile(
+    r"^[-*\s]*(?:(?:\*\*|__)\s*)?(?:thought|reasoning|plan)\s*(?:(?:\*\*|__)\s*)?[:：]", re.IGNORECASE
+)
 _THINK_ACTION_RE = re.compile(r"^think\s*:", re.IGNORECASE)
 
 

@@ -12,8 +12,9 @@ and can be resumed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from . import prompts
 from .actions import ParsedAction, parse_action
@@ -39,9 +40,15 @@ class AgentConfig:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not 0 <= self.temperature <= 2
+        ):
             raise ValueError(f"temperature must be a number in [0, 2], got {self.temperature!r}")
-        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1):
+        if self.top_p is not None and (
+            isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1
+        ):
             raise ValueError(f"top_p must be null or a number in (0, 1], got {self.top_p!r}")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
@@ -85,9 +92,7 @@ def run_episode(
             initial_observation = env.reset(task)
         except Exception as exc:  # the engine could not even load the task
             log.warning("engine failed to load %s: %s", task.key, exc)
-            return EpisodeResult(
-                Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0
-            )
+            return EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
     system = prompts.agent_system_prompt(env.action_help, context_blocks)
     messages: list[dict[str, str]] = [
         {"role": "system", "content": system},

@@ -28,8 +28,11 @@ from .trajectory_memory import TASK_FILTERS, Retrieved, TrajectoryMemory
 log = logging.getLogger(__name__)
 
 #: method parameter name -> FormatLimits field (synthesis input budget per retrieved record)
-LIMIT_PARAMETERS = {"max_observation_chars": "max_observation_chars", "max_initial_chars": "max_initial_chars",
-                    "max_record_chars": "max_record_chars"}
+LIMIT_PARAMETERS = {
+    "max_observation_chars": "max_observation_chars",
+    "max_initial_chars": "max_initial_chars",
+    "max_record_chars": "max_record_chars",
+}
 
 
 @dataclass(frozen=True)
@@ -72,13 +75,15 @@ class AntiPersistenceConfig:
 
     def params(self) -> dict[str, Any]:
         """The flat method parameters (selector and clipping fields lifted to the top level)."""
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("selector", "limits", "fixed_mode")}
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("selector", "limits", "fixed_mode")
+        }
         out.update(self.selector.to_dict())
         out.update({name: getattr(self.limits, attr) for name, attr in LIMIT_PARAMETERS.items()})
         return out
 
     @classmethod
-    def from_params(cls, params: dict[str, Any], *, fixed_mode: str | None = None) -> "AntiPersistenceConfig":
+    def from_params(cls, params: dict[str, Any], *, fixed_mode: str | None = None) -> AntiPersistenceConfig:
         """Build from flat method parameters; names outside ``params()`` are an error naming them."""
         defaults = cls().params()
         unknown = sorted(set(params) - set(defaults))
@@ -138,8 +143,17 @@ class TaskResult:
         return d
 
 
-def decide(selector: ModeSelector, outcome_log: OutcomeLog, embedding: np.ndarray | None, *, iteration: int, position: int,
-           rng: np.random.Generator, policy: str = "bandit", fixed_mode: str | None = None) -> ModeDecision:
+def decide(
+    selector: ModeSelector,
+    outcome_log: OutcomeLog,
+    embedding: np.ndarray | None,
+    *,
+    iteration: int,
+    position: int,
+    rng: np.random.Generator,
+    policy: str = "bandit",
+    fixed_mode: str | None = None,
+) -> ModeDecision:
     """Step 2 of Algorithm 1: the mode for this task (the bandit, or an ablation's fixed/random policy)."""
     if policy == "fixed":
         return selector.fixed(fixed_mode, embedding)  # type: ignore[arg-type]
@@ -158,17 +172,36 @@ class Update:
     skip_reason: str | None
 
 
-def record_attempt(memory: TrajectoryMemory, outcome_log: OutcomeLog, task: Task, trajectory: Trajectory, outcome: EpisodeOutcome, *,
-                   embedding: np.ndarray | None, mode: str, kappa: int, lam: float, update_index: int, iteration: int,
-                   parents: tuple[str, ...] = ()) -> Update:
+def record_attempt(
+    memory: TrajectoryMemory,
+    outcome_log: OutcomeLog,
+    task: Task,
+    trajectory: Trajectory,
+    outcome: EpisodeOutcome,
+    *,
+    embedding: np.ndarray | None,
+    mode: str,
+    kappa: int,
+    lam: float,
+    update_index: int,
+    iteration: int,
+    parents: tuple[str, ...] = (),
+) -> Update:
     """Steps 6-7: the raw trajectory always enters M_k; the (embedding, mode, cost-adjusted reward)
     entry enters L_k unless a skip rule applies (first update, no embedding, engine failure)."""
     reward = cost_adjusted_reward(outcome.y, kappa, lam)
     rec = memory.add(task, trajectory, outcome, embedding=embedding, parents=parents, iteration=iteration, mode=mode)
     why = skip_reason(update_index, embedding, outcome.infra_failure)
     if why is None:
-        outcome_log.append(embedding=embedding, mode=mode, reward=reward, raw_success=outcome.success,
-                           task_type=task.task_type, task_id=task.task_id, instruction=task.instruction)
+        outcome_log.append(
+            embedding=embedding,
+            mode=mode,
+            reward=reward,
+            raw_success=outcome.success,
+            task_type=task.task_type,
+            task_id=task.task_id,
+            instruction=task.instruction,
+        )
     return Update(rec.record_id, reward, why is None, None if why is None else why.value)
 
 
@@ -205,16 +238,34 @@ class AntiPersistence:
         text = embed_text(task.instruction, initial_observation, self.config.embed_prefix_chars)
         return self.embedder.embed(text, tags=tags)
 
-    def prepare(self, task: Task, initial_observation: str, *, iteration: int, position: int, phase: str, tags: dict[str, Any] | None = None) -> PreparedContext:
+    def prepare(
+        self,
+        task: Task,
+        initial_observation: str,
+        *,
+        iteration: int,
+        position: int,
+        phase: str,
+        tags: dict[str, Any] | None = None,
+    ) -> PreparedContext:
         """Steps 1-4: embed, select a mode, retrieve, synthesize. Makes no writes."""
         if phase not in PHASES:
             raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
         tags = dict(tags or {})
         embedding = self.embed(task, initial_observation, tags)
-        decision = decide(self.selector, self.outcome_log, embedding, iteration=iteration, position=position,
-                          rng=self._rng(phase, iteration, position),
-                          policy="bandit" if self.config.fixed_mode is None else "fixed", fixed_mode=self.config.fixed_mode)
-        retrieved = self.memory.retrieve(embedding, decision.mode, task, budget=self.config.budget, contrast=self.config.contrast)
+        decision = decide(
+            self.selector,
+            self.outcome_log,
+            embedding,
+            iteration=iteration,
+            position=position,
+            rng=self._rng(phase, iteration, position),
+            policy="bandit" if self.config.fixed_mode is None else "fixed",
+            fixed_mode=self.config.fixed_mode,
+        )
+        retrieved = self.memory.retrieve(
+            embedding, decision.mode, task, budget=self.config.budget, contrast=self.config.contrast
+        )
         guidance = synthesize(
             decision.mode,
             task.instruction,
@@ -248,10 +299,14 @@ class AntiPersistence:
             log.warning("engine failed to load %s: %s", task.key, exc)
             return self._finish_infra(task, phase, iteration, position, k, f"reset: {exc!r}")
 
-        prepared = self.prepare(task, initial_observation, iteration=iteration, position=position, phase=phase, tags=tags)
+        prepared = self.prepare(
+            task, initial_observation, iteration=iteration, position=position, phase=phase, tags=tags
+        )
         guidance = prepared.guidance
         episode = run_episode(
-            env, task, self.llm,
+            env,
+            task,
+            self.llm,
             context_blocks=[guidance.text],
             config=agent_config,
             initial_observation=initial_observation,
@@ -265,8 +320,19 @@ class AntiPersistence:
         logged = False
         reason = None
         if training:
-            upd = record_attempt(self.memory, self.outcome_log, task, episode.trajectory, episode.outcome, embedding=embedding,
-                                 mode=decision.mode, kappa=kappa, lam=self.config.lam, update_index=k, iteration=iteration)
+            upd = record_attempt(
+                self.memory,
+                self.outcome_log,
+                task,
+                episode.trajectory,
+                episode.outcome,
+                embedding=embedding,
+                mode=decision.mode,
+                kappa=kappa,
+                lam=self.config.lam,
+                update_index=k,
+                iteration=iteration,
+            )
             record_id, reward, logged, reason = upd.record_id, upd.reward, upd.logged, upd.skip_reason
         result = TaskResult(
             task=task,
@@ -295,10 +361,27 @@ class AntiPersistence:
         outcome = EpisodeOutcome(False, infra_failure=True, error=error)
         record_id = None
         if phase == "train":
-            record_id = self.memory.add(task, Trajectory(""), outcome, embedding=None, iteration=iteration, mode=None).record_id
+            record_id = self.memory.add(
+                task, Trajectory(""), outcome, embedding=None, iteration=iteration, mode=None
+            ).record_id
         decision = self.selector.fixed("none", None)
         return TaskResult(
-            task, phase, iteration, position, "none", "infrastructure_failure", decision.to_dict(), 0, 0.0, outcome,
-            (), "engine failed before the episode started", 0, 0, False, record_id, False,
+            task,
+            phase,
+            iteration,
+            position,
+            "none",
+            "infrastructure_failure",
+            decision.to_dict(),
+            0,
+            0.0,
+            outcome,
+            (),
+            "engine failed before the episode started",
+            0,
+            0,
+            False,
+            record_id,
+            False,
             "infrastructure_failure" if phase == "train" else None,
         )

@@ -53,9 +53,17 @@ class DecisionAudit:
         return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "phase": self.phase, "iteration": self.iteration, "position": self.position,
-                "log_entries": self.log_entries, "reproduces": self.reproduces, "differences": self.differences,
-                "recorded": self.recorded, "recomputed": self.recomputed}
+        return {
+            "run_dir": self.run_dir,
+            "phase": self.phase,
+            "iteration": self.iteration,
+            "position": self.position,
+            "log_entries": self.log_entries,
+            "reproduces": self.reproduces,
+            "differences": self.differences,
+            "recorded": self.recorded,
+            "recomputed": self.recomputed,
+        }
 
 
 def _episodes(run: Path, phase: str) -> list[dict[str, Any]]:
@@ -69,10 +77,14 @@ def find_episode(run: Path, phase: str, iteration: int, position: int) -> dict[s
     found = [r for r in eps if r["iteration"] == iteration and r["position"] == position]
     if not found:
         have = sorted({(r["iteration"], r["position"]) for r in eps})
-        raise ValueError(f"{run}: no {phase} episode at iteration {iteration}, position {position}; recorded: {have[:40]}")
+        raise ValueError(
+            f"{run}: no {phase} episode at iteration {iteration}, position {position}; recorded: {have[:40]}"
+        )
     if "decision" not in found[0].get("meta", {}):
-        raise ValueError(f"{run}: the {phase} episode at iteration {iteration}, position {position} carries no selector "
-                         "decision (an infrastructure failure, or not an anti_persistence run)")
+        raise ValueError(
+            f"{run}: the {phase} episode at iteration {iteration}, position {position} carries no selector "
+            "decision (an infrastructure failure, or not an anti_persistence run)"
+        )
     return found[0]
 
 
@@ -80,7 +92,9 @@ def log_entries_seen(run: Path, phase: str, iteration: int, position: int) -> in
     """How many outcome-log entries existed when the decision was made."""
     train = _episodes(run, "train")
     if phase == "train":
-        return sum(1 for r in train if (r["iteration"], r["position"]) < (iteration, position) and r["meta"].get("logged"))
+        return sum(
+            1 for r in train if (r["iteration"], r["position"]) < (iteration, position) and r["meta"].get("logged")
+        )
     return sum(1 for r in train if r["iteration"] <= iteration and r["meta"].get("logged"))
 
 
@@ -88,11 +102,22 @@ def _method_config(man: dict[str, Any]) -> tuple[AntiPersistenceConfig, str, str
     params = {k: v for k, v in (man.get("method_config") or man.get("method_params") or {}).items() if k != "name"}
     policy, fixed = params.get("policy", "bandit"), params.get("fixed_mode")
     known = TABLE3.params()
-    return AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known}, fixed_mode=fixed), policy, fixed
+    return (
+        AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known}, fixed_mode=fixed),
+        policy,
+        fixed,
+    )
 
 
-def audit_decision(run_dir: str | Path, *, phase: str, iteration: int, position: int,
-                   embedding: Any = None, cache_dir: str | Path | None = None) -> DecisionAudit:
+def audit_decision(
+    run_dir: str | Path,
+    *,
+    phase: str,
+    iteration: int,
+    position: int,
+    embedding: Any = None,
+    cache_dir: str | Path | None = None,
+) -> DecisionAudit:
     """Re-derive the decision recorded at (phase, iteration, position) of an anti_persistence run.
 
     The task embedding: ``embedding`` if given; else, for training, the one stored in M_k; else
@@ -113,8 +138,10 @@ def audit_decision(run_dir: str | Path, *, phase: str, iteration: int, position:
         embedding = stored[0].get("embedding")
     elif embedding is None:
         if cache_dir is None:
-            raise ValueError("a held-out decision needs the task embedding: give cache_dir (the run's response cache) "
-                             "or an embedding")
+            raise ValueError(
+                "a held-out decision needs the task embedding: give cache_dir (the run's response cache) "
+                "or an embedding"
+            )
         from .walkthrough import replay_clients
 
         _, embedder = replay_clients(run, cache_dir)
@@ -122,9 +149,18 @@ def audit_decision(run_dir: str | Path, *, phase: str, iteration: int, position:
     n = log_entries_seen(run, phase, iteration, position)
     full = OutcomeLog(run / "state" / "outcome_log.jsonl", read_only=True)
     if len(full) < n:
-        raise ValueError(f"{run}: state/outcome_log.jsonl has {len(full)} entries, fewer than the {n} the episode log implies")
+        raise ValueError(
+            f"{run}: state/outcome_log.jsonl has {len(full)} entries, fewer than the {n} the episode log implies"
+        )
     cfg, policy, fixed = _method_config(man)
-    decision = decide(ModeSelector(cfg.selector), full.head(n), None if embedding is None else np.asarray(embedding, dtype=np.float64),
-                      iteration=iteration, position=position, rng=decision_rng(int(man["seed"]), phase, iteration, position),
-                      policy=policy, fixed_mode=fixed)
+    decision = decide(
+        ModeSelector(cfg.selector),
+        full.head(n),
+        None if embedding is None else np.asarray(embedding, dtype=np.float64),
+        iteration=iteration,
+        position=position,
+        rng=decision_rng(int(man["seed"]), phase, iteration, position),
+        policy=policy,
+        fixed_mode=fixed,
+    )
     return DecisionAudit(str(run), phase, iteration, position, n, rec["meta"]["decision"], decision.to_dict())

@@ -30,8 +30,14 @@ def _cmd_select(args: argparse.Namespace) -> int:
         from .audit import audit_decision
 
         emb = _read_embedding(args.embedding) if args.embedding else None
-        audit = audit_decision(args.run, phase=args.phase, iteration=args.iteration, position=args.position,
-                               embedding=emb, cache_dir=args.cache)
+        audit = audit_decision(
+            args.run,
+            phase=args.phase,
+            iteration=args.iteration,
+            position=args.position,
+            embedding=emb,
+            cache_dir=args.cache,
+        )
         print(json.dumps(audit.to_dict(), indent=2))
         if not audit.reproduces:
             print(f"error: the re-derived decision differs from the recorded one: {audit.differences}", file=sys.stderr)
@@ -48,7 +54,9 @@ def _cmd_select(args: argparse.Namespace) -> int:
     log = OutcomeLog(args.log, read_only=True)
     overrides = {k: getattr(args, k) for k in SELECTOR_FLAGS if getattr(args, k) is not None}
     cfg = replace(TABLE3.selector, **overrides)
-    decision = select_mode(log, emb, iteration=args.iteration, position=args.position, seed=args.seed, phase=args.phase, config=cfg)
+    decision = select_mode(
+        log, emb, iteration=args.iteration, position=args.position, seed=args.seed, phase=args.phase, config=cfg
+    )
     print(json.dumps(decision.to_dict(), indent=2))
     return 0
 
@@ -61,12 +69,27 @@ def _read_embedding(path: str) -> np.ndarray:
 
 
 #: SelectorConfig fields the select command can override (defaults: Table 3, anti_persistence.TABLE3)
-SELECTOR_FLAGS = ("neighbourhood", "c", "gamma", "rho", "warmup_per_mode", "round_robin_iterations", "epsilon", "unsupported")
+SELECTOR_FLAGS = (
+    "neighbourhood",
+    "c",
+    "gamma",
+    "rho",
+    "warmup_per_mode",
+    "round_robin_iterations",
+    "epsilon",
+    "unsupported",
+)
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
     from . import prompts
 
+    if args.show:
+        texts = prompts.prompt_texts()
+        if args.show not in texts:
+            raise ValueError(f"no prompt named {args.show!r}; names: {sorted(texts)}")
+        print(texts[args.show])
+        return 0
     for name, digest in prompts.prompt_hashes().items():
         print(f"{digest}  {name}")
     return 0
@@ -129,8 +152,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .protocol import RunSpec, run_cell
 
     settings = load_run_params(args.params) if args.params else {}
-    for key in ("method", "benchmark", "backbone", "seed", "iterations", "train_per_iteration", "max_steps",
-                "heldout_concurrency", "heldout_limit", "train_pool_limit", "embedding", "out_root", "name"):
+    for key in (
+        "method",
+        "benchmark",
+        "backbone",
+        "seed",
+        "iterations",
+        "train_per_iteration",
+        "max_steps",
+        "heldout_concurrency",
+        "heldout_limit",
+        "train_pool_limit",
+        "embedding",
+        "out_root",
+        "name",
+    ):
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
@@ -165,8 +201,10 @@ def _cmd_main(args: argparse.Namespace) -> int:
     out = Path(args.out) / Path(args.profile).stem
     print()
     for r in summary["rows"]:
-        print(f"{r['benchmark']:>13} {r['run']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
-              f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task, {r['seconds']:.0f} s")
+        print(
+            f"{r['benchmark']:>13} {r['run']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
+            f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task, {r['seconds']:.0f} s"
+        )
     print(f"\n{summary['note']}")
     print(f"wall time {summary['wall_s'] / 60:.1f} min")
     print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {out / 'runs'}")
@@ -183,12 +221,16 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise ValueError(f"{args.params}: executor 'ray' needs the ray package: pip install -e '.[scale]', or pass --executor process")
+            raise ValueError(
+                f"{args.params}: executor 'ray' needs the ray package: pip install -e '.[scale]', or pass --executor process"
+            )
     if args.address:
         grid.ray_address = args.address
     if args.max_parallel:
         grid.max_parallel = args.max_parallel
-    print(f"grid {grid.name}: {len(grid.runs)} runs on executor {args.executor or grid.executor}; run directories under {grid.out_root}")
+    print(
+        f"grid {grid.name}: {len(grid.runs)} runs on executor {args.executor or grid.executor}; run directories under {grid.out_root}"
+    )
     urls: dict[str, dict[str, None]] = {}
     for r in grid.runs:
         urls.setdefault(r.spec.backbone, {})[r.endpoint.base_url] = None
@@ -229,16 +271,31 @@ def build_parser() -> argparse.ArgumentParser:
     from .anti_persistence import TABLE3
 
     t3 = TABLE3.selector
-    s = sub.add_parser("select", help="audit one mode selection: re-derive a run's recorded decision, or decide for a log + embedding",
-                       description="Either --run (re-derive the decision a run recorded, compare, exit 1 if it differs) or "
-                                   "--log + --embedding (decide afresh). Outcome logs are opened read-only. The random stream is "
-                                   "the method's: default_rng([seed, phase index, iteration, position]).")
+    s = sub.add_parser(
+        "select",
+        help="audit one mode selection: re-derive a run's recorded decision, or decide for a log + embedding",
+        description="Either --run (re-derive the decision a run recorded, compare, exit 1 if it differs) or "
+        "--log + --embedding (decide afresh). Outcome logs are opened read-only. The random stream is "
+        "the method's: default_rng([seed, phase index, iteration, position]).",
+    )
     s.add_argument("--run", help="an anti_persistence run directory: re-derive the decision recorded there")
-    s.add_argument("--cache", help="with --run and --phase heldout: the run's response cache (answers the embedding request)")
+    s.add_argument(
+        "--cache", help="with --run and --phase heldout: the run's response cache (answers the embedding request)"
+    )
     s.add_argument("--log", help="outcome_log.jsonl to decide from (read-only)")
     s.add_argument("--embedding", help="JSON file holding the task embedding (list of numbers)")
-    s.add_argument("--phase", default="train", choices=("train", "heldout"), help="the phase the decision is made in (seeds the random stream)")
-    s.add_argument("--iteration", type=int, default=t3.round_robin_iterations + 1, help="1-based iteration (round-robin up to %(default)s - 1)")
+    s.add_argument(
+        "--phase",
+        default="train",
+        choices=("train", "heldout"),
+        help="the phase the decision is made in (seeds the random stream)",
+    )
+    s.add_argument(
+        "--iteration",
+        type=int,
+        default=t3.round_robin_iterations + 1,
+        help="1-based iteration (round-robin up to %(default)s - 1)",
+    )
     s.add_argument("--position", type=int, default=0, help="0-based position of the task within the iteration")
     s.add_argument("--seed", type=int, default=0, help="the run's seed")
     s.add_argument("--neighbourhood", type=int, help=f"B-hat (default {t3.neighbourhood})")
@@ -246,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rho", type=float, help=f"trust threshold (default {t3.rho})")
     s.add_argument("-c", dest="c", type=float, help=f"UCB coefficient (default {t3.c})")
     s.add_argument("--warmup-per-mode", dest="warmup_per_mode", type=int, help=f"W_init (default {t3.warmup_per_mode})")
-    s.add_argument("--round-robin-iterations", dest="round_robin_iterations", type=int, help=f"default {t3.round_robin_iterations}")
+    s.add_argument(
+        "--round-robin-iterations", dest="round_robin_iterations", type=int, help=f"default {t3.round_robin_iterations}"
+    )
     s.add_argument("--epsilon", type=float, help=f"default {t3.epsilon}")
     s.add_argument("--unsupported", choices=("exclude", "zero"), help=f"default {t3.unsupported}")
     s.set_defaults(func=_cmd_select)
@@ -286,7 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-cache", action="store_true", help="disable the response cache")
     r.set_defaults(func=_cmd_run)
 
-    g = sub.add_parser("grid", help="run a grid of runs (methods x benchmarks x seeds x backbones) on Ray or a process pool")
+    g = sub.add_parser(
+        "grid", help="run a grid of runs (methods x benchmarks x seeds x backbones) on Ray or a process pool"
+    )
     g.add_argument("params", help="grid YAML file (see params/grid/)")
     g.add_argument("--executor", choices=("ray", "process", "serial"), help="override the file's executor")
     g.add_argument("--address", help="Ray cluster address (e.g. auto or ray://head:10001); default: a local instance")
@@ -302,19 +363,26 @@ def build_parser() -> argparse.ArgumentParser:
     pa = sub.add_parser("partition", help="(re)draw a benchmark's partition with the fixed seed")
     pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop", "appworld"))
     pa.add_argument("--goals", help="WebShop: the instruction file of your WebShop install")
-    pa.add_argument("--dataset", default="dev", help="AppWorld: the task set the F.1 tasks are drawn from (default: dev)")
+    pa.add_argument(
+        "--dataset", default="dev", help="AppWorld: the task set the F.1 tasks are drawn from (default: dev)"
+    )
     pa.add_argument("--seed", type=int, default=42)
     pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
     pa.set_defaults(func=_cmd_partition)
 
-    pr = sub.add_parser("prompts", help="print the hash of every prompt template")
+    pr = sub.add_parser(
+        "prompts", help="print the hash of every prompt template (every method's), or one template's text"
+    )
+    pr.add_argument("--show", metavar="NAME", help="print this prompt's template text")
     pr.set_defaults(func=_cmd_prompts)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return int(args.func(args))
     except (ValueError, FileNotFoundError) as exc:
@@ -323,9 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         from .environment import BenchmarkUnavailableError
         from .llm import LLMError
-        from .rundir import RunLockedError
-
         from .notebooks_runner import NotebookError
+        from .rundir import RunLockedError
 
         if isinstance(exc, (BenchmarkUnavailableError, RunLockedError, NotebookError)):
             print(f"error: {exc}", file=sys.stderr)

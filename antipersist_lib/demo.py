@@ -31,7 +31,9 @@ DEMO_METHODS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_demo(out: str | Path = "outputs/demo", *, iterations: int = 3, seed: int = 42, verbose: bool = True) -> dict[str, Any]:
+def run_demo(
+    out: str | Path = "outputs/demo", *, iterations: int = 3, seed: int = 42, verbose: bool = True
+) -> dict[str, Any]:
     """Run every demo method; returns per-method held-out success per iteration and run dirs."""
     out = Path(out)
     if (out / "runs").exists():
@@ -41,9 +43,20 @@ def run_demo(out: str | Path = "outputs/demo", *, iterations: int = 3, seed: int
         endpoint = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
         for method, params in DEMO_METHODS.items():
             spec = RunSpec(
-                method=method, benchmark="errandworld", backbone="scripted-loopback", embedding="loopback-bag-of-words",
-                seed=seed, iterations=iterations, train_per_iteration=6, max_steps=4, heldout_concurrency=3,
-                method_params=params, name=method, out_root=str(out / "runs"), cache_dir=None, progress=verbose,
+                method=method,
+                benchmark="errandworld",
+                backbone="scripted-loopback",
+                embedding="loopback-bag-of-words",
+                seed=seed,
+                iterations=iterations,
+                train_per_iteration=6,
+                max_steps=4,
+                heldout_concurrency=3,
+                method_params=params,
+                name=method,
+                out_root=str(out / "runs"),
+                cache_dir=None,
+                progress=verbose,
             )
             its = run_cell(spec, endpoint=endpoint, embed_endpoint=endpoint)
             summary["methods"][method] = {

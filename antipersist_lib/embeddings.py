@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +68,17 @@ class Embedder:
     record with purpose "embedding"; ``cached`` is True when no request was needed.
     """
 
-    def __init__(self, endpoint: Endpoint, *, ledger: Ledger, cache: ResponseCache | None = None,
-                 max_retries: int | None = None, expected_dim: int | None = None,
-                 seed: int | None = None, sleep: Sleep = time.sleep) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        ledger: Ledger,
+        cache: ResponseCache | None = None,
+        max_retries: int | None = None,
+        expected_dim: int | None = None,
+        seed: int | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
         self.cache = cache
@@ -82,12 +91,12 @@ class Embedder:
         return cache_key({"kind": "embedding", "model": self.endpoint.model, "input": text})
 
     def _once(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        resp = self._client.embeddings.create(model=self.endpoint.model, input=texts,
-                                              encoding_format="float")
+        resp = self._client.embeddings.create(model=self.endpoint.model, input=texts, encoding_format="float")
         data = getattr(resp, "data", None)
         if not isinstance(data, list) or len(data) != len(texts):
-            raise _TransientReplyError(f"expected {len(texts)} embeddings, got "
-                                       f"{len(data) if isinstance(data, list) else 'none'}")
+            raise _TransientReplyError(
+                f"expected {len(texts)} embeddings, got {len(data) if isinstance(data, list) else 'none'}"
+            )
         try:
             ordered = sorted(data, key=lambda d: int(d.index))
         except (AttributeError, TypeError, ValueError) as exc:
@@ -119,34 +128,59 @@ class Embedder:
             if out[i] is None:
                 missing.append(i)
         if not missing:
-            self.ledger.record("embedding", self.endpoint.model, latency_s=time.monotonic() - started,
-                               cached=True, tags=tags)
+            self.ledger.record(
+                "embedding", self.endpoint.model, latency_s=time.monotonic() - started, cached=True, tags=tags
+            )
             return out
         batch = [texts[i] for i in missing]
         try:
             (vectors, tokens), retries = _call_with_retries(
-                lambda: self._once(batch), endpoint=self.endpoint, purpose="embedding",
-                max_retries=self.max_retries, backoff=self._backoff)
+                lambda: self._once(batch),
+                endpoint=self.endpoint,
+                purpose="embedding",
+                max_retries=self.max_retries,
+                backoff=self._backoff,
+            )
         except LLMError as exc:
-            self.ledger.record("embedding", self.endpoint.model, latency_s=time.monotonic() - started,
-                               retries=exc.retries, ok=False, error=exc.last_error, tags=tags)
+            self.ledger.record(
+                "embedding",
+                self.endpoint.model,
+                latency_s=time.monotonic() - started,
+                retries=exc.retries,
+                ok=False,
+                error=exc.last_error,
+                tags=tags,
+            )
             level = logging.ERROR if isinstance(exc, LLMRequestError) else logging.WARNING
-            log.log(level, "embedding unavailable from %s (model %r) for %d text(s) after %d "
-                    "retries; callers fall back to mode 'none'. Last error: %s", self.endpoint.base_url,
-                    self.endpoint.model, len(batch), exc.retries, exc.last_error)
+            log.log(
+                level,
+                "embedding unavailable from %s (model %r) for %d text(s) after %d "
+                "retries; callers fall back to mode 'none'. Last error: %s",
+                self.endpoint.base_url,
+                self.endpoint.model,
+                len(batch),
+                exc.retries,
+                exc.last_error,
+            )
             return out
         for i, vec in zip(missing, vectors):
             out[i] = np.asarray(vec, dtype=np.float64)
             if self.cache is not None:
                 self.cache.put(self._key(texts[i]), {"embedding": vec})
-        self.ledger.record("embedding", self.endpoint.model, prompt_tokens=tokens,
-                           latency_s=time.monotonic() - started, retries=retries, tags=tags)
+        self.ledger.record(
+            "embedding",
+            self.endpoint.model,
+            prompt_tokens=tokens,
+            latency_s=time.monotonic() - started,
+            retries=retries,
+            tags=tags,
+        )
         return out
 
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "Embedder":
+    def __enter__(self) -> Embedder:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -121,7 +121,7 @@ class Environment(ABC):
     def close(self) -> None:
         """Release the engine."""
 
-    def __enter__(self) -> "Environment":
+    def __enter__(self) -> Environment:
         return self
 
     def __exit__(self, *exc: object) -> None:

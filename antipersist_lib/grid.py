@@ -30,29 +30,66 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .jsonl import atomic_write_json
 from .llm import Endpoint
 from .main_job import VARIANT_KEYS
 from .methods import METHODS, validate_method_params
 from .partitions import load_partition
-from .profiles import DECODING_KEYS, GLOBAL_URL_ENV, PROFILE_KEYS, endpoint_from_profile, load_profile, read_mapping, validate_profile
+from .profiles import (
+    DECODING_KEYS,
+    GLOBAL_URL_ENV,
+    PROFILE_KEYS,
+    endpoint_from_profile,
+    load_profile,
+    read_mapping,
+    validate_profile,
+)
 from .protocol import RunSpec
 
 EXECUTORS = ("ray", "process", "serial")
 GRID_KEYS = {
-    "name", "methods", "variants", "benchmarks", "seeds", "backbones", "embedding", "endpoints", "embedding_endpoints",
-    "iterations", "train_per_iteration", "max_steps", "heldout_concurrency", "heldout_limit", "train_pool_limit",
-    "agent", "method_params", "benchmark_options", "out_root", "cache_dir", "executor", "ray_address",
-    "max_parallel", "cpus_per_run", "shared_server",
+    "name",
+    "methods",
+    "variants",
+    "benchmarks",
+    "seeds",
+    "backbones",
+    "embedding",
+    "endpoints",
+    "embedding_endpoints",
+    "iterations",
+    "train_per_iteration",
+    "max_steps",
+    "heldout_concurrency",
+    "heldout_limit",
+    "train_pool_limit",
+    "agent",
+    "method_params",
+    "benchmark_options",
+    "out_root",
+    "cache_dir",
+    "executor",
+    "ray_address",
+    "max_parallel",
+    "cpus_per_run",
+    "shared_server",
 }
 #: environment variables a Ray worker needs to see like the driver (never API keys: set those on the
 #: nodes); ``forwarded_env`` adds the base-URL variables the grid's profiles name
-FORWARDED_ENV = ("ALFWORLD_DATA", "ANTIPERSIST_PARAMS", "ANTIPERSIST_PARTITIONS", "APPWORLD_ROOT",
-                 "ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "JAVA_HOME")
+FORWARDED_ENV = (
+    "ALFWORLD_DATA",
+    "ANTIPERSIST_PARAMS",
+    "ANTIPERSIST_PARTITIONS",
+    "APPWORLD_ROOT",
+    "ANTIPERSIST_BASE_URL",
+    "ANTIPERSIST_EMBED_BASE_URL",
+    "JAVA_HOME",
+)
 
 
 @dataclass(frozen=True)
@@ -119,8 +156,10 @@ def _endpoint(entry: Any, kind: str, where: str) -> _Named:
                 raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
         decoding = sorted(set(entry) & set(DECODING_KEYS))
         if decoding:
-            raise ValueError(f"{where}: {decoding} are read from backbone profile files only; "
-                             "for an inline endpoint set them under the grid's agent: mapping")
+            raise ValueError(
+                f"{where}: {decoding} are read from backbone profile files only; "
+                "for an inline endpoint set them under the grid's agent: mapping"
+            )
         validate_profile(entry, where)
         return _Named(entry["name"], endpoint_from_profile(entry, kind), entry.get("base_url_env"))
     raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
@@ -134,14 +173,21 @@ def _check_one_model_per_url(p: Path, served: list[tuple[str, _Named, list[str]]
             key = url.rstrip("/")
             if key in seen and seen[key][1].endpoint.model != named.endpoint.model:
                 other_what, other = seen[key]
-                variables = " and ".join(f"${n.url_env}" if n.url_env else f"{n.name}'s base_url" for n in (other, named))
+                variables = " and ".join(
+                    f"${n.url_env}" if n.url_env else f"{n.name}'s base_url" for n in (other, named)
+                )
                 global_set = [f"${v}" for v in GLOBAL_URL_ENV.values() if os.environ.get(v)]
-                unset = f" (and unset {' and '.join(global_set)}: it sets every profile's URL at once)" if global_set else ""
+                unset = (
+                    f" (and unset {' and '.join(global_set)}: it sets every profile's URL at once)"
+                    if global_set
+                    else ""
+                )
                 raise ValueError(
                     f"{p}: {other_what} {other.name!r} ({other.endpoint.model}) and {what} {named.name!r} "
                     f"({named.endpoint.model}) both resolve to base URL {url}, but a vLLM server serves one model. "
                     f"Start one server per model and point each at its own URL: set {variables}"
-                    f"{unset}; or set `shared_server: true` in {p.name} if a router at that URL serves every model.")
+                    f"{unset}; or set `shared_server: true` in {p.name} if a router at that URL serves every model."
+                )
             seen.setdefault(key, (what, named))
 
 
@@ -210,13 +256,19 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     if not isinstance(data.get("shared_server", False), bool):
         raise ValueError(f"{p}: shared_server must be true or false, got {data['shared_server']!r}")
     if not data.get("shared_server", False):
-        _check_one_model_per_url(p, [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
-                                 + [("embedding", emb, emb_urls)])
+        _check_one_model_per_url(
+            p,
+            [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
+            + [("embedding", emb, emb_urls)],
+        )
     benchmarks = _list(data, "benchmarks", p)
     _check_benchmarks(p, benchmarks, data)
     shared = data.get("method_params") or {}
     plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
-    plan += [(n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})}) for n, v in variants.items()]
+    plan += [
+        (n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})})
+        for n, v in variants.items()
+    ]
     for run_name, method, mparams in plan:
         try:
             validate_method_params(method, mparams)
@@ -231,23 +283,48 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         for bench in benchmarks:
             for run_name, method, mparams in plan:
                 for seed in _list(data, "seeds", p, [42]):
-                    spec = RunSpec.from_dict({
-                        "method": method, "benchmark": bench, "backbone": bname, "embedding": emb.name, "seed": seed,
-                        "iterations": data.get("iterations", 10), "train_per_iteration": data.get("train_per_iteration", 50),
-                        "max_steps": data.get("max_steps", 50), "heldout_concurrency": data.get("heldout_concurrency", 8),
-                        "heldout_limit": data.get("heldout_limit"), "train_pool_limit": data.get("train_pool_limit"),
-                        "agent": dict(data.get("agent") or {}), "method_params": mparams,
-                        "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
-                        "out_root": out_root, "cache_dir": cache_dir, "name": run_name, "progress": False,
-                    })
+                    spec = RunSpec.from_dict(
+                        {
+                            "method": method,
+                            "benchmark": bench,
+                            "backbone": bname,
+                            "embedding": emb.name,
+                            "seed": seed,
+                            "iterations": data.get("iterations", 10),
+                            "train_per_iteration": data.get("train_per_iteration", 50),
+                            "max_steps": data.get("max_steps", 50),
+                            "heldout_concurrency": data.get("heldout_concurrency", 8),
+                            "heldout_limit": data.get("heldout_limit"),
+                            "train_pool_limit": data.get("train_pool_limit"),
+                            "agent": dict(data.get("agent") or {}),
+                            "method_params": mparams,
+                            "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
+                            "out_root": out_root,
+                            "cache_dir": cache_dir,
+                            "name": run_name,
+                            "progress": False,
+                        }
+                    )
                     k = counters.get(bname, 0)
                     counters[bname] = k + 1
                     urls = replicas.get(bname) or [ep.base_url]
-                    runs.append(GridRun(spec, dataclasses.replace(ep, base_url=urls[k % len(urls)]),
-                                        dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)])))
-    return Grid(name=str(data.get("name", p.stem)), runs=runs, executor=executor, ray_address=data.get("ray_address"),
-                max_parallel=int(data.get("max_parallel", 2)), cpus_per_run=float(data.get("cpus_per_run", 1.0)),
-                out_root=out_root, url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n.url_env)))
+                    runs.append(
+                        GridRun(
+                            spec,
+                            dataclasses.replace(ep, base_url=urls[k % len(urls)]),
+                            dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)]),
+                        )
+                    )
+    return Grid(
+        name=str(data.get("name", p.stem)),
+        runs=runs,
+        executor=executor,
+        ray_address=data.get("ray_address"),
+        max_parallel=int(data.get("max_parallel", 2)),
+        cpus_per_run=float(data.get("cpus_per_run", 1.0)),
+        out_root=out_root,
+        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n.url_env)),
+    )
 
 
 def run_one(run: GridRun) -> RunOutcome:
@@ -256,17 +333,33 @@ def run_one(run: GridRun) -> RunOutcome:
 
     spec = run.spec
     started = time.monotonic()
-    base = dict(run_dir=str(spec.run_dir()), method=spec.method, run_name=spec.run_name, benchmark=spec.benchmark,
-                backbone=spec.backbone, seed=spec.seed)
+    base = dict(
+        run_dir=str(spec.run_dir()),
+        method=spec.method,
+        run_name=spec.run_name,
+        benchmark=spec.benchmark,
+        backbone=spec.backbone,
+        seed=spec.seed,
+    )
     try:
         summaries = run_cell(spec, endpoint=run.endpoint, embed_endpoint=run.embed_endpoint)
     except Exception as exc:  # noqa: BLE001 - one failing run must not stop the grid
-        return RunOutcome(**base, status="failed", seconds=round(time.monotonic() - started, 2),
-                          error=f"{type(exc).__name__}: {exc}", extra={"traceback": traceback.format_exc(limit=5)})
+        return RunOutcome(
+            **base,
+            status="failed",
+            seconds=round(time.monotonic() - started, 2),
+            error=f"{type(exc).__name__}: {exc}",
+            extra={"traceback": traceback.format_exc(limit=5)},
+        )
     last = summaries[-1] if summaries else None
-    return RunOutcome(**base, status="ok", seconds=round(time.monotonic() - started, 2), iterations=len(summaries),
-                      heldout_success_final=None if last is None else last.heldout_success,
-                      mean_calls_final=None if last is None else last.mean_calls)
+    return RunOutcome(
+        **base,
+        status="ok",
+        seconds=round(time.monotonic() - started, 2),
+        iterations=len(summaries),
+        heldout_success_final=None if last is None else last.heldout_success,
+        mean_calls_final=None if last is None else last.mean_calls,
+    )
 
 
 def _run_serial(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
@@ -295,7 +388,9 @@ def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutco
     try:
         import ray
     except ImportError as exc:
-        raise RuntimeError("executor 'ray' needs the ray package: pip install -e '.[scale]' (or use executor: process)") from exc
+        raise RuntimeError(
+            "executor 'ray' needs the ray package: pip install -e '.[scale]' (or use executor: process)"
+        ) from exc
     env = forwarded_env(grid)
     started_here = not ray.is_initialized()
     if started_here:
@@ -331,20 +426,35 @@ def run_grid(grid: Grid, *, executor: str | None = None, verbose: bool = True) -
     def on_done(o: RunOutcome) -> None:
         counter["n"] += 1
         if verbose:
-            what = f"held-out {100 * o.heldout_success_final:.1f}%" if o.status == "ok" and o.heldout_success_final is not None else o.error
-            print(f"[{counter['n']}/{total}] {o.status:6s} {o.benchmark}/{o.backbone}/{o.run_name}/seed{o.seed} ({o.seconds:.1f} s): {what}", flush=True)
+            what = (
+                f"held-out {100 * o.heldout_success_final:.1f}%"
+                if o.status == "ok" and o.heldout_success_final is not None
+                else o.error
+            )
+            print(
+                f"[{counter['n']}/{total}] {o.status:6s} {o.benchmark}/{o.backbone}/{o.run_name}/seed{o.seed} ({o.seconds:.1f} s): {what}",
+                flush=True,
+            )
 
     t0 = time.monotonic()
     outcomes = {"ray": _run_ray, "process": _run_process, "serial": _run_serial}[executor](grid, on_done)
     order = {r.spec.run_dir().as_posix(): i for i, r in enumerate(grid.runs)}
     outcomes.sort(key=lambda o: order.get(Path(o.run_dir).as_posix(), 0))
     failed = [o for o in outcomes if o.status != "ok"]
-    summary = {"grid": grid.name, "executor": executor, "runs": len(outcomes), "failed": len(failed),
-               "wall_s": round(time.monotonic() - t0, 2), "outcomes": [dataclasses.asdict(o) for o in outcomes]}
+    summary = {
+        "grid": grid.name,
+        "executor": executor,
+        "runs": len(outcomes),
+        "failed": len(failed),
+        "wall_s": round(time.monotonic() - t0, 2),
+        "outcomes": [dataclasses.asdict(o) for o in outcomes],
+    }
     Path(grid.out_root).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(grid.out_root) / f"grid_{grid.name}.json", summary)
     if verbose and failed:
-        print(f"{len(failed)} of {total} runs failed; their run directories are kept: run the same command again to resume them.")
+        print(
+            f"{len(failed)} of {total} runs failed; their run directories are kept: run the same command again to resume them."
+        )
     return outcomes
 
 

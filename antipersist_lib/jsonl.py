@@ -9,13 +9,20 @@ keep going, so a torn line never invalidates the records before or after it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 try:  # optional accelerator (a declared dependency; the kit still works without it)
     import orjson as _orjson
@@ -33,12 +40,27 @@ def dumps_line(obj: Any) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
+@contextlib.contextmanager
+def _exclusive(fd: int) -> Iterator[None]:
+    """An exclusive advisory lock on an open file (released on exit); a no-op where flock is missing."""
+    if fcntl is None:
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class JsonlWriter:
-    """Appends records to one JSONL file; safe for threads of one process.
+    """Appends records to one JSONL file; safe for threads of one process and for processes.
 
     On open, a file whose last byte is not a newline (a torn write from a crash) is first
     terminated with a newline, so the fragment stays a separate malformed line that readers
-    skip instead of being glued to the next record.
+    skip instead of being glued to the next record. Each append and that check hold an exclusive
+    ``flock`` on the file: otherwise a writer opening the file while another process is in the
+    middle of a large append would see its half-written line as torn and add a stray newline.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -47,7 +69,8 @@ class JsonlWriter:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._terminate_torn_tail()
+        with _exclusive(self._fd):
+            self._terminate_torn_tail()
 
     def _terminate_torn_tail(self) -> None:
         size = os.fstat(self._fd).st_size
@@ -62,7 +85,7 @@ class JsonlWriter:
 
     def append(self, obj: Any) -> None:
         data = dumps_line(obj)
-        with self._lock:
+        with self._lock, _exclusive(self._fd):
             written = os.write(self._fd, data)
             if written != len(data):  # pragma: no cover - only on a full disk
                 raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
@@ -75,7 +98,7 @@ class JsonlWriter:
                 os.close(self._fd)
                 self._fd = -1
 
-    def __enter__(self) -> "JsonlWriter":
+    def __enter__(self) -> JsonlWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,10 +16,11 @@ import contextvars
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .jsonl import JsonlWriter, read_jsonl
 
@@ -34,7 +35,7 @@ MAX_ERROR_CHARS = 300
 # Tags describe the *caller's* context (phase, task, iteration), so they live in a context
 # variable: each thread / asyncio task sees only the tags it set. New threads start with no
 # tags; pass ``tags=`` explicitly or run the worker under ``contextvars.copy_context()``.
-_CONTEXT_TAGS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("ledger_tags", default={})
+_CONTEXT_TAGS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("ledger_tags", default={})  # noqa: B039 - never mutated: set() replaces it
 
 
 @dataclass
@@ -62,7 +63,7 @@ class CallRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CallRecord":
+    def from_dict(cls, d: dict[str, Any]) -> CallRecord:
         return cls(
             call_id=int(d["call_id"]),
             purpose=str(d["purpose"]),
@@ -87,8 +88,10 @@ def _check_tags(tags: dict[str, Any]) -> dict[str, Any]:
         if value is not None and not isinstance(value, (str, int, float, bool)):
             raise ValueError(f"ledger tag {key!r} must be a scalar, got {type(value).__name__}")
         if isinstance(value, str) and len(value) > MAX_TAG_CHARS:
-            raise ValueError(f"ledger tag {key!r} is {len(value)} chars (max {MAX_TAG_CHARS}); "
-                             "the ledger must never hold prompt or response text")
+            raise ValueError(
+                f"ledger tag {key!r} is {len(value)} chars (max {MAX_TAG_CHARS}); "
+                "the ledger must never hold prompt or response text"
+            )
     return tags
 
 
@@ -119,18 +122,39 @@ class Ledger:
         self._next_id = max((r.call_id for r in self._records), default=0) + 1
         self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None else None
 
-    def record(self, purpose: str, model: str, *, prompt_tokens: int = 0, completion_tokens: int = 0,
-               latency_s: float = 0.0, cached: bool = False, retries: int = 0, ok: bool = True,
-               error: str | None = None, tags: dict[str, Any] | None = None) -> CallRecord:
+    def record(
+        self,
+        purpose: str,
+        model: str,
+        *,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        latency_s: float = 0.0,
+        cached: bool = False,
+        retries: int = 0,
+        ok: bool = True,
+        error: str | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> CallRecord:
         """Append one call; context tags are merged under explicit ``tags``."""
         merged = _check_tags({**_CONTEXT_TAGS.get(), **(tags or {})})
         if error is not None and len(error) > MAX_ERROR_CHARS:
             error = error[: MAX_ERROR_CHARS - 3] + "..."
         with self._lock:
-            rec = CallRecord(call_id=self._next_id, purpose=str(purpose), model=str(model),
-                             prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
-                             latency_s=float(latency_s), cached=bool(cached), retries=int(retries),
-                             ok=bool(ok), error=error, tags=merged, timestamp=time.time())
+            rec = CallRecord(
+                call_id=self._next_id,
+                purpose=str(purpose),
+                model=str(model),
+                prompt_tokens=int(prompt_tokens),
+                completion_tokens=int(completion_tokens),
+                latency_s=float(latency_s),
+                cached=bool(cached),
+                retries=int(retries),
+                ok=bool(ok),
+                error=error,
+                tags=merged,
+                timestamp=time.time(),
+            )
             self._next_id += 1
             self._records.append(rec)
             if self._writer is not None:
@@ -145,7 +169,8 @@ class Ledger:
     def count(self, purpose: str | None = None, **tag_filters: Any) -> int:
         """Calls with this purpose (any if None) whose tags equal every filter given."""
         return sum(
-            1 for r in self.records
+            1
+            for r in self.records
             if (purpose is None or r.purpose == purpose)
             and all(k in r.tags and r.tags[k] == v for k, v in tag_filters.items())
         )
@@ -155,9 +180,20 @@ class Ledger:
         too, so a replayed run reports the same totals; ``uncached_tokens`` is what was paid)."""
         out: dict[str, dict[str, int | float]] = {}
         for r in self.records:
-            t = out.setdefault(r.purpose, {"calls": 0, "cached": 0, "failed": 0, "retries": 0,
-                                           "prompt_tokens": 0, "completion_tokens": 0,
-                                           "total_tokens": 0, "uncached_tokens": 0, "latency_s": 0.0})
+            t = out.setdefault(
+                r.purpose,
+                {
+                    "calls": 0,
+                    "cached": 0,
+                    "failed": 0,
+                    "retries": 0,
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                    "total_tokens": 0,
+                    "uncached_tokens": 0,
+                    "latency_s": 0.0,
+                },
+            )
             t["calls"] += 1
             t["cached"] += int(r.cached)
             t["failed"] += int(not r.ok)
@@ -183,7 +219,7 @@ class Ledger:
         if self._writer is not None:
             self._writer.close()
 
-    def __enter__(self) -> "Ledger":
+    def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,8 +21,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import openai
@@ -131,13 +132,15 @@ def _make_openai_client(endpoint: Endpoint) -> openai.OpenAI:
     kwargs: dict[str, Any] = {}
     if (urlparse(endpoint.base_url).hostname or "") in _LOOPBACK_HOSTS:
         kwargs["http_client"] = openai.DefaultHttpxClient(trust_env=False)
-    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key(), max_retries=0,
-                         timeout=endpoint.timeout_s, **kwargs)
+    return openai.OpenAI(
+        base_url=endpoint.base_url, api_key=endpoint.api_key(), max_retries=0, timeout=endpoint.timeout_s, **kwargs
+    )
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APIConnectionError, openai.APIResponseValidationError,
-                        json.JSONDecodeError, _TransientReplyError)):
+    if isinstance(
+        exc, (openai.APIConnectionError, openai.APIResponseValidationError, json.JSONDecodeError, _TransientReplyError)
+    ):
         return True  # APITimeoutError is an APIConnectionError
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code >= 500 or exc.status_code in _RETRYABLE_4XX
@@ -173,8 +176,9 @@ class _Backoff:
             return ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
 
 
-def _call_with_retries(attempt: Callable[[], T], *, endpoint: Endpoint, purpose: str,
-                       max_retries: int, backoff: _Backoff) -> tuple[T, int]:
+def _call_with_retries(
+    attempt: Callable[[], T], *, endpoint: Endpoint, purpose: str, max_retries: int, backoff: _Backoff
+) -> tuple[T, int]:
     """Run ``attempt`` until it succeeds; returns (result, retries used).
 
     Raises ``LLMRequestError`` on a permanent error and ``LLMUnavailableError`` when the
@@ -191,7 +195,9 @@ def _call_with_retries(attempt: Callable[[], T], *, endpoint: Endpoint, purpose:
                     f"{endpoint.base_url} (model {endpoint.model!r}) rejected the {purpose} request: "
                     f"{_describe_error(exc)}. This is not retried: check the model name, API key "
                     f"variable {endpoint.api_key_env!r} and request parameters.",
-                    retries=retries, last_error=_describe_error(exc)) from exc
+                    retries=retries,
+                    last_error=_describe_error(exc),
+                ) from exc
             if not _is_transient(exc):
                 raise
             if retries >= max_retries:
@@ -200,11 +206,20 @@ def _call_with_retries(attempt: Callable[[], T], *, endpoint: Endpoint, purpose:
                     f"the {purpose} call failed after {retries} retries; last error: "
                     f"{_describe_error(exc)}. Completed work is saved; once the endpoint is back, "
                     f"re-run the same command to resume the run.",
-                    retries=retries, last_error=_describe_error(exc)) from exc
+                    retries=retries,
+                    last_error=_describe_error(exc),
+                ) from exc
             wait = backoff.delay(retries)
             retries += 1
-            log.debug("%s call to %s failed (%s); retry %d/%d in %.2fs", purpose,
-                      endpoint.base_url, _describe_error(exc), retries, max_retries, wait)
+            log.debug(
+                "%s call to %s failed (%s); retry %d/%d in %.2fs",
+                purpose,
+                endpoint.base_url,
+                _describe_error(exc),
+                retries,
+                max_retries,
+                wait,
+            )
             backoff.sleep(wait)
 
 
@@ -243,8 +258,15 @@ class LLMClient:
     concurrent use, so held-out evaluation may call ``chat`` from many threads.
     """
 
-    def __init__(self, endpoint: Endpoint, *, ledger: Ledger, cache: ResponseCache | None = None,
-                 seed: int | None = None, sleep: Sleep = time.sleep) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        ledger: Ledger,
+        cache: ResponseCache | None = None,
+        seed: int | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
         self.cache = cache
@@ -252,11 +274,16 @@ class LLMClient:
         self._backoff = _Backoff(endpoint.backoff_base_s, endpoint.backoff_max_s, seed, sleep)
         self._client = _make_openai_client(endpoint)
 
-    def _request(self, messages: list[dict[str, Any]], temperature: float, max_tokens: int,
-                 stop: Sequence[str] | str | None, top_p: float | None) -> dict[str, Any]:
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        temperature: float,
+        max_tokens: int,
+        stop: Sequence[str] | str | None,
+        top_p: float | None,
+    ) -> dict[str, Any]:
         """Exactly what is sent, minus the model; also the cache key's body."""
-        req: dict[str, Any] = {"messages": messages, "temperature": float(temperature),
-                               "max_tokens": int(max_tokens)}
+        req: dict[str, Any] = {"messages": messages, "temperature": float(temperature), "max_tokens": int(max_tokens)}
         if stop is not None:
             req["stop"] = [stop] if isinstance(stop, str) else list(stop)
         if top_p is not None:
@@ -276,13 +303,24 @@ class LLMClient:
         if not isinstance(content, str) or not content:
             raise _TransientReplyError("empty reply content")
         usage = getattr(resp, "usage", None)
-        return {"text": content, "finish_reason": finish if isinstance(finish, str) else None,
-                "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-                "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0)}
+        return {
+            "text": content,
+            "finish_reason": finish if isinstance(finish, str) else None,
+            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        }
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, purpose: str, temperature: float = 0.0,
-             max_tokens: int = 1024, stop: Sequence[str] | str | None = None, top_p: float | None = None,
-             tags: dict[str, Any] | None = None) -> ChatReply:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        purpose: str,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        stop: Sequence[str] | str | None = None,
+        top_p: float | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> ChatReply:
         plain = _plain_messages(messages)
         if self.endpoint.system_prompt == "merge":
             plain = merge_system(plain)
@@ -292,36 +330,65 @@ class LLMClient:
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None and isinstance(hit.get("text"), str) and hit["text"]:
-                reply = ChatReply(text=hit["text"], prompt_tokens=int(hit.get("prompt_tokens", 0)),
-                                  completion_tokens=int(hit.get("completion_tokens", 0)),
-                                  latency_s=time.monotonic() - started, cached=True, retries=0,
-                                  finish_reason=hit.get("finish_reason"))
+                reply = ChatReply(
+                    text=hit["text"],
+                    prompt_tokens=int(hit.get("prompt_tokens", 0)),
+                    completion_tokens=int(hit.get("completion_tokens", 0)),
+                    latency_s=time.monotonic() - started,
+                    cached=True,
+                    retries=0,
+                    finish_reason=hit.get("finish_reason"),
+                )
                 self._account(purpose, reply, tags)
                 return reply
         try:
             value, retries = _call_with_retries(
-                lambda: self._once(request), endpoint=self.endpoint, purpose=purpose,
-                max_retries=self.endpoint.max_retries, backoff=self._backoff)
+                lambda: self._once(request),
+                endpoint=self.endpoint,
+                purpose=purpose,
+                max_retries=self.endpoint.max_retries,
+                backoff=self._backoff,
+            )
         except LLMError as exc:
-            self.ledger.record(purpose, self.endpoint.model, latency_s=time.monotonic() - started,
-                               retries=exc.retries, ok=False, error=exc.last_error, tags=tags)
+            self.ledger.record(
+                purpose,
+                self.endpoint.model,
+                latency_s=time.monotonic() - started,
+                retries=exc.retries,
+                ok=False,
+                error=exc.last_error,
+                tags=tags,
+            )
             raise
         if self.cache is not None:
             self.cache.put(key, value)
-        reply = ChatReply(text=value["text"], prompt_tokens=value["prompt_tokens"],
-                          completion_tokens=value["completion_tokens"],
-                          latency_s=time.monotonic() - started, cached=False, retries=retries,
-                          finish_reason=value["finish_reason"])
+        reply = ChatReply(
+            text=value["text"],
+            prompt_tokens=value["prompt_tokens"],
+            completion_tokens=value["completion_tokens"],
+            latency_s=time.monotonic() - started,
+            cached=False,
+            retries=retries,
+            finish_reason=value["finish_reason"],
+        )
         self._account(purpose, reply, tags)
         return reply
 
     def _account(self, purpose: str, reply: ChatReply, tags: dict[str, Any] | None) -> None:
-        self.ledger.record(purpose, self.endpoint.model, prompt_tokens=reply.prompt_tokens,
-                           completion_tokens=reply.completion_tokens, latency_s=reply.latency_s,
-                           cached=reply.cached, retries=reply.retries, tags=tags)
+        self.ledger.record(
+            purpose,
+            self.endpoint.model,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+            cached=reply.cached,
+            retries=reply.retries,
+            tags=tags,
+        )
 
     def ping(self, *, retries: int = 0) -> list[str]:
         """Model ids the endpoint serves (for ``doctor``); not recorded in the ledger."""
+
         def once() -> list[str]:
             page = self._client.models.list()
             data = getattr(page, "data", None)
@@ -329,14 +396,15 @@ class LLMClient:
                 raise _TransientReplyError("malformed /models response")
             return [str(m.id) for m in data]
 
-        ids, _ = _call_with_retries(once, endpoint=self.endpoint, purpose="ping",
-                                    max_retries=retries, backoff=self._backoff)
+        ids, _ = _call_with_retries(
+            once, endpoint=self.endpoint, purpose="ping", max_retries=retries, backoff=self._backoff
+        )
         return ids
 
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "LLMClient":
+    def __enter__(self) -> LLMClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

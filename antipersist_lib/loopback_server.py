@@ -24,9 +24,10 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 Responder = Callable[[dict[str, Any]], str]
 EmbedFn = Callable[[str], Sequence[float]]
@@ -34,7 +35,16 @@ EmbedFn = Callable[[str], Sequence[float]]
 #: Fault kinds the server can inject. ``400``/``401``/``404`` exist to test that clients do
 #: *not* retry permanent errors; the rest are transient failures a client must survive.
 FAULT_KINDS: tuple[str, ...] = (
-    "timeout", "429", "500", "503", "malformed", "empty", "drop", "400", "401", "404",
+    "timeout",
+    "429",
+    "500",
+    "503",
+    "malformed",
+    "empty",
+    "drop",
+    "400",
+    "401",
+    "404",
 )
 TRANSIENT_FAULT_KINDS: tuple[str, ...] = ("timeout", "429", "500", "503", "malformed", "empty", "drop")
 
@@ -100,8 +110,7 @@ class ScriptedResponder:
     request. Unmatched requests get ``default``.
     """
 
-    def __init__(self, rules: Sequence[Rule] = (), default: str | Responder = "", *,
-                 scope: str = "last_user") -> None:
+    def __init__(self, rules: Sequence[Rule] = (), default: str | Responder = "", *, scope: str = "last_user") -> None:
         if scope not in ("last_user", "all"):
             raise ValueError("scope must be 'last_user' or 'all'")
         self.rules = list(rules)
@@ -180,18 +189,30 @@ class FaultPlan:
         self._lock = threading.Lock()
 
     @classmethod
-    def scripted(cls, sequence: Sequence[str | None], *, hang_s: float = 5.0,
-                 routes: Sequence[str] | None = None) -> "FaultPlan":
-        return cls(sequence=list(sequence), hang_s=hang_s,
-                   routes=tuple(routes) if routes is not None else None)
+    def scripted(
+        cls, sequence: Sequence[str | None], *, hang_s: float = 5.0, routes: Sequence[str] | None = None
+    ) -> FaultPlan:
+        return cls(sequence=list(sequence), hang_s=hang_s, routes=tuple(routes) if routes is not None else None)
 
     @classmethod
-    def random(cls, probability: float, *, seed: int = 0,
-               kinds: Sequence[str] = TRANSIENT_FAULT_KINDS, weights: Sequence[float] | None = None,
-               hang_s: float = 5.0, routes: Sequence[str] | None = None) -> "FaultPlan":
-        return cls(probability=probability, seed=seed, kinds=tuple(kinds),
-                   weights=tuple(weights) if weights is not None else None, hang_s=hang_s,
-                   routes=tuple(routes) if routes is not None else None)
+    def random(
+        cls,
+        probability: float,
+        *,
+        seed: int = 0,
+        kinds: Sequence[str] = TRANSIENT_FAULT_KINDS,
+        weights: Sequence[float] | None = None,
+        hang_s: float = 5.0,
+        routes: Sequence[str] | None = None,
+    ) -> FaultPlan:
+        return cls(
+            probability=probability,
+            seed=seed,
+            kinds=tuple(kinds),
+            weights=tuple(weights) if weights is not None else None,
+            hang_s=hang_s,
+            routes=tuple(routes) if routes is not None else None,
+        )
 
     def next_fault(self, route: str) -> str | None:
         if self.routes is not None and route not in self.routes:
@@ -223,9 +244,16 @@ class LoopbackServer:
     ``strict_model=True`` answers 404 for a model other than ``model_id``, as vLLM does.
     """
 
-    def __init__(self, responder: Responder | None = None, embedder: EmbedFn | None = None,
-                 faults: FaultPlan | None = None, latency_s: float = 0.0, *,
-                 model_id: str = "scripted", strict_model: bool = False) -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        embedder: EmbedFn | None = None,
+        faults: FaultPlan | None = None,
+        latency_s: float = 0.0,
+        *,
+        model_id: str = "scripted",
+        strict_model: bool = False,
+    ) -> None:
         self.responder: Responder = responder or ScriptedResponder(default="OK")
         self.embedder: EmbedFn = embedder or bag_of_words_embedding
         self.faults = faults
@@ -253,14 +281,15 @@ class LoopbackServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "LoopbackServer":
+    def start(self) -> LoopbackServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
         httpd = _Server(("127.0.0.1", 0), _make_handler(self))
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"loopback-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"loopback-{self.port}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -282,7 +311,7 @@ class LoopbackServer:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
 
-    def __enter__(self) -> "LoopbackServer":
+    def __enter__(self) -> LoopbackServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -308,8 +337,7 @@ class LoopbackServer:
 
     # -- internals used by the handler -----------------------------------------------------
 
-    def _admit(self, route: str, method: str, body: Any, bearer: str | None, *,
-               known: bool = True) -> str | None:
+    def _admit(self, route: str, method: str, body: Any, bearer: str | None, *, known: bool = True) -> str | None:
         """Record the request and decide its fault ("dead" included); unknown routes only
         get recorded, so a client probing a wrong path does not consume scripted faults."""
         with self._lock:
@@ -363,8 +391,9 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
 
         # -- plumbing ----------------------------------------------------------------------
 
-        def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None,
-                  raw: bytes | None = None) -> None:
+        def _send(
+            self, status: int, payload: Any, headers: Mapping[str, str] | None = None, raw: bytes | None = None
+        ) -> None:
             data = raw if raw is not None else json.dumps(payload).encode("utf-8")
             try:
                 self.send_response(status)
@@ -431,8 +460,9 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, None, raw=b'{"id": "chatcmpl-broken", "choices": [')
                 return True
             if fault == "429":
-                self._send(429, _error_body("rate limited (injected)", "rate_limit_exceeded"),
-                           headers={"Retry-After": "0"})
+                self._send(
+                    429, _error_body("rate limited (injected)", "rate_limit_exceeded"), headers={"Retry-After": "0"}
+                )
                 return True
             if fault == "dead":
                 self._send(503, _error_body("endpoint is dead (injected)", "service_unavailable"))
@@ -444,8 +474,7 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
         # -- routes ------------------------------------------------------------------------
 
         def _models(self, *, empty: bool) -> dict[str, Any]:
-            data = [] if empty else [{"id": server.model_id, "object": "model",
-                                      "created": 0, "owned_by": "loopback"}]
+            data = [] if empty else [{"id": server.model_id, "object": "model", "created": 0, "owned_by": "loopback"}]
             return {"object": "list", "data": data}
 
         def _check_model(self, body: Mapping[str, Any]) -> bool:
@@ -470,16 +499,28 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
             content, finish = _apply_stop_and_length(content, body.get("stop"), body.get("max_tokens"))
             prompt_tokens = sum(approx_tokens(message_text(m)) for m in messages)
             completion_tokens = approx_tokens(content)
-            self._send(200, {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model") or server.model_id,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                             "finish_reason": finish, "logprobs": None}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens},
-            })
+            self._send(
+                200,
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model") or server.model_id,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": finish,
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": prompt_tokens + completion_tokens,
+                    },
+                },
+            )
 
         def _embeddings(self, body: dict[str, Any], *, empty: bool) -> None:
             inputs = body.get("input")
@@ -496,11 +537,20 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 self._send(500, _error_body(f"embedder failed: {exc!r}", "server_error"))
                 return
             as_base64 = body.get("encoding_format") == "base64"
-            data = [{"object": "embedding", "index": i,
-                     "embedding": _to_base64(v) if as_base64 else v} for i, v in enumerate(vectors)]
+            data = [
+                {"object": "embedding", "index": i, "embedding": _to_base64(v) if as_base64 else v}
+                for i, v in enumerate(vectors)
+            ]
             tokens = sum(approx_tokens(t) for t in inputs)
-            self._send(200, {"object": "list", "data": data, "model": body.get("model") or server.model_id,
-                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model") or server.model_id,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            )
 
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             self._dispatch("GET")

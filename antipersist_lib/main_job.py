@@ -22,8 +22,23 @@ from .methods import METHODS
 from .profiles import read_mapping
 from .protocol import RunSpec, run_cell
 
-PROFILE_KEYS = {"methods", "variants", "benchmarks", "seeds", "iterations", "train_per_iteration", "heldout_limit", "train_pool_limit",
-                "max_steps", "heldout_concurrency", "agent", "method_params", "backbone", "benchmark_options", "notebooks"}
+PROFILE_KEYS = {
+    "methods",
+    "variants",
+    "benchmarks",
+    "seeds",
+    "iterations",
+    "train_per_iteration",
+    "heldout_limit",
+    "train_pool_limit",
+    "max_steps",
+    "heldout_concurrency",
+    "agent",
+    "method_params",
+    "backbone",
+    "benchmark_options",
+    "notebooks",
+}
 VARIANT_KEYS = {"method", "params"}
 BACKBONE_LABEL = "embedded-gemma-3-270m"
 MAX_BACKBONE_RESTARTS = 3
@@ -47,9 +62,13 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"profile {p}: variant {name!r} needs a mapping with a 'method' key")
         extra = sorted(set(v) - VARIANT_KEYS)
         if extra:
-            raise ValueError(f"profile {p}: variant {name!r} has unknown key(s) {extra}; allowed: {sorted(VARIANT_KEYS)}")
+            raise ValueError(
+                f"profile {p}: variant {name!r} has unknown key(s) {extra}; allowed: {sorted(VARIANT_KEYS)}"
+            )
         if v["method"] not in METHODS:
-            raise ValueError(f"profile {p}: variant {name!r}: unknown method {v['method']!r}; expected one of {tuple(METHODS)}")
+            raise ValueError(
+                f"profile {p}: variant {name!r}: unknown method {v['method']!r}; expected one of {tuple(METHODS)}"
+            )
         if name in data.get("methods", []):
             raise ValueError(f"profile {p}: variant name {name!r} collides with a method's run folder")
     nbs = data.get("notebooks")
@@ -78,8 +97,12 @@ def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return plan
 
 
-def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | Path = "outputs/main",
-             execute_notebooks: bool = True) -> dict[str, Any]:
+def run_main(
+    profile_path: str | Path = "params/main/smoke.yaml",
+    *,
+    out: str | Path = "outputs/main",
+    execute_notebooks: bool = True,
+) -> dict[str, Any]:
     prof = load_profile(profile_path)
     name = Path(profile_path).stem
     out = Path(out) / name
@@ -92,20 +115,38 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
     for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
         for run_name, method, mparams in run_plan(prof):
             for seed in prof.get("seeds", [42]):
-                specs.append(RunSpec(
-                    method=method, benchmark=bench, backbone=BACKBONE_LABEL, embedding=EMBEDDER_MODEL, seed=int(seed),
-                    iterations=int(prof.get("iterations", 2)), train_per_iteration=int(prof.get("train_per_iteration", 2)),
-                    max_steps=int(prof.get("max_steps", 4)), heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
-                    heldout_limit=prof.get("heldout_limit"), train_pool_limit=prof.get("train_pool_limit"),
-                    agent=dict(prof.get("agent", {}) or {}), method_params=mparams,
-                    benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
-                    name=run_name, out_root=str(out / "runs"), cache_dir=str(out / "cache"),
-                ))
+                specs.append(
+                    RunSpec(
+                        method=method,
+                        benchmark=bench,
+                        backbone=BACKBONE_LABEL,
+                        embedding=EMBEDDER_MODEL,
+                        seed=int(seed),
+                        iterations=int(prof.get("iterations", 2)),
+                        train_per_iteration=int(prof.get("train_per_iteration", 2)),
+                        max_steps=int(prof.get("max_steps", 4)),
+                        heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
+                        heldout_limit=prof.get("heldout_limit"),
+                        train_pool_limit=prof.get("train_pool_limit"),
+                        agent=dict(prof.get("agent", {}) or {}),
+                        method_params=mparams,
+                        benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
+                        name=run_name,
+                        out_root=str(out / "runs"),
+                        cache_dir=str(out / "cache"),
+                    )
+                )
     # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
     # for that core stalls every similarity product (measured: 24 ms vs 0.7 ms at 500 records).
-    with threadpool_limits(limits=1), \
-            EmbeddedBackbone(threads=int(bb_opts.get("threads", 1)), n_ctx=int(bb_opts.get("n_ctx", 4096)), log_path=out / "llama_server.log") as bb, \
-            EmbeddedEmbedder() as em:
+    with (
+        threadpool_limits(limits=1),
+        EmbeddedBackbone(
+            threads=int(bb_opts.get("threads", 1)),
+            n_ctx=int(bb_opts.get("n_ctx", 4096)),
+            log_path=out / "llama_server.log",
+        ) as bb,
+        EmbeddedEmbedder() as em,
+    ):
         print(f"embedded backbone up: {BACKBONE_NAME} at {bb.base_url}; embedder {EMBEDDER_MODEL} at {em.base_url}")
         print(f"note: {WEAK_MODEL_NOTE}")
         for spec in specs:
@@ -122,27 +163,55 @@ def run_main(profile_path: str | Path = "params/main/smoke.yaml", *, out: str | 
                     restarts.append({"run": str(spec.run_dir()), "exit_code": code})
                     bb.restart()
             last = summaries[-1]
-            rows.append({
-                "backbone": BACKBONE_NAME, "benchmark": spec.benchmark, "run": spec.name, "method": spec.method, "seed": spec.seed,
-                "iterations": len(summaries), "heldout_success_final": last.heldout_success, "heldout_n": last.heldout_n,
-                "mean_calls_per_task": last.mean_calls, "mean_steps": last.mean_steps,
-                "train_success": last.train_success, "seconds": round(time.monotonic() - started, 1),
-                "run_dir": str(spec.run_dir()),
-            })
+            rows.append(
+                {
+                    "backbone": BACKBONE_NAME,
+                    "benchmark": spec.benchmark,
+                    "run": spec.name,
+                    "method": spec.method,
+                    "seed": spec.seed,
+                    "iterations": len(summaries),
+                    "heldout_success_final": last.heldout_success,
+                    "heldout_n": last.heldout_n,
+                    "mean_calls_per_task": last.mean_calls,
+                    "mean_steps": last.mean_steps,
+                    "train_success": last.train_success,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "run_dir": str(spec.run_dir()),
+                }
+            )
     wall = time.monotonic() - t0
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = [f"# Main job ({name}) on the embedded default", "", f"> {WEAK_MODEL_NOTE}", "",
-             "| benchmark | run | held-out success (final it.) | n | calls/task | steps | run |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Main job ({name}) on the embedded default",
+        "",
+        f"> {WEAK_MODEL_NOTE}",
+        "",
+        "| benchmark | run | held-out success (final it.) | n | calls/task | steps | run |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
-                     f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |")
-    lines += ["", f"Wall time of the experiment: {wall / 60:.1f} min (backbone {BACKBONE_NAME}, embedder {EMBEDDER_MODEL})."]
+        lines.append(
+            f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
+            f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |"
+        )
+    lines += [
+        "",
+        f"Wall time of the experiment: {wall / 60:.1f} min (backbone {BACKBONE_NAME}, embedder {EMBEDDER_MODEL}).",
+    ]
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
-    summary = {"profile": str(profile_path), "backbone": BACKBONE_NAME, "embedder": EMBEDDER_MODEL, "note": WEAK_MODEL_NOTE,
-               "wall_s": round(wall, 1), "backbone_restarts": restarts, "rows": rows}
+    summary = {
+        "profile": str(profile_path),
+        "backbone": BACKBONE_NAME,
+        "embedder": EMBEDDER_MODEL,
+        "note": WEAK_MODEL_NOTE,
+        "wall_s": round(wall, 1),
+        "backbone_restarts": restarts,
+        "rows": rows,
+    }
     atomic_write_json(out / "results.json", summary)
     if not execute_notebooks:
         return summary

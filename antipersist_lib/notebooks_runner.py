@@ -44,8 +44,13 @@ def profile_params(nb: Path, profile: str, root: Path) -> dict[str, Any]:
     return data
 
 
-def execute_all(profile: str = "smoke", *, only: list[str] | None = None, root: Path | None = None,
-                overrides: dict[str, Any] | None = None) -> list[Executed]:
+def execute_all(
+    profile: str = "smoke",
+    *,
+    only: list[str] | None = None,
+    root: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> list[Executed]:
     """Execute the notebooks; ``overrides`` replaces profile values (only names a notebook declares)."""
     import time
 
@@ -65,14 +70,22 @@ def execute_all(profile: str = "smoke", *, only: list[str] | None = None, root: 
         params.update({k: v for k, v in (overrides or {}).items() if k in declared})
         unknown = sorted(set(params) - declared)
         if unknown:
-            raise NotebookError(f"{nb.name}: unknown parameter(s) {unknown} in params/{nb.stem}/{profile}.yaml; declared: {sorted(declared)}")
+            raise NotebookError(
+                f"{nb.name}: unknown parameter(s) {unknown} in params/{nb.stem}/{profile}.yaml; declared: {sorted(declared)}"
+            )
         out_dir = root / "outputs" / nb.stem / profile
         out_dir.mkdir(parents=True, exist_ok=True)
         params = {**params, "output_dir": str(out_dir)} if "output_dir" in declared else params
         t0 = time.monotonic()
         try:
-            pm.execute_notebook(str(nb), str(out_dir / nb.name), parameters=params, kernel_name="python3",
-                                cwd=str(root), progress_bar=False)
+            pm.execute_notebook(
+                str(nb),
+                str(out_dir / nb.name),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(root),
+                progress_bar=False,
+            )
         except pm.PapermillExecutionError as exc:
             raise NotebookError(f"{nb.name}: cell {exc.exec_count} failed: {exc.ename}: {exc.evalue}") from None
         done.append(Executed(nb.name, out_dir / nb.name, time.monotonic() - t0))

@@ -10,13 +10,13 @@ the valid records in file order (0, 1, 2, ...), and each append gets the next ra
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class OutcomeRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, timestamp: int = -1) -> "OutcomeRecord":
+    def from_dict(cls, d: Any, timestamp: int = -1) -> OutcomeRecord:
         """Validate one stored line; raises ValueError naming the bad field."""
         if not isinstance(d, dict):
             raise ValueError("record is not a JSON object")
@@ -139,11 +139,15 @@ class OutcomeLog:
     the file must exist, is never created, repaired or appended to, and ``append`` raises.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False
+    ) -> None:
         self.path = Path(path) if path is not None else None
         self.read_only = read_only
         if read_only and (self.path is None or not self.path.is_file()):
-            raise FileNotFoundError(f"no outcome log at {self.path} (an audit reads an existing outcome_log.jsonl; it never creates one)")
+            raise FileNotFoundError(
+                f"no outcome log at {self.path} (an audit reads an existing outcome_log.jsonl; it never creates one)"
+            )
         self._records: list[OutcomeRecord] = []
         self._matrix = EmbeddingMatrix()
         self._mode_idx: list[int] = []
@@ -236,7 +240,7 @@ class OutcomeLog:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def head(self, n: int) -> "OutcomeLog":
+    def head(self, n: int) -> OutcomeLog:
         """An in-memory copy of the first ``n`` entries: the log as it was after n appends (audits)."""
         if not 0 <= n <= len(self):
             raise ValueError(f"head({n}) of an outcome log with {len(self)} entries")

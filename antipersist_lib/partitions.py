@@ -71,7 +71,7 @@ class Partition:
         return partition_hash(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Partition":
+    def from_dict(cls, d: dict[str, Any]) -> Partition:
         try:
             splits = d["splits"]
             return cls(
@@ -111,7 +111,9 @@ def partition_dirs() -> list[Path]:
 def partition_path(benchmark: str) -> Path:
     """The first existing ``<benchmark>.json`` of ``partition_dirs()``, else where it would be written."""
     dirs = partition_dirs()
-    return next((d / f"{benchmark}.json" for d in dirs if (d / f"{benchmark}.json").exists()), dirs[0] / f"{benchmark}.json")
+    return next(
+        (d / f"{benchmark}.json" for d in dirs if (d / f"{benchmark}.json").exists()), dirs[0] / f"{benchmark}.json"
+    )
 
 
 def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -> Partition:

@@ -48,7 +48,9 @@ def _wrap(label: str) -> str:
     return label.replace(": ", ":\n").replace(" / ", "\n")
 
 
-def success_bars(df: pd.DataFrame, *, x: str, hue: str, title: str, note: str = "", hue_order: list[str] | None = None) -> plt.Figure:
+def success_bars(
+    df: pd.DataFrame, *, x: str, hue: str, title: str, note: str = "", hue_order: list[str] | None = None
+) -> plt.Figure:
     """Grouped bars of success (%) with the paper's and this run's values side by side; every bar
     carries its value, so a 0 % bar is visible as "0.0"."""
     sns.set_theme(style="whitegrid")
@@ -129,12 +131,20 @@ def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
         ax.set_title(f"{bench} ({source})")
         right = ax.twinx()
         usage = sub.dropna(subset=["synthesis_mode_usage"])
-        right.plot(usage["value"], 100 * usage["synthesis_mode_usage"], marker="s", color="tab:orange", label="synthesis-mode usage")
+        right.plot(
+            usage["value"],
+            100 * usage["synthesis_mode_usage"],
+            marker="s",
+            color="tab:orange",
+            label="synthesis-mode usage",
+        )
         right.set_ylabel("synthesis-mode usage (% of tasks)", color="tab:orange")
         right.set_ylim(-5, 105)
         right.grid(False)
         if usage.empty:
-            right.text(0.5, 0.5, "usage not reported", transform=ax.transAxes, ha="center", fontsize=8, color="tab:orange")
+            right.text(
+                0.5, 0.5, "usage not reported", transform=ax.transAxes, ha="center", fontsize=8, color="tab:orange"
+            )
     fig.suptitle(title)
     fig.tight_layout()
     _note(fig, note)
@@ -155,8 +165,17 @@ def mode_heatmaps(freq: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
             ax.text(0.5, 0.5, "no bandit runs", ha="center", va="center")
             ax.set_axis_off()
             continue
-        sns.heatmap(sub, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", cbar=k == len(benches) - 1,
-                    cbar_kws={"label": "fraction of tasks"}, ax=ax)
+        sns.heatmap(
+            sub,
+            annot=True,
+            fmt=".2f",
+            vmin=0,
+            vmax=1,
+            cmap="viridis",
+            cbar=k == len(benches) - 1,
+            cbar_kws={"label": "fraction of tasks"},
+            ax=ax,
+        )
         ax.set_title(bench, fontsize=10)
         ax.set_xlabel("")
         ax.set_ylabel("")
@@ -179,12 +198,16 @@ def provenance_rates(rates: pd.DataFrame, *, title: str, note: str = "") -> plt.
     long["group"] = long["group"].map({"alpha_emp": "≥1 flagged parent (α_emp)", "alpha_0": "no flagged parent (α_0)"})
     settings = list(dict.fromkeys(rates["setting"]))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(settings) + 2), 3.8))
-    sns.barplot(data=long.fillna({"rate": 0.0}), x="setting", y="rate", hue="group", order=settings, ax=ax, errorbar=None)
+    sns.barplot(
+        data=long.fillna({"rate": 0.0}), x="setting", y="rate", hue="group", order=settings, ax=ax, errorbar=None
+    )
     for i, s in enumerate(settings):
         row = rates[rates["setting"] == s].iloc[0]
         for j, col in enumerate(("alpha_emp", "alpha_0")):
             if row[col] is None or pd.isna(row[col]):
-                ax.text(i + (-0.2 if j == 0 else 0.2), 0.02, "undefined", rotation=90, ha="center", va="bottom", fontsize=7)
+                ax.text(
+                    i + (-0.2 if j == 0 else 0.2), 0.02, "undefined", rotation=90, ha="center", va="bottom", fontsize=7
+                )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("flag rate among descendants")
     ax.set_xlabel("")
@@ -210,7 +233,9 @@ def selector_scores(per_mode: pd.DataFrame, *, title: str) -> plt.Figure:
         ax.bar(per_mode["mode"], bonus, bottom=est, color="tab:orange", label="exploration bonus")
         for i, (_, r) in enumerate(per_mode.iterrows()):
             text = "excluded\n(no weight)" if pd.isna(r["score"]) else f"{r['score']:.2f}"
-            ax.text(i, (0 if pd.isna(r["score"]) else r["score"]) + 0.02, text, ha="center", fontsize=8, color=colors[i])
+            ax.text(
+                i, (0 if pd.isna(r["score"]) else r["score"]) + 0.02, text, ha="center", fontsize=8, color=colors[i]
+            )
         ax.set_ylabel("UCB score")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     else:
@@ -237,7 +262,9 @@ def dynamics(curves: pd.DataFrame, paper_final: pd.DataFrame, *, note: str = "")
             sns.lineplot(data=sub, x="iteration", y="success", hue="method", marker="o", ax=ax_s, legend=j == 0)
             sns.lineplot(data=sub, x="iteration", y="steps", hue="method", marker="o", ax=ax_l, legend=False)
         pf = paper_final[paper_final["benchmark"] == bench].groupby("method")["success"].mean()
-        ax_s.scatter([last] * len(pf), pf.values, marker="*", s=140, color="black", label="paper, final (mean over backbones)")
+        ax_s.scatter(
+            [last] * len(pf), pf.values, marker="*", s=140, color="black", label="paper, final (mean over backbones)"
+        )
         ax_s.set_title(f"{bench}: (a) held-out success (%)")
         ax_l.set_title(f"{bench}: (b) mean trajectory length")
         ax_s.set_ylim(-2, 102)

@@ -26,7 +26,15 @@ import yaml
 
 from .llm import Endpoint
 
-ENDPOINT_KEYS = ("api_key_env", "context_length", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s", "system_prompt")
+ENDPOINT_KEYS = (
+    "api_key_env",
+    "context_length",
+    "timeout_s",
+    "max_retries",
+    "backoff_base_s",
+    "backoff_max_s",
+    "system_prompt",
+)
 DECODING_KEYS = ("temperature", "top_p")
 PROFILE_KEYS = {"name", "model", "base_url", "base_url_env", *ENDPOINT_KEYS, *DECODING_KEYS}
 #: the variable that overrides the base URL of every profile of a kind
@@ -83,11 +91,17 @@ def validate_profile(data: dict[str, Any], where: str) -> None:
     for key in ("name", "api_key_env", "system_prompt"):
         if key in data and not isinstance(data[key], str):
             raise ValueError(f"{where}: field {key!r} must be a string, got {data[key]!r}")
-    if "base_url_env" in data and not (isinstance(data["base_url_env"], str) and _ENV_NAME.fullmatch(data["base_url_env"])):
-        raise ValueError(f"{where}: field 'base_url_env' must name an environment variable (e.g. ANTIPERSIST_URL_MY_MODEL), "
-                         f"got {data['base_url_env']!r}")
+    if "base_url_env" in data and not (
+        isinstance(data["base_url_env"], str) and _ENV_NAME.fullmatch(data["base_url_env"])
+    ):
+        raise ValueError(
+            f"{where}: field 'base_url_env' must name an environment variable (e.g. ANTIPERSIST_URL_MY_MODEL), "
+            f"got {data['base_url_env']!r}"
+        )
     if "temperature" in data and not (_number(data["temperature"]) and 0 <= data["temperature"] <= 2):
-        raise ValueError(f"{where}: field 'temperature' must be a number in [0, 2] (the agent's range), got {data['temperature']!r}")
+        raise ValueError(
+            f"{where}: field 'temperature' must be a number in [0, 2] (the agent's range), got {data['temperature']!r}"
+        )
     if "top_p" in data and not (_number(data["top_p"]) and 0 < data["top_p"] <= 1):
         raise ValueError(f"{where}: field 'top_p' must be a number in (0, 1], got {data['top_p']!r}")
     _check_url(data["base_url"], f"{where}: field 'base_url'")
@@ -100,15 +114,19 @@ def validate_profile(data: dict[str, Any], where: str) -> None:
 def _check_url(url: str, source: str) -> None:
     parsed = urlparse(url)
     if parsed.username or parsed.password:
-        raise ValueError(f"{source} carries credentials ({parsed.hostname}); give the plain URL and put the key in the "
-                         "environment variable named by the profile's api_key_env")
+        raise ValueError(
+            f"{source} carries credentials ({parsed.hostname}); give the plain URL and put the key in the "
+            "environment variable named by the profile's api_key_env"
+        )
 
 
 def load_profile(kind: str, name: str) -> dict[str, Any]:
     """Read and validate one profile; errors name the file and the field."""
     path = params_dir() / kind / f"{name}.yaml"
     if not path.exists():
-        raise ValueError(f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind})")
+        raise ValueError(
+            f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind})"
+        )
     data = read_mapping(path, PROFILE_KEYS)
     validate_profile(data, str(path))
     return data
@@ -146,4 +164,3 @@ def agent_decoding(backbone: str) -> dict[str, float]:
         return {}
     data = load_profile("backbones", backbone)
     return {k: float(data[k]) for k in DECODING_KEYS if k in data}
-

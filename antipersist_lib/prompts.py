@@ -10,7 +10,7 @@ manifest, so a changed prompt is visible in every result it touches.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------------
 # The agent (ReAct-style, one action per turn)
@@ -144,6 +144,7 @@ def wrap_factual(record_blocks: Sequence[str]) -> str:
 # Hashes for run manifests
 # ---------------------------------------------------------------------------------------------
 
+
 def _all_prompts() -> dict[str, str]:
     return {
         "agent_system": AGENT_SYSTEM,
@@ -168,9 +169,15 @@ def register_prompt(name: str, template: str) -> None:
 _EXTRA: dict[str, str] = {}
 
 
+def prompt_texts() -> dict[str, str]:
+    """Every prompt template by name: the kit's own and every method's (ExpeL, Reflexion, AutoRefine,
+    the abstraction judge), so a manifest hashes them all whichever method ran."""
+    from .methods import import_all  # the method modules import this one: import them lazily
+
+    import_all()
+    return dict(sorted({**_all_prompts(), **_EXTRA}.items()))
+
+
 def prompt_hashes() -> dict[str, str]:
     """sha256 (first 16 hex digits) of every prompt template, by name."""
-    return {
-        name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-        for name, text in sorted({**_all_prompts(), **_EXTRA}.items())
-    }
+    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for name, text in prompt_texts().items()}

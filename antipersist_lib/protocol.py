@@ -18,18 +18,19 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from . import prompts
 from .agent import AgentConfig, EpisodeResult, run_episode
 from .embeddings import Embedder
-from .envs import BENCHMARKS, make_env
 from .environment import BenchmarkUnavailableError, Environment
+from .envs import BENCHMARKS, make_env
 from .jsonl import JsonlWriter, atomic_write_json, read_jsonl
 from .ledger import Ledger
 from .llm import Endpoint, LLMClient
@@ -48,8 +49,18 @@ AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns")
 
 #: manifest fields that must match for a run to be resumed
 IDENTITY_KEYS = (
-    "method", "method_params", "benchmark", "benchmark_options", "backbone", "embedding",
-    "seed", "train_per_iteration", "max_steps", "agent", "partition_hash", "train_pool_limit",
+    "method",
+    "method_params",
+    "benchmark",
+    "benchmark_options",
+    "backbone",
+    "embedding",
+    "seed",
+    "train_per_iteration",
+    "max_steps",
+    "agent",
+    "partition_hash",
+    "train_pool_limit",
     "heldout_limit",
 )
 
@@ -116,7 +127,7 @@ class RunSpec:
         return Path(self.out_root) / self.benchmark / self.backbone / self.run_name / f"seed{self.seed}"
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
         """Build from a params mapping; unknown keys are an error naming them."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
@@ -133,7 +144,10 @@ def training_schedule(n_pool: int, iterations: int, per_iteration: int, seed: in
     order that depends only on the seed and the iteration (so every method sees the same)."""
     if per_iteration > n_pool:
         raise ValueError(f"train_per_iteration={per_iteration} exceeds the training pool of {n_pool} tasks")
-    return [[int(i) for i in np.random.default_rng([seed, it]).permutation(n_pool)[:per_iteration]] for it in range(1, iterations + 1)]
+    return [
+        [int(i) for i in np.random.default_rng([seed, it]).permutation(n_pool)[:per_iteration]]
+        for it in range(1, iterations + 1)
+    ]
 
 
 @dataclass
@@ -157,6 +171,7 @@ class IterationSummary:
 def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: list[dict[str, Any]]) -> IterationSummary:
     """Held-out success and cost (Table 1, Table 6), trajectory length (Figure 2b), and mode
     frequencies (Figure 8) / synthesis-mode usage (Figure 7) for one iteration."""
+
     def mean(xs: list[float]) -> float:
         return float(np.mean(xs)) if xs else float("nan")
 
@@ -207,7 +222,9 @@ class _Progress:
             self.bar.close()
 
 
-def _episode_record(task: Task, phase: str, iteration: int, position: int, ctx: TaskContext, ep: EpisodeResult, stats: dict[str, int]) -> dict[str, Any]:
+def _episode_record(
+    task: Task, phase: str, iteration: int, position: int, ctx: TaskContext, ep: EpisodeResult, stats: dict[str, int]
+) -> dict[str, Any]:
     meta = {k: v for k, v in ctx.meta.items() if not k.startswith("_")}  # private keys never reach disk
     return {
         "phase": phase,
@@ -255,9 +272,13 @@ class Runner:
         method_class(spec.method)  # fail early on import problems
         # decoding is the backbone's (its profile's temperature/top_p); the run's agent block wins
         self.agent_config = AgentConfig(max_steps=spec.max_steps, **{**agent_decoding(spec.backbone), **spec.agent})
-        train = list(self.partition.train)[: spec.train_pool_limit] if spec.train_pool_limit else list(self.partition.train)
+        train = (
+            list(self.partition.train)[: spec.train_pool_limit] if spec.train_pool_limit else list(self.partition.train)
+        )
         self.train_pool = train
-        self.heldout = list(self.partition.heldout)[: spec.heldout_limit] if spec.heldout_limit else list(self.partition.heldout)
+        self.heldout = (
+            list(self.partition.heldout)[: spec.heldout_limit] if spec.heldout_limit else list(self.partition.heldout)
+        )
         self.schedule = training_schedule(len(train), spec.iterations, spec.train_per_iteration, spec.seed)
 
     # -- setup ------------------------------------------------------------------------------
@@ -303,14 +324,22 @@ class Runner:
         envs: list[Environment] = []
         try:
             journal = rd.read_journal()
-            state_paths = [rd.state_dir / f for f in method_class(spec.method).state_files] + [rd.path / "episodes_train.jsonl"]
+            state_paths = [rd.state_dir / f for f in method_class(spec.method).state_files] + [
+                rd.path / "episodes_train.jsonl"
+            ]
             rd.recover(state_paths, journal.last_state)
             ledger = Ledger(rd.path / "calls.jsonl")
             cache = ResponseCache(Path(spec.cache_dir) / _slug(self.endpoint.model)) if spec.cache_dir else None
-            embed_cache = ResponseCache(Path(spec.cache_dir) / _slug(self.embed_endpoint.model)) if spec.cache_dir else None
+            embed_cache = (
+                ResponseCache(Path(spec.cache_dir) / _slug(self.embed_endpoint.model)) if spec.cache_dir else None
+            )
             llm = LLMClient(self.endpoint, ledger=ledger, cache=cache, seed=spec.seed)
             embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
-            method = make_method(spec.method, MethodContext(llm, embedder, rd.state_dir, spec.seed, spec.benchmark, self.fsync), **spec.method_params)
+            method = make_method(
+                spec.method,
+                MethodContext(llm, embedder, rd.state_dir, spec.seed, spec.benchmark, self.fsync),
+                **spec.method_params,
+            )
             train_env = self.env_factory()
             envs.append(train_env)
             resumed = rd.check_or_write_manifest(self._manifest(train_env, method), IDENTITY_KEYS)
@@ -357,9 +386,12 @@ class Runner:
                 cur = next(s for s in summary if s.iteration == it)
                 self.on_event("evaluation", dataclasses.asdict(cur))
                 if spec.progress:
-                    print(f"[{spec.benchmark}/{spec.backbone}/{spec.run_name}/seed{spec.seed}] iteration {it}: "
-                          f"held-out success {100 * cur.heldout_success:5.1f}% (n={cur.heldout_n}), "
-                          f"{cur.mean_calls:.2f} calls/task, {cur.mean_steps:.1f} steps", flush=True)
+                    print(
+                        f"[{spec.benchmark}/{spec.backbone}/{spec.run_name}/seed{spec.seed}] iteration {it}: "
+                        f"held-out success {100 * cur.heldout_success:5.1f}% (n={cur.heldout_n}), "
+                        f"{cur.mean_calls:.2f} calls/task, {cur.mean_steps:.1f} steps",
+                        flush=True,
+                    )
             train_writer.close()
             held_writer.close()
             ledger.close()
@@ -384,8 +416,15 @@ class Runner:
             ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
             return _episode_record(task, "train", it, pos, TaskContext(), ep, {})
         ctx = method.prepare(task, obs, phase="train", iteration=it, position=pos)
-        ep = run_episode(env, task, method.ctx.llm, context_blocks=ctx.blocks, config=self.agent_config,
-                         initial_observation=obs, tags={"phase": "train", "iteration": it, "task": task.key})
+        ep = run_episode(
+            env,
+            task,
+            method.ctx.llm,
+            context_blocks=ctx.blocks,
+            config=self.agent_config,
+            initial_observation=obs,
+            tags={"phase": "train", "iteration": it, "task": task.key},
+        )
         stats = dataclasses.asdict(env.episode_stats)
         before = ctx.synthesis_calls
         method.learn(task, ctx, ep, iteration=it, position=pos)
@@ -395,8 +434,15 @@ class Runner:
         rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
         return rec
 
-    def _evaluate(self, method: Method, todo: list[tuple[int, Task]], it: int, writer: JsonlWriter,
-                  finished: set[tuple[int, int]], envs: list[Environment]) -> None:
+    def _evaluate(
+        self,
+        method: Method,
+        todo: list[tuple[int, Task]],
+        it: int,
+        writer: JsonlWriter,
+        finished: set[tuple[int, int]],
+        envs: list[Environment],
+    ) -> None:
         if not todo:
             return
         local = threading.local()
@@ -416,11 +462,20 @@ class Runner:
             except BenchmarkUnavailableError:
                 raise  # as in training: a missing engine or data stops the run
             except Exception as exc:
-                ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
+                ep = EpisodeResult(
+                    Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0
+                )
                 return _episode_record(task, "heldout", it, j, TaskContext(), ep, {})
             ctx = method.prepare(task, obs, phase="heldout", iteration=it, position=j)
-            ep = run_episode(env, task, method.ctx.llm, context_blocks=ctx.blocks, config=self.agent_config,
-                             initial_observation=obs, tags={"phase": "heldout", "iteration": it, "task": task.key})
+            ep = run_episode(
+                env,
+                task,
+                method.ctx.llm,
+                context_blocks=ctx.blocks,
+                config=self.agent_config,
+                initial_observation=obs,
+                tags={"phase": "heldout", "iteration": it, "task": task.key},
+            )
             return _episode_record(task, "heldout", it, j, ctx, ep, dataclasses.asdict(env.episode_stats))
 
         bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress)
@@ -444,11 +499,17 @@ class Runner:
         held = [x.value for x in read_jsonl(rd.path / "episodes_heldout.jsonl")]
         its = sorted({r["iteration"] for r in held})
         out = [summarize_iteration(i, held, train) for i in its]
-        atomic_write_json(rd.path / "summary.json", {
-            "run": str(rd.path), "method": self.spec.method, "benchmark": self.spec.benchmark,
-            "backbone": self.spec.backbone, "seed": self.spec.seed,
-            "iterations": [_finite(dataclasses.asdict(s)) for s in out],
-        })
+        atomic_write_json(
+            rd.path / "summary.json",
+            {
+                "run": str(rd.path),
+                "method": self.spec.method,
+                "benchmark": self.spec.benchmark,
+                "backbone": self.spec.backbone,
+                "seed": self.spec.seed,
+                "iterations": [_finite(dataclasses.asdict(s)) for s in out],
+            },
+        )
         return out
 
 

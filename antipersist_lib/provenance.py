@@ -24,9 +24,10 @@ episode of the run instead. Engine (infrastructure) failures are left out of bot
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .abstraction_store import snapshot_paths
 from .jsonl import read_jsonl
@@ -98,8 +99,10 @@ def stored_abstractions(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Every abstraction ever added to the run's store (retired ones included), by id."""
     events = run_dir / "state" / "abstractions" / "events.jsonl"
     if not events.exists():
-        raise FileNotFoundError(f"{run_dir}: no abstraction event log at {events.relative_to(run_dir)}; "
-                                "the provenance audit needs a method that stores abstractions")
+        raise FileNotFoundError(
+            f"{run_dir}: no abstraction event log at {events.relative_to(run_dir)}; "
+            "the provenance audit needs a method that stores abstractions"
+        )
     out: dict[str, dict[str, Any]] = {}
     for item in read_jsonl(events):
         ev = item.value
@@ -118,9 +121,15 @@ def available_by_iteration(run_dir: Path) -> dict[int, set[str]]:
     return out
 
 
-def label_abstractions(abstractions: dict[str, dict[str, Any]], episodes: Iterable[dict[str, Any]],
-                       available: dict[int, set[str]] | None = None, *, n_min: int = N_MIN, delta: float = DELTA,
-                       pool: str = "available") -> list[AbstractionLabel]:
+def label_abstractions(
+    abstractions: dict[str, dict[str, Any]],
+    episodes: Iterable[dict[str, Any]],
+    available: dict[int, set[str]] | None = None,
+    *,
+    n_min: int = N_MIN,
+    delta: float = DELTA,
+    pool: str = "available",
+) -> list[AbstractionLabel]:
     """Operational labels for every stored abstraction from held-out episodes."""
     if pool not in POOLS:
         raise ValueError(f"pool is {pool!r}, expected one of {POOLS}")
@@ -139,16 +148,33 @@ def label_abstractions(abstractions: dict[str, dict[str, Any]], episodes: Iterab
         y_plus, y_minus = _mean(plus), _mean(minus)
         eligible = len(plus) >= n_min and len(minus) > 0
         flagged = (y_minus - y_plus >= delta - 1e-12) if eligible else None  # type: ignore[operator]
-        labels.append(AbstractionLabel(sid, tuple(a.get("parents") or ()), int(a.get("created_iteration", 0)),
-                                       len(plus), len(minus), y_plus, y_minus, eligible, flagged))
+        labels.append(
+            AbstractionLabel(
+                sid,
+                tuple(a.get("parents") or ()),
+                int(a.get("created_iteration", 0)),
+                len(plus),
+                len(minus),
+                y_plus,
+                y_minus,
+                eligible,
+                flagged,
+            )
+        )
     return labels
 
 
 def descendant_counts(labels: list[AbstractionLabel]) -> dict[str, int]:
     """Counts for alpha_emp / alpha_0 over V (eligible abstractions; all kit records carry parents)."""
     flagged = {lab.abstraction_id for lab in labels if lab.flagged}
-    c = {"n_eligible": 0, "n_flagged": len(flagged), "n_with_flagged_parent": 0, "n_without_flagged_parent": 0,
-         "flagged_with_flagged_parent": 0, "flagged_without_flagged_parent": 0}
+    c = {
+        "n_eligible": 0,
+        "n_flagged": len(flagged),
+        "n_with_flagged_parent": 0,
+        "n_without_flagged_parent": 0,
+        "flagged_with_flagged_parent": 0,
+        "flagged_without_flagged_parent": 0,
+    }
     for lab in labels:
         if not lab.eligible:
             continue
@@ -162,15 +188,27 @@ def descendant_counts(labels: list[AbstractionLabel]) -> dict[str, int]:
     return c
 
 
-def audit_run(run_dir: str | Path, *, n_min: int = N_MIN, delta: float = DELTA, pool: str = "available") -> tuple[DescendantRates, list[AbstractionLabel]]:
+def audit_run(
+    run_dir: str | Path, *, n_min: int = N_MIN, delta: float = DELTA, pool: str = "available"
+) -> tuple[DescendantRates, list[AbstractionLabel]]:
     """Labels and descendant rates for one run directory."""
     run = Path(run_dir)
     man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     abstractions = stored_abstractions(run)
     episodes = [x.value for x in read_jsonl(run / "episodes_heldout.jsonl")]
-    labels = label_abstractions(abstractions, episodes, available_by_iteration(run), n_min=n_min, delta=delta, pool=pool)
-    rates = DescendantRates(str(run), run.parent.name, man["method"], man["backbone"], man["benchmark"], int(man["seed"]),
-                            len(abstractions), **descendant_counts(labels))
+    labels = label_abstractions(
+        abstractions, episodes, available_by_iteration(run), n_min=n_min, delta=delta, pool=pool
+    )
+    rates = DescendantRates(
+        str(run),
+        run.parent.name,
+        man["method"],
+        man["backbone"],
+        man["benchmark"],
+        int(man["seed"]),
+        len(abstractions),
+        **descendant_counts(labels),
+    )
     return rates, labels
 
 
@@ -191,11 +229,29 @@ def pooled_by_setting(rates: list[DescendantRates]) -> list[dict[str, Any]]:
         groups.setdefault((r.variant, r.backbone, r.benchmark), []).append(r)
     out = []
     for (variant, bb, bench), rs in sorted(groups.items()):
-        keys = ("n_abstractions", "n_eligible", "n_flagged", "n_with_flagged_parent", "n_without_flagged_parent",
-                "flagged_with_flagged_parent", "flagged_without_flagged_parent")
+        keys = (
+            "n_abstractions",
+            "n_eligible",
+            "n_flagged",
+            "n_with_flagged_parent",
+            "n_without_flagged_parent",
+            "flagged_with_flagged_parent",
+            "flagged_without_flagged_parent",
+        )
         tot = {k: sum(getattr(r, k) for r in rs) for k in keys}
         a_emp = _rate(tot["flagged_with_flagged_parent"], tot["n_with_flagged_parent"])
         a_0 = _rate(tot["flagged_without_flagged_parent"], tot["n_without_flagged_parent"])
-        out.append({"variant": variant, "method": rs[0].method, "backbone": bb, "benchmark": bench, "seeds": len(rs), **tot,
-                    "alpha_emp": a_emp, "alpha_0": a_0, "gap": None if a_emp is None or a_0 is None else a_emp - a_0})
+        out.append(
+            {
+                "variant": variant,
+                "method": rs[0].method,
+                "backbone": bb,
+                "benchmark": bench,
+                "seeds": len(rs),
+                **tot,
+                "alpha_emp": a_emp,
+                "alpha_0": a_0,
+                "gap": None if a_emp is None or a_0 is None else a_emp - a_0,
+            }
+        )
     return out

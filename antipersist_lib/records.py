@@ -39,7 +39,7 @@ class Task:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Task":
+    def from_dict(cls, d: dict[str, Any]) -> Task:
         return cls(
             task_id=int(d["task_id"]),
             benchmark=str(d["benchmark"]),
@@ -69,7 +69,7 @@ class Step:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Step":
+    def from_dict(cls, d: dict[str, Any]) -> Step:
         return cls(
             action=str(d["action"]),
             observation=str(d["observation"]),
@@ -105,7 +105,7 @@ class Trajectory:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         return cls(
             initial_observation=str(d["initial_observation"]),
             steps=tuple(Step.from_dict(s) for s in d.get("steps", [])),
@@ -139,7 +139,7 @@ class EpisodeOutcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EpisodeOutcome":
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeOutcome:
         return cls(
             success=bool(d["success"]),
             score=float(d.get("score", 0.0)),

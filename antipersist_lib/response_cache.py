@@ -20,8 +20,9 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .jsonl import atomic_write_json
 

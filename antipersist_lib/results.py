@@ -31,7 +31,9 @@ def find_runs(roots: Any, *, base: str | Path | None = None) -> list[Path]:
     for root in _roots(roots):
         root = Path(base) / root if base is not None and not root.is_absolute() else root
         if not root.exists():
-            raise FileNotFoundError(f"no run directories under {root}: run the experiment first or point runs_root elsewhere")
+            raise FileNotFoundError(
+                f"no run directories under {root}: run the experiment first or point runs_root elsewhere"
+            )
         out += sorted(p.parent for p in root.rglob("manifest.json"))
     return out
 
@@ -50,11 +52,20 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
         for it in sorted({r["iteration"] for r in held}):
             s = summarize_iteration(it, held, train)
             row = {
-                "run": str(run), "method": man["method"], "variant": run.parent.name, "backbone": man["backbone"],
-                "benchmark": man["benchmark"], "seed": man["seed"], "iteration": it,
-                "success": 100 * s.heldout_success, "n": s.heldout_n, "steps": s.mean_steps,
-                "calls": s.mean_calls, "execution_calls": s.mean_execution_calls,
-                "synthesis_calls": s.mean_synthesis_calls, "other_calls": s.mean_other_calls,
+                "run": str(run),
+                "method": man["method"],
+                "variant": run.parent.name,
+                "backbone": man["backbone"],
+                "benchmark": man["benchmark"],
+                "seed": man["seed"],
+                "iteration": it,
+                "success": 100 * s.heldout_success,
+                "n": s.heldout_n,
+                "steps": s.mean_steps,
+                "calls": s.mean_calls,
+                "execution_calls": s.mean_execution_calls,
+                "synthesis_calls": s.mean_synthesis_calls,
+                "other_calls": s.mean_other_calls,
                 "synthesis_mode_usage": s.synthesis_mode_usage,
             }
             row.update({f"mode_{m}": s.mode_frequencies.get(m) for m in MODES})
@@ -88,8 +99,15 @@ def variants(df: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     if fin.empty:
         return pd.DataFrame(columns=["label", "benchmark", "backbone", "success", "synthesis_mode_usage", "seeds"])
     fin = fin[fin["variant"].isin(names)]
-    g = fin.groupby(["variant", "benchmark", "backbone"]).agg(
-        success=("success", "mean"), synthesis_mode_usage=("synthesis_mode_usage", "mean"), seeds=("seed", "nunique")).reset_index()
+    g = (
+        fin.groupby(["variant", "benchmark", "backbone"])
+        .agg(
+            success=("success", "mean"),
+            synthesis_mode_usage=("synthesis_mode_usage", "mean"),
+            seeds=("seed", "nunique"),
+        )
+        .reset_index()
+    )
     g["label"] = g["variant"].map(names)
     g = g.rename(columns={"variant": "run_folder"})
     return g[["label", "run_folder", "benchmark", "backbone", "success", "synthesis_mode_usage", "seeds"]]
@@ -115,7 +133,9 @@ MODES_OF_NOTEBOOKS = ("paper", "load", "run")
 ENGINE_PACKAGES = ("alfworld", "textworld", "scienceworld", "webshop", "appworld")
 
 
-def obtain_runs(mode: str, runs_root: Any, *, run_profile: str | None = None, root: str | Path | None = None) -> tuple[pd.DataFrame, Any]:
+def obtain_runs(
+    mode: str, runs_root: Any, *, run_profile: str | None = None, root: str | Path | None = None
+) -> tuple[pd.DataFrame, Any]:
     """The run-or-load step every notebook shares.
 
     ``mode``: "paper" (no runs: the paper's numbers alone), "load" (read the run directories under
@@ -145,8 +165,19 @@ def manifest_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for run in sorted(df["run"].unique()) if not df.empty else []:
         m = load_manifest(Path(run))
-        rows.append({"run": Path(run).parent.name, "method": m["method"], "benchmark": m["benchmark"], "backbone": m["backbone"],
-                     "model": m["endpoint"]["model"], "seed": m["seed"], "iterations": m["iterations"],
-                     "partition": m["partition_hash"][:12], "engine": ", ".join(f"{k} {v}" for k, v in (m.get("engine") or {}).items() if k in ENGINE_PACKAGES),
-                     "commit": (m.get("git_commit") or "")[:10], "params": m.get("method_params")})
+        rows.append(
+            {
+                "run": Path(run).parent.name,
+                "method": m["method"],
+                "benchmark": m["benchmark"],
+                "backbone": m["backbone"],
+                "model": m["endpoint"]["model"],
+                "seed": m["seed"],
+                "iterations": m["iterations"],
+                "partition": m["partition_hash"][:12],
+                "engine": ", ".join(f"{k} {v}" for k, v in (m.get("engine") or {}).items() if k in ENGINE_PACKAGES),
+                "commit": (m.get("git_commit") or "")[:10],
+                "params": m.get("method_params"),
+            }
+        )
     return pd.DataFrame(rows)

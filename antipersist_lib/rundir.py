@@ -29,9 +29,10 @@ import fcntl
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .jsonl import JsonlWriter, atomic_write_json, read_jsonl
 
@@ -137,7 +138,9 @@ class RunDirectory:
                     f"{self.path} holds a run with a different configuration ({details}). "
                     "Use another output directory or run name, or delete the old run."
                 )
-            old.setdefault("resumed", []).append({k: manifest.get(k) for k in ("versions", "git_commit", "started_at") if k in manifest})
+            old.setdefault("resumed", []).append(
+                {k: manifest.get(k) for k in ("versions", "git_commit", "started_at") if k in manifest}
+            )
             atomic_write_json(self.manifest_path, old)
             return True
         atomic_write_json(self.manifest_path, manifest)
@@ -188,7 +191,7 @@ class RunDirectory:
         except (OSError, ValueError):
             pass
 
-    def __enter__(self) -> "RunDirectory":
+    def __enter__(self) -> RunDirectory:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -197,8 +200,11 @@ class RunDirectory:
 
 def heldout_done(path: Path) -> set[tuple[int, int]]:
     """(iteration, position) of every finished held-out episode."""
-    return {(int(x.value["iteration"]), int(x.value["position"])) for x in read_jsonl(path)
-            if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value}
+    return {
+        (int(x.value["iteration"]), int(x.value["position"]))
+        for x in read_jsonl(path)
+        if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value
+    }
 
 
 def _canon(x: Any) -> str:

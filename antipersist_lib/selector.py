@@ -76,8 +76,9 @@ Choices made where the paper is silent (each is a documented reading, not a pape
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,16 @@ from .outcome_log import OutcomeLog
 from .records import MODES
 from .similarity import top_k
 
-BRANCHES: tuple[str, ...] = ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed", "random")
+BRANCHES: tuple[str, ...] = (
+    "no_embedding",
+    "round_robin",
+    "warmup",
+    "epsilon",
+    "global_best",
+    "local_ucb",
+    "fixed",
+    "random",
+)
 """``fixed`` and ``random`` are not bandit branches: they mark the fixed-mode and uniformly random
 policies of the Figure 6 ablation."""
 UNSUPPORTED_POLICIES: tuple[str, ...] = ("exclude", "zero")
@@ -214,7 +224,7 @@ class ModeDecision:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModeDecision":
+    def from_dict(cls, d: dict[str, Any]) -> ModeDecision:
         return cls(
             mode=str(d["mode"]),
             branch=str(d["branch"]),
@@ -328,7 +338,9 @@ class ModeSelector:
         n = int(nb.size)
         if n == 0:
             empty: dict[str, Any] = {m: None for m in self.modes}
-            return LocalEstimates((), (), None, (), {m: 0 for m in self.modes}, dict(empty), dict(empty), dict(empty), None)
+            return LocalEstimates(
+                (), (), None, (), {m: 0 for m in self.modes}, dict(empty), dict(empty), dict(empty), None
+            )
 
         t = log.timestamps[nb]
         r = log.rewards[nb]
@@ -385,8 +397,14 @@ class ModeSelector:
         """The random-policy ablation of Figure 6: a uniformly random mode for every task."""
         mode = self.modes[int(rng.integers(len(self.modes)))]
         none_est: dict[str, float | None] = {m: None for m in self.modes}
-        return ModeDecision(mode=mode, branch="random", reason="Uniformly random mode (random-policy ablation).",
-                            estimates=dict(none_est), bonuses=dict(none_est), scores=dict(none_est))
+        return ModeDecision(
+            mode=mode,
+            branch="random",
+            reason="Uniformly random mode (random-policy ablation).",
+            estimates=dict(none_est),
+            bonuses=dict(none_est),
+            scores=dict(none_est),
+        )
 
     # -- the decision ----------------------------------------------------------------------
 

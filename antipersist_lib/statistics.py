@@ -9,8 +9,8 @@ cell means (``paper.table1_means()``) or a Table 1 built from this kit's runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats
@@ -48,7 +48,9 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
-def table7(cells: dict[str, Sequence[float]], *, method: str = "anti_persistence", confidence: float = 0.95) -> list[Comparison]:
+def table7(
+    cells: dict[str, Sequence[float]], *, method: str = "anti_persistence", confidence: float = 0.95
+) -> list[Comparison]:
     """One Comparison per baseline (every key of ``cells`` except ``method``), settings paired by position."""
     if method not in cells:
         raise ValueError(f"no row for {method!r} in the table (rows: {sorted(cells)})")
@@ -66,10 +68,20 @@ def table7(cells: dict[str, Sequence[float]], *, method: str = "anti_persistence
         half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * se)
         t = stats.ttest_rel(ours, other)
         w = stats.wilcoxon(d, alternative="two-sided", method="exact") if np.any(d != 0) else None
-        rows.append(dict(baseline=b, n=n, mean_diff=mean, ci_low=mean - half, ci_high=mean + half,
-                         t_stat=float(t.statistic), p_t=float(t.pvalue),
-                         w_stat=float(w.statistic) if w else float("nan"), p_wilcoxon=float(w.pvalue) if w else 1.0,
-                         positive=int(np.sum(d > 0))))
+        rows.append(
+            dict(
+                baseline=b,
+                n=n,
+                mean_diff=mean,
+                ci_low=mean - half,
+                ci_high=mean + half,
+                t_stat=float(t.statistic),
+                p_t=float(t.pvalue),
+                w_stat=float(w.statistic) if w else float("nan"),
+                p_wilcoxon=float(w.pvalue) if w else 1.0,
+                positive=int(np.sum(d > 0)),
+            )
+        )
     pt = holm([r["p_t"] for r in rows])
     pw = holm([r["p_wilcoxon"] for r in rows])
     return [Comparison(p_t_holm=a, p_wilcoxon_holm=b, **r) for r, a, b in zip(rows, pt, pw)]

@@ -8,8 +8,9 @@ never falls back to another mode. kappa, the realised synthesis-call count, is 1
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from . import prompts
 from .records import MODES
@@ -41,6 +42,7 @@ def format_record(rec: MemoryRecord, *, label: str = "", limits: FormatLimits = 
 
     Only observed facts; the record's own mode and any guidance it ran under are not shown.
     """
+
     def clip(s: str, n: int) -> str:
         s = " ".join(s.split())
         return s if len(s) <= n else s[: n - 3] + "..."
@@ -103,7 +105,9 @@ def synthesize(
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     ids = tuple(r.record.record_id for r in retrieved)
     if mode == "none":
-        blocks = [format_record(r.record, label=f"--- Record {i} ---", limits=limits) for i, r in enumerate(retrieved, 1)]
+        blocks = [
+            format_record(r.record, label=f"--- Record {i} ---", limits=limits) for i, r in enumerate(retrieved, 1)
+        ]
         text = prompts.wrap_factual(blocks)
         return Guidance("none", text, 0, ids, None if text else "no records retrieved")
 

@@ -23,8 +23,9 @@ def _is_float(x: Any) -> bool:
     return isinstance(x, float)
 
 
-def differences(recorded: Any, recomputed: Any, *, rel_tol: float = REL_TOL, abs_tol: float = ABS_TOL,
-                path: str = "") -> list[str]:
+def differences(
+    recorded: Any, recomputed: Any, *, rel_tol: float = REL_TOL, abs_tol: float = ABS_TOL, path: str = ""
+) -> list[str]:
     """Paths (``a.b[3]``) where two JSON-like values differ beyond the float tolerance."""
     where = path or "<root>"
     if _is_float(recorded) or _is_float(recomputed):

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class MemoryRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "MemoryRecord":
+    def from_dict(cls, d: dict[str, Any]) -> MemoryRecord:
         emb = d.get("embedding")
         mode = d.get("mode")
         if mode is not None and mode not in MODES:
@@ -247,7 +248,9 @@ class TrajectoryMemory:
         rows = top_k(sims, k, self._candidate_rows(task, success))
         return [Retrieved(self._records[self._row_of[r]], float(sims[r]), role) for r in rows]
 
-    def retrieve(self, embedding: np.ndarray | None, mode: str, task: Task, *, budget: int = 5, contrast: int = 1) -> list[Retrieved]:
+    def retrieve(
+        self, embedding: np.ndarray | None, mode: str, task: Task, *, budget: int = 5, contrast: int = 1
+    ) -> list[Retrieved]:
         """Mode-specific retrieval R_mu(tau, M_k, B) of Appendix B.3."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")

@@ -9,8 +9,21 @@ from importlib import metadata
 from pathlib import Path
 
 TRACKED_PACKAGES = (
-    "antipersist", "numpy", "openai", "pyyaml", "scipy", "pandas", "seaborn", "matplotlib",
-    "papermill", "nbval", "scienceworld", "alfworld", "textworld", "llama_cpp_python", "ray",
+    "antipersist",
+    "numpy",
+    "openai",
+    "pyyaml",
+    "scipy",
+    "pandas",
+    "seaborn",
+    "matplotlib",
+    "papermill",
+    "nbval",
+    "scienceworld",
+    "alfworld",
+    "textworld",
+    "llama_cpp_python",
+    "ray",
 )
 
 
@@ -32,7 +45,13 @@ def git_commit(path: str | Path | None = None) -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

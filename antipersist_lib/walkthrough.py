@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import tolerance
 from .agent import AgentConfig, run_episode
 from .embeddings import Embedder
 from .envs import make_env
@@ -34,7 +35,6 @@ from .methods.base import MethodContext
 from .records import Task
 from .response_cache import ResponseCache
 from .selector import PHASES, decision_differences
-from . import tolerance
 
 #: branches whose audit carries per-mode estimates, most informative first
 BRANCH_PREFERENCE = ("local_ucb", "global_best", "epsilon", "warmup", "round_robin", "fixed", "random", "no_embedding")
@@ -52,7 +52,9 @@ class DiscardProof:
     files_searched: int
     files_containing_guidance: list[str]
     record_fields: list[str]
-    appended_matches_run: bool  # the records the replay added equal the ones the run wrote there (floats within rounding)
+    appended_matches_run: (
+        bool  # the records the replay added equal the ones the run wrote there (floats within rounding)
+    )
 
     @property
     def state_unchanged(self) -> bool:
@@ -99,13 +101,25 @@ class Walkthrough:
     def per_mode(self) -> list[dict[str, Any]]:
         """One row per mode: neighbourhood count, estimate, bonus, UCB score (None where the branch had none)."""
         d = self.decision
-        return [{"mode": m, "count": d["counts"].get(m), "estimate": d["estimates"].get(m), "bonus": d["bonuses"].get(m),
-                 "score": d["scores"].get(m), "chosen": m == d["mode"]} for m in d["counts"]]
+        return [
+            {
+                "mode": m,
+                "count": d["counts"].get(m),
+                "estimate": d["estimates"].get(m),
+                "bonus": d["bonuses"].get(m),
+                "score": d["scores"].get(m),
+                "chosen": m == d["mode"],
+            }
+            for m in d["counts"]
+        ]
 
 
 def _hashes(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _files_containing(text: str, roots: list[Path]) -> tuple[int, list[str]]:
@@ -139,14 +153,20 @@ def choose_episode(run_dir: str | Path, position: int | None = None, phase: str 
     if position is not None:
         found = [r for r in cands if r["position"] == position]
         if not found:
-            raise ValueError(f"{run}: no {phase} episode at position {position} in iteration {last}; "
-                             f"positions: {sorted(r['position'] for r in cands)}")
+            raise ValueError(
+                f"{run}: no {phase} episode at position {position} in iteration {last}; "
+                f"positions: {sorted(r['position'] for r in cands)}"
+            )
         return found[0]
     rank = {b: i for i, b in enumerate(BRANCH_PREFERENCE)}
-    return min(cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), not r["calls"]["synthesis"], r["position"]))
+    return min(
+        cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), not r["calls"]["synthesis"], r["position"])
+    )
 
 
-def replay_clients(run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None) -> tuple[LLMClient, Embedder]:
+def replay_clients(
+    run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None
+) -> tuple[LLMClient, Embedder]:
     """Clients with the run's own endpoint settings (so cache keys match) but an unreachable
     address: every answer must come from the response cache under ``cache_dir``."""
     from .protocol import _slug
@@ -158,8 +178,10 @@ def replay_clients(run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger
     cache_root = Path(cache_dir)
     for ep in (chat, emb):
         if not (cache_root / _slug(ep.model)).is_dir():
-            raise FileNotFoundError(f"no response cache for model {ep.model!r} under {cache_root} "
-                                    "(replay needs the cache the run wrote; use a live endpoint instead)")
+            raise FileNotFoundError(
+                f"no response cache for model {ep.model!r} under {cache_root} "
+                "(replay needs the cache the run wrote; use a live endpoint instead)"
+            )
     llm = LLMClient(chat, ledger=ledger, cache=ResponseCache(cache_root / _slug(chat.model)), seed=int(man["seed"]))
     embedder = Embedder(emb, ledger=ledger, cache=ResponseCache(cache_root / _slug(emb.model)))
     return llm, embedder
@@ -169,17 +191,33 @@ def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
     """Copy the run's state as it was before training update ``rec``: the first k records of M_k
     and the outcome-log entries of the updates before it (both files are append-only)."""
     k = int(rec["meta"]["update_index"])
-    train = sorted((x.value for x in read_jsonl(run / "episodes_train.jsonl")), key=lambda r: (r["iteration"], r["position"]))
-    logged = sum(1 for r in train if (r["iteration"], r["position"]) < (rec["iteration"], rec["position"]) and r["meta"].get("logged"))
+    train = sorted(
+        (x.value for x in read_jsonl(run / "episodes_train.jsonl")), key=lambda r: (r["iteration"], r["position"])
+    )
+    logged = sum(
+        1
+        for r in train
+        if (r["iteration"], r["position"]) < (rec["iteration"], rec["position"]) and r["meta"].get("logged")
+    )
     for name, keep in (("trajectories.jsonl", k), ("outcome_log.jsonl", logged)):
         lines = (run / "state" / name).read_bytes().splitlines(keepends=True)
         if len(lines) < keep:
-            raise ValueError(f"{run}: state/{name} has {len(lines)} records, fewer than the {keep} the episode log implies")
+            raise ValueError(
+                f"{run}: state/{name} has {len(lines)} records, fewer than the {keep} the episode log implies"
+            )
         (work / "state" / name).write_bytes(b"".join(lines[:keep]))
 
 
-def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, position: int | None = None,
-         phase: str = "train", env: Any = None) -> Walkthrough:
+def walk(
+    run_dir: str | Path,
+    *,
+    llm: Any,
+    embedder: Any,
+    work_dir: str | Path,
+    position: int | None = None,
+    phase: str = "train",
+    env: Any = None,
+) -> Walkthrough:
     """Re-run one episode of the run's last iteration on a copy of the state it saw.
 
     ``phase="train"`` (Appendix C): the state before that training update; the task's raw
@@ -188,7 +226,9 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
     """
     run = Path(run_dir)
     if not (run / "manifest.json").exists():
-        raise FileNotFoundError(f"{run} is not a run directory (no manifest.json); point run_dir at an anti_persistence run")
+        raise FileNotFoundError(
+            f"{run} is not a run directory (no manifest.json); point run_dir at an anti_persistence run"
+        )
     man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     if man["method"] != "anti_persistence":
         raise ValueError(f"{run}: the walkthrough needs an anti_persistence run, this one is {man['method']!r}")
@@ -201,9 +241,15 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
     if phase == "train":
         _state_before(run, rec, work)
     before = _hashes(work / "state")
-    sizes = {name: len((work / "state" / name).read_bytes().splitlines()) for name in ("trajectories.jsonl", "outcome_log.jsonl")}
-    method = make_method(man["method"], MethodContext(llm, embedder, work / "state", int(man["seed"]), man["benchmark"], fsync=False),
-                         **man.get("method_params", {}))
+    sizes = {
+        name: len((work / "state" / name).read_bytes().splitlines())
+        for name in ("trajectories.jsonl", "outcome_log.jsonl")
+    }
+    method = make_method(
+        man["method"],
+        MethodContext(llm, embedder, work / "state", int(man["seed"]), man["benchmark"], fsync=False),
+        **man.get("method_params", {}),
+    )
     if phase == "heldout":
         method.freeze()  # held-out: nothing may be written
     own_env = env is None
@@ -213,8 +259,15 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
         ctx = method.prepare(task, obs, phase=phase, iteration=rec["iteration"], position=rec["position"])
         guidance = ctx.blocks[-1] if ctx.blocks else ""
         agent = AgentConfig(**man["agent"])
-        ep = run_episode(env, task, llm, context_blocks=ctx.blocks, config=agent, initial_observation=obs,
-                         tags={"phase": phase, "iteration": rec["iteration"], "task": task.key})
+        ep = run_episode(
+            env,
+            task,
+            llm,
+            context_blocks=ctx.blocks,
+            config=agent,
+            initial_observation=obs,
+            tags={"phase": phase, "iteration": rec["iteration"], "task": task.key},
+        )
         if phase == "train":
             method.learn(task, ctx, ep, iteration=rec["iteration"], position=rec["position"])
     finally:
@@ -227,28 +280,69 @@ def walk(run_dir: str | Path, *, llm: Any, embedder: Any, work_dir: str | Path, 
     decision = ctx.meta["decision"]
     log = [x.value for x in read_jsonl(work / "state" / "outcome_log.jsonl")]
     weights = decision["weights"] or [None] * len(decision["neighbours"])
-    neighbours = [{"log_index": i, "similarity": s, "weight": w, "mode": log[i]["mode"], "reward": log[i]["reward"],
-                   "instruction": log[i].get("instruction", "")}
-                  for i, s, w in zip(decision["neighbours"], decision["similarities"], weights)]
+    neighbours = [
+        {
+            "log_index": i,
+            "similarity": s,
+            "weight": w,
+            "mode": log[i]["mode"],
+            "reward": log[i]["reward"],
+            "instruction": log[i].get("instruction", ""),
+        }
+        for i, s, w in zip(decision["neighbours"], decision["similarities"], weights)
+    ]
     memory = {r.value["record_id"]: r.value for r in read_jsonl(work / "state" / "trajectories.jsonl")}
-    retrieved = [{"record_id": i, "instruction": memory[i]["task"]["instruction"], "success": memory[i]["outcome"]["success"],
-                  "steps": len(memory[i]["trajectory"]["steps"])} for i in ctx.meta["retrieved_ids"] if i in memory]
+    retrieved = [
+        {
+            "record_id": i,
+            "instruction": memory[i]["task"]["instruction"],
+            "success": memory[i]["outcome"]["success"],
+            "steps": len(memory[i]["trajectory"]["steps"]),
+        }
+        for i in ctx.meta["retrieved_ids"]
+        if i in memory
+    ]
     after = _hashes(work / "state")
     appended, matches = {}, True
     for name, n in sizes.items():
         new = [x.value for x in read_jsonl(work / "state" / name)][n:]
-        matches &= tolerance.close([x.value for x in read_jsonl(run / "state" / name)][n:n + len(new)], new)
-        appended[name] = [{k: ("<%d floats>" % len(v) if k == "embedding" else v) for k, v in r.items() if k != "trajectory"} for r in new]
+        matches &= tolerance.close([x.value for x in read_jsonl(run / "state" / name)][n : n + len(new)], new)
+        appended[name] = [
+            {k: (f"<{len(v)} floats>" if k == "embedding" else v) for k, v in r.items() if k != "trajectory"}
+            for r in new
+        ]
     n, hits = _files_containing(guidance, [run, work]) if ctx.synthesis_calls else (0, [])
     proof = DiscardProof(phase, before, after, appended, n, hits, sorted(record) + sorted(record["meta"]), matches)
     del ctx  # the guidance's last holder besides the copy returned to the reader
-    return Walkthrough(str(run), phase, task, rec["iteration"], rec["position"], rec["meta"].get("update_index"), decision,
-                       rec["meta"]["decision"], neighbours, retrieved, guidance, record["calls"]["synthesis"],
-                       [dataclasses.asdict(s) for s in ep.trajectory.steps], ep.outcome.to_dict(), rec["outcome"], proof)
+    return Walkthrough(
+        str(run),
+        phase,
+        task,
+        rec["iteration"],
+        rec["position"],
+        rec["meta"].get("update_index"),
+        decision,
+        rec["meta"]["decision"],
+        neighbours,
+        retrieved,
+        guidance,
+        record["calls"]["synthesis"],
+        [dataclasses.asdict(s) for s in ep.trajectory.steps],
+        ep.outcome.to_dict(),
+        rec["outcome"],
+        proof,
+    )
 
 
-def walk_with(mode: str, run_dir: str | Path, *, cache_dir: str | Path | None, work_dir: str | Path,
-              position: int | None = None, phase: str = "train") -> Walkthrough:
+def walk_with(
+    mode: str,
+    run_dir: str | Path,
+    *,
+    cache_dir: str | Path | None,
+    work_dir: str | Path,
+    position: int | None = None,
+    phase: str = "train",
+) -> Walkthrough:
     """The notebook's entry point: ``mode="load"`` replays from the run's response cache (no
     model); ``mode="run"`` starts the embedded default backbone and embedder and asks them."""
     if mode == "load":
@@ -258,8 +352,10 @@ def walk_with(mode: str, run_dir: str | Path, *, cache_dir: str | Path | None, w
         try:
             return walk(run_dir, llm=llm, embedder=embedder, work_dir=work_dir, position=position, phase=phase)
         except LLMUnavailableError as exc:
-            raise LLMUnavailableError(f"replay: a request of this walkthrough is not in the response cache {cache_dir} "
-                                      f"(was it written by this run, with this kit's prompts?); use mode 'run' to ask a model. ({exc})") from None
+            raise LLMUnavailableError(
+                f"replay: a request of this walkthrough is not in the response cache {cache_dir} "
+                f"(was it written by this run, with this kit's prompts?); use mode 'run' to ask a model. ({exc})"
+            ) from None
     if mode == "run":
         from .embedded import EmbeddedBackbone, EmbeddedEmbedder
 

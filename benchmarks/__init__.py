@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: name -> module; each module has ``run(quick) -> rows``
 BENCHMARKS: dict[str, str] = {
@@ -25,12 +26,21 @@ OPTIONAL: frozenset[str] = frozenset({"embedded"})
 COLUMNS = ("benchmark", "setting", "measured", "unit", "target", "ratio", "pass")
 
 
-def row(benchmark: str, setting: str, measured: float, unit: str, target: tuple[str, float] | None = None) -> dict[str, Any]:
+def row(
+    benchmark: str, setting: str, measured: float, unit: str, target: tuple[str, float] | None = None
+) -> dict[str, Any]:
     """One table row. ``target`` is ``(">=", x)`` or ``("<", x)``; ``ratio`` is oriented so that
     ratio >= 1 means the target is met (measured/target for ">=", target/measured for "<")."""
     measured = float(measured)
-    out: dict[str, Any] = {"benchmark": benchmark, "setting": setting, "measured": measured, "unit": unit,
-                           "target": None, "ratio": None, "pass": None}
+    out: dict[str, Any] = {
+        "benchmark": benchmark,
+        "setting": setting,
+        "measured": measured,
+        "unit": unit,
+        "target": None,
+        "ratio": None,
+        "pass": None,
+    }
     if target is not None:
         op, value = target
         if op == ">=":
@@ -43,8 +53,9 @@ def row(benchmark: str, setting: str, measured: float, unit: str, target: tuple[
     return out
 
 
-def run_suite(only: str | None = None, *, quick: bool = False, embedded: bool = False,
-              log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def run_suite(
+    only: str | None = None, *, quick: bool = False, embedded: bool = False, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
     """Run the selected benchmarks in order; ``only`` names one of ``BENCHMARKS``."""
     if only is not None and only not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {only!r}; expected one of {tuple(BENCHMARKS)}")

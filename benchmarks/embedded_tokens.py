@@ -14,12 +14,17 @@ from antipersist_lib.embedded import EmbeddedBackbone
 from antipersist_lib.ledger import Ledger
 from antipersist_lib.llm import LLMClient
 
-PROMPT = [{"role": "system", "content": "You are an agent in a text world. Answer with Thought: and Action: lines."},
-          {"role": "user", "content": "You are in the middle of a room. You see a desk 1, a drawer 2, a shelf 3. "
-                                      "Your task is to: put a mug on the desk. Begin."}]
+PROMPT = [
+    {"role": "system", "content": "You are an agent in a text world. Answer with Thought: and Action: lines."},
+    {
+        "role": "user",
+        "content": "You are in the middle of a room. You see a desk 1, a drawer 2, a shelf 3. "
+        "Your task is to: put a mug on the desk. Begin.",
+    },
+]
 
 
-def _burn(stop: "mp.synchronize.Event") -> None:
+def _burn(stop: mp.synchronize.Event) -> None:
     x = 0
     while not stop.is_set():
         x = (x * 31 + 7) % 1000003
@@ -56,10 +61,27 @@ def seconds_per_episode(episodes: int = 2, max_steps: int = 4) -> float:
     from antipersist_lib.embedded import BACKBONE_NAME, EMBEDDER_MODEL, EmbeddedEmbedder
     from antipersist_lib.protocol import RunSpec, run_cell
 
-    with tempfile.TemporaryDirectory(prefix="antipersist-bench-") as tmp, EmbeddedBackbone(threads=1) as bb, EmbeddedEmbedder() as em:
-        spec = RunSpec(method="react", benchmark="alfworld", backbone=BACKBONE_NAME, embedding=EMBEDDER_MODEL, seed=42,
-                       iterations=1, train_per_iteration=episodes, max_steps=max_steps, heldout_concurrency=1,
-                       heldout_limit=episodes, agent={"max_tokens": 32}, out_root=tmp, cache_dir=None, progress=False)
+    with (
+        tempfile.TemporaryDirectory(prefix="antipersist-bench-") as tmp,
+        EmbeddedBackbone(threads=1) as bb,
+        EmbeddedEmbedder() as em,
+    ):
+        spec = RunSpec(
+            method="react",
+            benchmark="alfworld",
+            backbone=BACKBONE_NAME,
+            embedding=EMBEDDER_MODEL,
+            seed=42,
+            iterations=1,
+            train_per_iteration=episodes,
+            max_steps=max_steps,
+            heldout_concurrency=1,
+            heldout_limit=episodes,
+            agent={"max_tokens": 32},
+            out_root=tmp,
+            cache_dir=None,
+            progress=False,
+        )
         t = time.monotonic()
         run_cell(spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint, fsync=False)
         return (time.monotonic() - t) / (2 * episodes)
@@ -91,10 +113,19 @@ def run(quick: bool = False) -> list[dict]:
         setting = f"{t} thread(s), other core {'busy' if b else 'idle'}, {n} replies of <= 64 tokens"
         out.append(row("embedded", setting, v, "tokens/s"))
         out.append(row("embedded", f"{setting}: ratio to 1 thread idle", v / base, "ratio"))
-    out.append(row("embedded", "ReAct on ALFWorld, 4 steps x 32 tokens, per episode", seconds_per_episode(1 if quick else 2), "s"))
+    out.append(
+        row(
+            "embedded",
+            "ReAct on ALFWorld, 4 steps x 32 tokens, per episode",
+            seconds_per_episode(1 if quick else 2),
+            "s",
+        )
+    )
     recorded = main_command_wall_s()
     if recorded is not None:
-        out.append(row("embedded", f"README main command, experiment part (recorded {recorded[1]} UTC)", recorded[0], "s"))
+        out.append(
+            row("embedded", f"README main command, experiment part (recorded {recorded[1]} UTC)", recorded[0], "s")
+        )
     return out
 
 

@@ -67,7 +67,9 @@ def build(size: int, seed: int = 0) -> tuple[TrajectoryMemory, OutcomeLog]:
     return memory, log
 
 
-def per_task_seconds(memory: TrajectoryMemory, log: OutcomeLog, tasks: int, seed: int = 1, warmup: int = 3) -> list[float]:
+def per_task_seconds(
+    memory: TrajectoryMemory, log: OutcomeLog, tasks: int, seed: int = 1, warmup: int = 3
+) -> list[float]:
     """Wall time of select + retrieve for each of ``tasks`` random query tasks."""
     selector = ModeSelector()
     rng = np.random.default_rng(seed)
@@ -96,7 +98,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         build_s = time.perf_counter() - t
         median_ms = 1e3 * statistics.median(per_task_seconds(memory, log, tasks))
         target = ("<", TARGETS_MS[size]) if size in TARGETS_MS else None
-        rows.append(row("overhead", f"select + retrieve, {size:,} records, median of {tasks} tasks", median_ms, "ms", target))
+        rows.append(
+            row("overhead", f"select + retrieve, {size:,} records, median of {tasks} tasks", median_ms, "ms", target)
+        )
         if threadpool_limits is not None:
             with threadpool_limits(limits=1, user_api="blas"):
                 one_ms = 1e3 * statistics.median(per_task_seconds(memory, log, tasks))

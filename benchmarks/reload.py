@@ -36,9 +36,15 @@ def write_log(path: Path, n: int, seed: int = 0) -> int:
     log = OutcomeLog(path, fsync=False)
     for i in range(n):
         e = rng.standard_normal(DIM).astype(np.float32)
-        log.append(embedding=e / np.linalg.norm(e), mode=MODES[i % len(MODES)], reward=float(rng.uniform(-1, 1)),
-                   raw_success=bool(i % 3 == 0), task_type=f"type{i % 6}", task_id=i,
-                   instruction=f"Your task is to: put a mug {i} on the desk.")
+        log.append(
+            embedding=e / np.linalg.norm(e),
+            mode=MODES[i % len(MODES)],
+            reward=float(rng.uniform(-1, 1)),
+            raw_success=bool(i % 3 == 0),
+            task_type=f"type{i % 6}",
+            task_id=i,
+            instruction=f"Your task is to: put a mug {i} on the desk.",
+        )
     log.close()
     good = json.loads(path.read_bytes().split(b"\n", 1)[0])
     damaged = [
@@ -73,8 +79,16 @@ def _load(path: str) -> None:
     log = OutcomeLog(path, fsync=False)
     seconds = time.perf_counter() - t
     peak_kb = _peak_rss_kb()
-    print(json.dumps({"seconds": seconds, "records": len(log), "skipped": log.skipped_lines,
-                      "peak_delta_mb": (peak_kb - base_kb) / 1024}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "records": len(log),
+                "skipped": log.skipped_lines,
+                "peak_delta_mb": (peak_kb - base_kb) / 1024,
+            }
+        )
+    )
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -86,16 +100,28 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         write_s = time.perf_counter() - t
         size_mb = path.stat().st_size / 2**20
         root = Path(__file__).resolve().parents[1]
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.reload", "--load", str(path)], cwd=root,
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.reload", "--load", str(path)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     m = json.loads(proc.stdout.strip().splitlines()[-1])
     if m["records"] != n or m["skipped"] != damaged:
-        raise RuntimeError(f"reload kept {m['records']} of {n} records and skipped {m['skipped']} of {damaged} damaged lines")
+        raise RuntimeError(
+            f"reload kept {m['records']} of {n} records and skipped {m['skipped']} of {damaged} damaged lines"
+        )
     target = TARGET_S_PER_10K * n / 10_000
     scaled = "" if n == 10_000 else f" (target scaled from {TARGET_S_PER_10K:g} s per 10,000)"
     return [
-        row("reload", f"OutcomeLog(path), {n:,} records + {damaged} damaged lines, {size_mb:,.0f} MB{scaled}",
-            m["seconds"], "s", ("<", target)),
+        row(
+            "reload",
+            f"OutcomeLog(path), {n:,} records + {damaged} damaged lines, {size_mb:,.0f} MB{scaled}",
+            m["seconds"],
+            "s",
+            ("<", target),
+        ),
         row("reload", f"peak RSS increase while reloading {n:,} records", m["peak_delta_mb"], "MB"),
         row("reload", f"write {n:,} records (OutcomeLog.append, fsync off)", write_s, "s"),
     ]

@@ -51,8 +51,13 @@ class _TimedRunner(Runner):
 
 def _start_server(latency_s: float) -> tuple[subprocess.Popen[str], str]:
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.saturation", "--serve", str(latency_s)], cwd=root,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.saturation", "--serve", str(latency_s)],
+        cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     url = proc.stdout.readline().strip() if proc.stdout else ""
     if not url.startswith("http"):
         proc.kill()
@@ -64,16 +69,30 @@ def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, floa
     """(held-out wall seconds, client process CPU seconds) for one concurrency level."""
     with tempfile.TemporaryDirectory() as tmp:
         ep = Endpoint(base_url=url, model="loopback", api_key_env="ANTIPERSIST_BENCH_KEY")
-        spec = RunSpec(method="react", benchmark="errandworld", backbone="loopback", embedding="loopback",
-                       iterations=1, train_per_iteration=1, max_steps=steps, heldout_concurrency=concurrency,
-                       out_root=tmp, cache_dir=None, progress=False)
+        spec = RunSpec(
+            method="react",
+            benchmark="errandworld",
+            backbone="loopback",
+            embedding="loopback",
+            iterations=1,
+            train_per_iteration=1,
+            max_steps=steps,
+            heldout_concurrency=concurrency,
+            out_root=tmp,
+            cache_dir=None,
+            progress=False,
+        )
         runner = _TimedRunner(spec, endpoint=ep, embed_endpoint=ep, partition=partition(n_train=1, n_heldout=n))
         runner.run()
-        calls = [x.value for x in read_jsonl(spec.run_dir() / "calls.jsonl") if x.value["tags"].get("phase") == "heldout"]
+        calls = [
+            x.value for x in read_jsonl(spec.run_dir() / "calls.jsonl") if x.value["tags"].get("phase") == "heldout"
+        ]
     # the ideal assumes exactly N*S first-try calls; anything else would make the number meaningless
     if len(calls) != n * steps or any(c["retries"] or c["cached"] for c in calls):
-        raise RuntimeError(f"expected {n * steps} uncached first-try calls, the ledger has {len(calls)} "
-                           f"({sum(c['retries'] for c in calls)} retries)")
+        raise RuntimeError(
+            f"expected {n * steps} uncached first-try calls, the ledger has {len(calls)} "
+            f"({sum(c['retries'] for c in calls)} retries)"
+        )
     return runner.eval_wall_s, runner.eval_cpu_s
 
 
@@ -110,13 +129,19 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             setting = f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms{capped}"
             tgt = (">=", TARGETS[c]) if c in TARGETS else None
             rows.append(row("saturation", setting, ideal / wall, "efficiency", tgt))
-            rows.append(row("saturation", f"C={c}: one-at-a-time efficiency (1/C)", ideal / (n * steps * latency), "efficiency"))
+            rows.append(
+                row("saturation", f"C={c}: one-at-a-time efficiency (1/C)", ideal / (n * steps * latency), "efficiency")
+            )
             rows.append(row("saturation", f"C={c}: client CPU per call", 1e3 * cpu / (n * steps), "ms"))
         # at the highest concurrency (the loop's last c, wall, cpu): near 1.0 means the client
         # process was on a CPU the whole time, i.e. CPU-bound under the GIL
         rows.append(row("saturation", f"C={c}: client CPU busy fraction (CPU s / wall s)", cpu / wall, "fraction"))
         control = math.ceil(n / c) * steps * latency / raw_http(url, c, n, steps)
-        rows.append(row("saturation", f"C={c} control: same calls from bare http.client threads (no kit)", control, "efficiency"))
+        rows.append(
+            row(
+                "saturation", f"C={c} control: same calls from bare http.client threads (no kit)", control, "efficiency"
+            )
+        )
     finally:
         _stop(proc)
     if not quick:
@@ -142,8 +167,15 @@ def _model_like_latency(n: int = 64, steps: int = 3, latency: float = 0.5) -> li
         for c in (16, 64):
             wall, _ = measure(url, c, n, steps)
             ideal = math.ceil(n / c) * steps * latency
-            rows.append(row("saturation", f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms", ideal / wall,
-                            "efficiency", (">=", TARGETS[c])))
+            rows.append(
+                row(
+                    "saturation",
+                    f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms",
+                    ideal / wall,
+                    "efficiency",
+                    (">=", TARGETS[c]),
+                )
+            )
     finally:
         _stop(proc)
     return rows

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.embeddings import Embedder
+from antipersist_lib.envs.alfworld import DATA_ENV_VAR, resolve_alfworld_data
 from antipersist_lib.ledger import Ledger
 from antipersist_lib.llm import Endpoint, LLMClient
-from antipersist_lib.envs.alfworld import DATA_ENV_VAR, resolve_alfworld_data
 from antipersist_lib.loopback_server import LoopbackServer
 
 #: where the shared ALFWorld archive lies beside a checkout (and beside CI's clone)

@@ -50,7 +50,9 @@ def test_custom_prefix_and_empty_text():
 
 def test_rewrite_creates_new_id_and_retires_old():
     s = AbstractionStore()
-    old = s.add("v1", kind="rule", parents=["abs-900000", "abs-900001"], task_type="heat", name="heating", created_iteration=1)
+    old = s.add(
+        "v1", kind="rule", parents=["abs-900000", "abs-900001"], task_type="heat", name="heating", created_iteration=1
+    )
     other = s.add("unrelated", kind="insight")
     new = s.rewrite(old.abstraction_id, "v2", created_iteration=4, parents=["abs-900001", "abs-900005"])
     assert new.abstraction_id == "abs-000002"
@@ -237,15 +239,27 @@ def test_search_ranks_by_cosine_and_filters():
 
     got = s.search(q, k=10)
     assert [a.abstraction_id for a, _ in got] == ["abs-000001", "abs-000002", "abs-000005", "abs-000000", "abs-000006"]
-    for (a, sim), deg in zip(got, (10, 20, 30, 40, 80)):
+    for (_, sim), deg in zip(got, (10, 20, 30, 40, 80)):
         assert sim == pytest.approx(math.cos(math.radians(deg)), abs=1e-6)
 
     assert [a.abstraction_id for a, _ in s.search(q, k=2)] == ["abs-000001", "abs-000002"]
     # task_type keeps that type and the untyped (global) ones
-    assert [a.abstraction_id for a, _ in s.search(q, k=10, task_type="clean")] == ["abs-000001", "abs-000002", "abs-000005", "abs-000006"]
+    assert [a.abstraction_id for a, _ in s.search(q, k=10, task_type="clean")] == [
+        "abs-000001",
+        "abs-000002",
+        "abs-000005",
+        "abs-000006",
+    ]
     assert [a.abstraction_id for a, _ in s.search(q, k=10, task_type="heat")] == ["abs-000002", "abs-000000"]
-    assert [a.abstraction_id for a, _ in s.search(q, k=10, kinds=["rule"])] == ["abs-000001", "abs-000000", "abs-000006"]
-    assert [a.abstraction_id for a, _ in s.search(q, k=10, task_type="clean", kinds={"skill", "insight"})] == ["abs-000002", "abs-000005"]
+    assert [a.abstraction_id for a, _ in s.search(q, k=10, kinds=["rule"])] == [
+        "abs-000001",
+        "abs-000000",
+        "abs-000006",
+    ]
+    assert [a.abstraction_id for a, _ in s.search(q, k=10, task_type="clean", kinds={"skill", "insight"})] == [
+        "abs-000002",
+        "abs-000005",
+    ]
     assert s.search(q, k=10, kinds=["reflection"]) == []
     assert s.search(q, k=0) == []
     assert [a.abstraction_id for a, _ in s.search(np.array(at(85)), k=1)] == ["abs-000006"]

@@ -31,7 +31,10 @@ from antipersist_lib.actions import MAX_ACTION_CHARS, ParsedAction, clean_comman
         ("Action: `put mug 1 in/on sink 1`", "put mug 1 in/on sink 1"),
         ("Action: ```go to cabinet 3```", "go to cabinet 3"),
         ("Action:    go   to    shelf   1   ", "go to shelf 1"),
-        ("Thought: the apple is probably in the fridge.\n\nAction: go to fridge 1\nObservation: You arrive", "go to fridge 1"),
+        (
+            "Thought: the apple is probably in the fridge.\n\nAction: go to fridge 1\nObservation: You arrive",
+            "go to fridge 1",
+        ),
         ("Thought: hmm\n\n```\ngo to bed 1\n```", "go to bed 1"),
         ("Plan: find a mug\nReasoning: mugs are on shelves\nlook", "look"),
         ("\n\n  examine desk 1  \n", "examine desk 1"),

@@ -7,8 +7,6 @@ data-dependent tests FAIL (they never skip): the engine tests run in CI.
 
 from __future__ import annotations
 
-import os
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -231,7 +229,7 @@ def test_old_put_syntax_is_translated_and_wins(env, alfworld_data):
     actions = walkthrough(alfworld_data, task)
     moves = [i for i, a in enumerate(actions) if a.startswith("move ")]
     assert moves, "a put game's walkthrough places its object with 'move X to Y'"
-    obj, recep = actions[moves[-1]][len("move "):].split(" to ", 1)
+    obj, recep = actions[moves[-1]][len("move ") :].split(" to ", 1)
     old = f"put {obj} in/on {recep}"
     env.reset(task)
     for a in actions[: moves[-1]]:
@@ -264,7 +262,7 @@ def test_agent_episode_with_scripted_model_succeeds(env, alfworld_data, make_cli
     replies = [f"Thought: step {i + 1} of the plan.\nAction: {a}" for i, a in enumerate(actions)]
     # the model writes the placement in the old ReAct syntax; the agent loop normalizes it
     last_move = max(i for i, a in enumerate(actions) if a.startswith("move "))
-    obj, recep = actions[last_move][len("move "):].split(" to ", 1)
+    obj, recep = actions[last_move][len("move ") :].split(" to ", 1)
     replies[last_move] = f"Thought: place it.\nAction: put {obj} in/on {recep}"
     c = make_clients(QueueResponder(replies))
     res = run_episode(env, task, c.llm, config=AgentConfig(max_steps=50))
@@ -290,8 +288,10 @@ def test_engine_dying_mid_episode_is_an_infrastructure_failure(env, alfworld_dat
             if how == "closed":
                 env._env.close()
             else:
+
                 def boom(*_a, **_k):
                     raise OSError("textworld process died")
+
                 env._env.step = boom
         return f"Action: {actions[calls['n'] - 1]}"
 

@@ -11,7 +11,6 @@ import pytest
 from antipersist_lib.agent import AgentConfig
 from antipersist_lib.anti_persistence import AntiPersistence, AntiPersistenceConfig
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.ledger import Ledger
 from antipersist_lib.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS
 from antipersist_lib.outcome_log import FIELDS, OutcomeLog
 from antipersist_lib.selector import SelectorConfig
@@ -26,13 +25,20 @@ def build(make_clients, run_dir: Path | None, **cfg):
     c = make_clients(errand_policy, ledger_path=None if run_dir is None else run_dir / "calls.jsonl")
     memory = TrajectoryMemory(None if run_dir is None else run_dir / "trajectories.jsonl")
     olog = OutcomeLog(None if run_dir is None else run_dir / "outcome_log.jsonl")
-    config = AntiPersistenceConfig(**cfg) if cfg else AntiPersistenceConfig(selector=SelectorConfig(round_robin_iterations=2))
+    config = (
+        AntiPersistenceConfig(**cfg)
+        if cfg
+        else AntiPersistenceConfig(selector=SelectorConfig(round_robin_iterations=2))
+    )
     return c, AntiPersistence(memory, olog, c.llm, c.embedder, config=config, seed=7)
 
 
 def train(ap, tasks, iteration, env=None):
     env = env or ErrandWorld()
-    return [ap.run_task(t, env, iteration=iteration, position=j, training=True, agent_config=AGENT) for j, t in enumerate(tasks)]
+    return [
+        ap.run_task(t, env, iteration=iteration, position=j, training=True, agent_config=AGENT)
+        for j, t in enumerate(tasks)
+    ]
 
 
 def test_training_updates_memory_and_log_with_skip_rule_k0(make_clients):
@@ -89,15 +95,23 @@ def test_infrastructure_failure_is_recorded_but_not_logged(make_clients):
 
 
 def _digest(run_dir: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.iterdir()) if p.is_file() and p.name != "calls.jsonl"}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.iterdir())
+        if p.is_file() and p.name != "calls.jsonl"
+    }
 
 
 def test_heldout_evaluation_writes_nothing(make_clients, tmp_path):
     c, ap = build(make_clients, tmp_path)
     train(ap, make_tasks("train", 8), iteration=1)
     before = _digest(tmp_path)
-    ap.memory.freeze(); ap.outcome_log.freeze()
-    held = [ap.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT) for j, t in enumerate(make_tasks("heldout", 5))]
+    ap.memory.freeze()
+    ap.outcome_log.freeze()
+    held = [
+        ap.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT)
+        for j, t in enumerate(make_tasks("heldout", 5))
+    ]
     assert _digest(tmp_path) == before
     assert all(r.memory_record_id is None and not r.logged for r in held)
     assert len(ap.memory) == 8
@@ -108,7 +122,9 @@ def test_guidance_is_discarded_nowhere_on_disk(make_clients, tmp_path):
     results = train(ap, make_tasks("train", 12), iteration=1) + train(ap, make_tasks("train", 12), iteration=2)
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in results))
-    ap.memory.close(); ap.outcome_log.close(); c.ledger.close()
+    ap.memory.close()
+    ap.outcome_log.close()
+    c.ledger.close()
     # the guidance existed and reached the agent ...
     synthesized = [r for r in results if r.kappa == 1]
     assert synthesized, "the test needs at least one synthesis call to be meaningful"
@@ -128,11 +144,19 @@ def test_memory_helps_on_errand_world(make_clients):
     """With the same scripted policy, retrieved experience turns failures into successes."""
     c, ap = build(make_clients, None)
     held = make_tasks("heldout", 6)
-    before = [ap.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT).outcome.success for j, t in enumerate(held)]
+    before = [
+        ap.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT).outcome.success
+        for j, t in enumerate(held)
+    ]
     train(ap, make_tasks("train", 12), iteration=1)
     train(ap, make_tasks("train", 12), iteration=2)
-    ap_none = AntiPersistence(ap.memory, ap.outcome_log, ap.llm, ap.embedder, config=AntiPersistenceConfig(fixed_mode="none"))
-    after = [ap_none.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT).outcome.success for j, t in enumerate(held)]
+    ap_none = AntiPersistence(
+        ap.memory, ap.outcome_log, ap.llm, ap.embedder, config=AntiPersistenceConfig(fixed_mode="none")
+    )
+    after = [
+        ap_none.run_task(t, ErrandWorld(), iteration=4, position=j, training=False, agent_config=AGENT).outcome.success
+        for j, t in enumerate(held)
+    ]
     assert sum(after) > sum(before)
 
 

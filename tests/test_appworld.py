@@ -69,7 +69,7 @@ class FakeTracker:
 class FakeWorld:
     """Records the code it receives; completes on complete_task, answers 42 correctly."""
 
-    instances: list["FakeWorld"] = []
+    instances: list[FakeWorld] = []
 
     def __init__(self, task_id: str, experiment_name: str = "default", **options) -> None:
         if task_id == "missing_1":
@@ -79,7 +79,9 @@ class FakeWorld:
         self.task_id, self.experiment_name, self.options = task_id, experiment_name, options
         self.task = SimpleNamespace(
             instruction="How many songs are in my Spotify library?",
-            supervisor=SimpleNamespace(first_name="Ada", last_name="Lovelace", email="ada@example.com", phone_number="5550100"),
+            supervisor=SimpleNamespace(
+                first_name="Ada", last_name="Lovelace", email="ada@example.com", phone_number="5550100"
+            ),
         )
         self.executed: list[str] = []
         self.completed = False
@@ -104,7 +106,7 @@ class FakeWorld:
             self.answer = "42" if "42" in code else "other"
             return "Execution successful."
         if "1/0" in code:
-            return "Execution failed. Traceback:\n  File \"<python-input>\", line 1\nZeroDivisionError: division by zero"
+            return 'Execution failed. Traceback:\n  File "<python-input>", line 1\nZeroDivisionError: division by zero'
         return f"ran {len(code.splitlines())} line(s)"
 
     def task_completed(self) -> bool:
@@ -158,7 +160,9 @@ def test_episode_routes_code_only_through_execute(fake_appworld, no_inprocess_ex
         assert "How many songs are in my Spotify library?" in obs
         assert "Ada Lovelace" in obs and "ada@example.com" in obs and "5550100" in obs
 
-        reply = f"Thought: look around first.\n```python\nimport builtins\nbuiltins.{marker} = 1\nprint(apis)\n```\nDone."
+        reply = (
+            f"Thought: look around first.\n```python\nimport builtins\nbuiltins.{marker} = 1\nprint(apis)\n```\nDone."
+        )
         code = env.normalize_action(reply)
         r = env.step(code)
         assert world.executed == [f"import builtins\nbuiltins.{marker} = 1\nprint(apis)"]
@@ -237,12 +241,21 @@ def test_registry_and_task_ids(fake_appworld):
 @pytest.mark.parametrize(
     "reply, code",
     [
-        ("Thought: list apps.\n```python\nprint(apis.api_docs.show_app_descriptions())\n```", "print(apis.api_docs.show_app_descriptions())"),
-        ("```py\nfor s in songs:\n    if s['liked']:\n        n += 1\n```", "for s in songs:\n    if s['liked']:\n        n += 1"),
+        (
+            "Thought: list apps.\n```python\nprint(apis.api_docs.show_app_descriptions())\n```",
+            "print(apis.api_docs.show_app_descriptions())",
+        ),
+        (
+            "```py\nfor s in songs:\n    if s['liked']:\n        n += 1\n```",
+            "for s in songs:\n    if s['liked']:\n        n += 1",
+        ),
         ("```\nx = 1\n```", "x = 1"),
-        ("```json\n{\"a\": 1}\n```\nthen\n```python\nprint(2)\n```\n```python\nprint(3)\n```", "print(2)"),
+        ('```json\n{"a": 1}\n```\nthen\n```python\nprint(2)\n```\n```python\nprint(3)\n```', "print(2)"),
         ("Here:\n```python\nprint(1)\nprint(2)", "print(1)\nprint(2)"),  # cut off before the closing fence
-        ("print(apis.spotify.login(username='a', password='b'))", "print(apis.spotify.login(username='a', password='b'))"),
+        (
+            "print(apis.spotify.login(username='a', password='b'))",
+            "print(apis.spotify.login(username='a', password='b'))",
+        ),
         ("`print(1)`", "print(1)"),
         ("\n\n    x = 1\n", "    x = 1"),
         ("", ""),
@@ -326,9 +339,21 @@ def test_cli_without_the_package_exits_2_and_records_nothing(tmp_path, monkeypat
 
     monkeypatch.setitem(sys.modules, "appworld", None)
     out = tmp_path / "out"
-    for args in (["partition", "appworld", "--out", str(out / "appworld.json")],
-                 ["run", "--method", "frozen_skills", "--benchmark", "appworld", "--backbone", "qwen3-coder-next",
-                  "--out-root", str(out / "runs"), "--no-cache"]):
+    for args in (
+        ["partition", "appworld", "--out", str(out / "appworld.json")],
+        [
+            "run",
+            "--method",
+            "frozen_skills",
+            "--benchmark",
+            "appworld",
+            "--backbone",
+            "qwen3-coder-next",
+            "--out-root",
+            str(out / "runs"),
+            "--no-cache",
+        ],
+    ):
         assert main(args) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: AppWorld is not set up") and all(step in err for step in INSTALL_STEPS)
@@ -355,9 +380,35 @@ def test_cli_builds_lists_and_runs_the_f1_partition(fake_appworld, tmp_path, mon
             (params / kind).mkdir(parents=True)
             (params / kind / "loopback.yaml").write_text(f"model: scripted\nbase_url: {srv.base_url}\nmax_retries: 1\n")
         monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
-        assert main(["run", "--method", "frozen_skills", "--benchmark", "appworld", "--backbone", "loopback",
-                     "--embedding", "loopback", "--iterations", "1", "--train-per-iteration", "1", "--heldout-limit", "2",
-                     "--heldout-concurrency", "1", "--max-steps", "3", "--out-root", str(tmp_path / "runs"), "--no-cache"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--method",
+                    "frozen_skills",
+                    "--benchmark",
+                    "appworld",
+                    "--backbone",
+                    "loopback",
+                    "--embedding",
+                    "loopback",
+                    "--iterations",
+                    "1",
+                    "--train-per-iteration",
+                    "1",
+                    "--heldout-limit",
+                    "2",
+                    "--heldout-concurrency",
+                    "1",
+                    "--max-steps",
+                    "3",
+                    "--out-root",
+                    str(tmp_path / "runs"),
+                    "--no-cache",
+                ]
+            )
+            == 0
+        )
     assert "final held-out success 100.0%" in capsys.readouterr().out
     run = tmp_path / "runs" / "appworld" / "loopback" / "frozen_skills" / "seed42"
     manifest = json.loads((run / "manifest.json").read_text())

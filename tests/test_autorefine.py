@@ -60,6 +60,7 @@ EVOLVER_MARK = "=== Failed episodes ==="
 def embedder_for(table: dict[str, list[float]]):
     def fn(text: str) -> list[float]:
         return table.get(text, [0.0] * DIM)
+
     return fn
 
 
@@ -68,14 +69,16 @@ def responder(rewrite: str = REWRITE_OK, evolver: str = "[]") -> ScriptedRespond
 
 
 def method(c, tmp_path: Path, benchmark: str = "alfworld", **params) -> AutoRefine:
-    ctx = MethodContext(llm=c.llm, embedder=c.embedder, state_dir=tmp_path / "state", seed=7,
-                        benchmark=benchmark, fsync=False)
+    ctx = MethodContext(
+        llm=c.llm, embedder=c.embedder, state_dir=tmp_path / "state", seed=7, benchmark=benchmark, fsync=False
+    )
     return AutoRefine(ctx, **params)
 
 
 def put(m: AutoRefine, name: str, vec, kind: str = "general", task_type: str | None = None, t: int = 0):
-    return m.store.add(f"content of {name}", kind=kind, task_type=task_type, name=name, embedding=vec,
-                       created_iteration=t)
+    return m.store.add(
+        f"content of {name}", kind=kind, task_type=task_type, name=name, embedding=vec, created_iteration=t
+    )
 
 
 def task(i: int, task_type: str = "clean", instruction: str = "DESC") -> Task:
@@ -88,13 +91,17 @@ def episode(success: bool, obs: str = "You are in a room.", infra: bool = False)
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def chat_bodies(c, mark: str) -> list[dict]:
-    return [r["body"] for r in c.server.requests_for(ROUTE_CHAT)
-            if any(mark in m["content"] for m in r["body"]["messages"])]
+    return [
+        r["body"] for r in c.server.requests_for(ROUTE_CHAT) if any(mark in m["content"] for m in r["body"]["messages"])
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,8 +205,10 @@ def test_rewrite_garbage_falls_back_to_description(make_clients, tmp_path):
 
 
 def test_rewrite_json_and_empty_store(make_clients, tmp_path):
-    c = make_clients(responder(rewrite='```json\n{"strategy": "STRAT", "pitfall": "PIT", "actions": "ACT"}\n```'),
-                     embedder=embedder_for(QUERY_VECS))
+    c = make_clients(
+        responder(rewrite='```json\n{"strategy": "STRAT", "pitfall": "PIT", "actions": "ACT"}\n```'),
+        embedder=embedder_for(QUERY_VECS),
+    )
     m = method(c, tmp_path)
     ctx = m.prepare(task(0), "obs", phase="train", iteration=0, position=0)  # nothing stored yet
     assert ctx.blocks == [] and ctx.parents == () and ctx.meta["rewrite_ok"] is True
@@ -210,9 +219,15 @@ def test_rewrite_json_and_empty_store(make_clients, tmp_path):
 def test_parse_rewrite_forms():
     assert parse_rewrite("Strategy: s\nPitfall: p\nActions: a") == {"strategy": "s", "pitfall": "p", "actions": "a"}
     assert parse_rewrite("1. **Strategy**: plan it\n2. **Pitfalls**: rushing\n3. **Action**: open drawer") == {
-        "strategy": "plan it", "pitfall": "rushing", "actions": "open drawer"}
+        "strategy": "plan it",
+        "pitfall": "rushing",
+        "actions": "open drawer",
+    }
     assert parse_rewrite('Here: {"Strategy": "x", "Pitfall": "y", "Actions": ["go", "take"]}') == {
-        "strategy": "x", "pitfall": "y", "actions": "go; take"}
+        "strategy": "x",
+        "pitfall": "y",
+        "actions": "go; take",
+    }
     assert parse_rewrite("Pitfall: only this one") == {"pitfall": "only this one"}
     assert parse_rewrite("no labels at all {not json}") == {}
 
@@ -284,8 +299,10 @@ def test_heldout_prepare_writes_nothing(make_clients, tmp_path):
     before = tree_digest(tmp_path / "state")
     stats_before = {s: (m.store.stats(s).n_injected, m.store.stats(s).n_success) for s in ids.values()}
     m.freeze()
-    outs = [m.prepare(task(100 + i, split_type), "held obs", phase="heldout", iteration=0, position=i)
-            for i, split_type in enumerate(("clean", "heat"))]
+    outs = [
+        m.prepare(task(100 + i, split_type), "held obs", phase="heldout", iteration=0, position=i)
+        for i, split_type in enumerate(("clean", "heat"))
+    ]
     assert outs[0].meta["injected"] == [ids[k] for k in ("A", "B", "A2", "F", "D")]
     assert outs[0].other_calls == 1
     assert [h["injected"] for h in m.heldout_log] == [o.meta["injected"] for o in outs]
@@ -306,8 +323,12 @@ def test_heldout_prepare_writes_nothing(make_clients, tmp_path):
 # (iv) evolver
 # ---------------------------------------------------------------------------------------------
 
-SKILL_OK = {"name": "check-drawers", "kind": "general", "task_type": None,
-            "content": "Open every drawer before giving up.\nWhy it works: the success opened drawer 2; the failure never did."}
+SKILL_OK = {
+    "name": "check-drawers",
+    "kind": "general",
+    "task_type": None,
+    "content": "Open every drawer before giving up.\nWhy it works: the success opened drawer 2; the failure never did.",
+}
 
 
 def test_parser_stage_direct():
@@ -324,18 +345,23 @@ def test_parser_stage_fenced():
 
 def test_parser_stage_last_array():
     other = {**SKILL_OK, "name": "second"}
-    text = ("I considered [1, 2] first. Draft: " + json.dumps([SKILL_OK]) +
-            "\nFinal answer: " + json.dumps([other]) + " -- end")
+    text = (
+        "I considered [1, 2] first. Draft: "
+        + json.dumps([SKILL_OK])
+        + "\nFinal answer: "
+        + json.dumps([other])
+        + " -- end"
+    )
     assert parse_skill_array(text) == ([other], "last_array")
 
 
 def test_parser_stage_objects_salvages_broken_array():
     good = json.dumps(SKILL_OK)
-    text = '[' + good + ', {"name": "x-y", "kind": "general", "content": "cut off mid-str'
+    text = "[" + good + ', {"name": "x-y", "kind": "general", "content": "cut off mid-str'
     skills, stage = parse_skill_array(text)
     assert stage == "objects" and skills == [SKILL_OK]
     # an unclosed wrapper object: the inner skills are still found
-    text2 = '{"skills": [' + good + ', ' + json.dumps({**SKILL_OK, "name": "b"}) + ', {"name": "c", "cont'
+    text2 = '{"skills": [' + good + ", " + json.dumps({**SKILL_OK, "name": "b"}) + ', {"name": "c", "cont'
     skills2, stage2 = parse_skill_array(text2)
     assert stage2 == "objects" and [s["name"] for s in skills2] == ["check-drawers", "b"]
     # braces inside strings do not confuse the scanner
@@ -350,35 +376,81 @@ def test_parser_total_garbage():
 
 
 def test_normalize_and_names():
-    ok, why = normalize_skill({"name": "n", "kind": "Mistakes", "task_type": "clean", "content": "x. why it works: y"}, {"clean"})
+    ok, why = normalize_skill(
+        {"name": "n", "kind": "Mistakes", "task_type": "clean", "content": "x. why it works: y"}, {"clean"}
+    )
     assert why is None and ok == {"name": "n", "kind": "mistake", "task_type": None, "content": "x. why it works: y"}
     assert normalize_skill({"name": "n", "content": "no section"}, set()) == (None, "no 'Why it works' section")
-    assert normalize_skill({"name": "n", "kind": "task", "task_type": "heat", "content": "Why it works: z"}, {"clean"})[0]["kind"] == "general"
-    assert normalize_skill({"name": "n", "kind": "task", "task_type": "clean", "content": "Why it works: z"}, {"clean"})[0]["task_type"] == "clean"
+    assert (
+        normalize_skill({"name": "n", "kind": "task", "task_type": "heat", "content": "Why it works: z"}, {"clean"})[0][
+            "kind"
+        ]
+        == "general"
+    )
+    assert (
+        normalize_skill({"name": "n", "kind": "task", "task_type": "clean", "content": "Why it works: z"}, {"clean"})[
+            0
+        ]["task_type"]
+        == "clean"
+    )
     assert next_dyn_index(["a", "dyn-3", "dyn-x", None]) == 4
     assert next_dyn_index([]) == 1
-    named = assign_names([{"name": "Bad Name"}, {"name": "good-one"}, {"name": "under_score"}, {"name": "a"}, {"name": None}],
-                         ["dyn-3", "a"])
+    named = assign_names(
+        [{"name": "Bad Name"}, {"name": "good-one"}, {"name": "under_score"}, {"name": "a"}, {"name": None}],
+        ["dyn-3", "a"],
+    )
     assert [s["name"] for s in named] == ["dyn-4", "good-one", "dyn-5", "dyn-6", "dyn-7"]
 
 
 def fill_iteration(m: AutoRefine, iteration: int, n_fail: int, n_succ: int) -> None:
     for i in range(n_fail):
         tk = task(i, instruction=f"fail task {i}")
-        m.learn(tk, TaskContext(meta={"injected": [f"P-f{i}"]}), episode(False, obs=f"fobs {i}"), iteration=iteration, position=i)
+        m.learn(
+            tk,
+            TaskContext(meta={"injected": [f"P-f{i}"]}),
+            episode(False, obs=f"fobs {i}"),
+            iteration=iteration,
+            position=i,
+        )
     for i in range(n_succ):
         tk = task(50 + i, instruction=f"win task {i}")
-        m.learn(tk, TaskContext(meta={"injected": [f"P-s{i}"]}), episode(True, obs=f"sobs {i}"), iteration=iteration, position=n_fail + i)
+        m.learn(
+            tk,
+            TaskContext(meta={"injected": [f"P-s{i}"]}),
+            episode(True, obs=f"sobs {i}"),
+            iteration=iteration,
+            position=n_fail + i,
+        )
 
 
 def test_evolver_end_to_end(make_clients, tmp_path):
-    reply = "Based on the contrast:\n```json\n" + json.dumps([
-        {"name": "Check Drawers", "kind": "general", "content": "Open drawers. Why it works: success opened them."},
-        {"name": "look-first", "kind": "mistake", "task_type": "clean", "content": "Look first.\nWhy it works: failures skipped it."},
-        {"name": "no-why", "kind": "general", "content": "Just do it."},
-        {"name": "bad_name", "kind": "task", "task_type": "clean", "content": "Rinse at the sink. why it works: contrast."},
-        {"name": "odd-type", "kind": "task", "task_type": "unknown", "content": "Why it works: z"},
-    ]) + "\n```"
+    reply = (
+        "Based on the contrast:\n```json\n"
+        + json.dumps(
+            [
+                {
+                    "name": "Check Drawers",
+                    "kind": "general",
+                    "content": "Open drawers. Why it works: success opened them.",
+                },
+                {
+                    "name": "look-first",
+                    "kind": "mistake",
+                    "task_type": "clean",
+                    "content": "Look first.\nWhy it works: failures skipped it.",
+                },
+                {"name": "no-why", "kind": "general", "content": "Just do it."},
+                {
+                    "name": "bad_name",
+                    "kind": "task",
+                    "task_type": "clean",
+                    "content": "Rinse at the sink. why it works: contrast.",
+                },
+                {"name": "odd-type", "kind": "task", "task_type": "unknown", "content": "Why it works: z"},
+            ]
+        )
+        + "\n```"
+    )
     c = make_clients(responder(evolver=reply), embedder=embedder_for(QUERY_VECS))
     m = method(c, tmp_path)
     put(m, "dyn-3", e((1, 1.0)))
@@ -398,10 +470,17 @@ def test_evolver_end_to_end(make_clients, tmp_path):
 
     new = [a for a in m.store if a.created_iteration == 1]
     assert [(a.name, a.kind, a.task_type) for a in new] == [
-        ("dyn-4", "general", None), ("look-first", "mistake", None), ("dyn-5", "task", "clean"), ("odd-type", "general", None)]
+        ("dyn-4", "general", None),
+        ("look-first", "mistake", None),
+        ("dyn-5", "task", "clean"),
+        ("odd-type", "general", None),
+    ]
     parents = tuple(sorted({f"P-f{i}" for i in shown_f} | {f"P-s{i}" for i in shown_s}))
-    shown_records = [r.record_id for r in m.memory if r.task.instruction in
-                     {f"fail task {i}" for i in shown_f} | {f"win task {i}" for i in shown_s}]
+    shown_records = [
+        r.record_id
+        for r in m.memory
+        if r.task.instruction in {f"fail task {i}" for i in shown_f} | {f"win task {i}" for i in shown_s}
+    ]
     for a in new:
         assert a.parents == parents
         assert sorted(a.source_records) == sorted(shown_records)
@@ -422,8 +501,9 @@ def test_evolver_end_to_end(make_clients, tmp_path):
 
 
 def test_evolver_garbage_and_generic_preamble(make_clients, tmp_path):
-    c = make_clients(responder(evolver="The episodes are interesting but I have nothing to add."),
-                     embedder=embedder_for(QUERY_VECS))
+    c = make_clients(
+        responder(evolver="The episodes are interesting but I have nothing to add."), embedder=embedder_for(QUERY_VECS)
+    )
     m = method(c, tmp_path, benchmark="errandworld")
     fill_iteration(m, 0, n_fail=1, n_succ=0)  # failures only: still one call
     m.end_iteration(0)
@@ -453,9 +533,16 @@ def test_evolver_only_uses_this_iterations_episodes(make_clients, tmp_path):
 
 def pruning_library(m: AutoRefine) -> dict[str, str]:
     spec = {  # name: (n_inj, n_succ, t_create)
-        "zero-old": (3, 0, 0), "zero-mid": (4, 0, 1), "zero-new": (3, 0, 2),
-        "s31": (3, 1, 0), "s32": (3, 2, 0), "s33": (3, 3, 0), "s44": (4, 4, 0),
-        "s51": (5, 1, 0), "s55": (5, 5, 0), "s63": (6, 3, 0),
+        "zero-old": (3, 0, 0),
+        "zero-mid": (4, 0, 1),
+        "zero-new": (3, 0, 2),
+        "s31": (3, 1, 0),
+        "s32": (3, 2, 0),
+        "s33": (3, 3, 0),
+        "s44": (4, 4, 0),
+        "s51": (5, 1, 0),
+        "s55": (5, 5, 0),
+        "s63": (6, 3, 0),
         "young": (2, 0, 0),  # ineligible (n_inj < 3), score 0
     }
     ids = {}
@@ -519,10 +606,20 @@ def test_params(make_clients, tmp_path):
     m = method(c, tmp_path / "ok")
     d = m.describe()
     assert d["name"] == "autorefine"
-    assert (d["eps"], d["similarity_floor"], d["mmr_lambda"], d["top_k"], d["prune_every"], d["prune_fraction"],
-            d["prune_min_injections"], d["evolver_max_failures"], d["evolver_max_successes"]) == (
-        1e-3, 0.30, 0.7, 5, 2, 0.20, 3, 4, 4)
-    ctx = MethodContext(llm=c.llm, embedder=c.embedder, state_dir=tmp_path / "reg", seed=0, benchmark="alfworld", fsync=False)
+    assert (
+        d["eps"],
+        d["similarity_floor"],
+        d["mmr_lambda"],
+        d["top_k"],
+        d["prune_every"],
+        d["prune_fraction"],
+        d["prune_min_injections"],
+        d["evolver_max_failures"],
+        d["evolver_max_successes"],
+    ) == (1e-3, 0.30, 0.7, 5, 2, 0.20, 3, 4, 4)
+    ctx = MethodContext(
+        llm=c.llm, embedder=c.embedder, state_dir=tmp_path / "reg", seed=0, benchmark="alfworld", fsync=False
+    )
     assert isinstance(make_method("autorefine", ctx), AutoRefine)
 
 
@@ -542,7 +639,11 @@ def test_seed_skills_and_snapshot(make_clients, tmp_path):
     assert [m.store.get(i).name for i in ctx.parents] == ["search-thoroughly", "rinse-in-sink"]
     m.snapshot(0, tmp_path / "snap")
     snap = json.loads((tmp_path / "snap" / "abstractions_iter_00.json").read_text())
-    assert snap["method"] == "autorefine" and len(snap["active"]) == 2 and set(snap["scores"]) == {a.abstraction_id for a in m.store}
+    assert (
+        snap["method"] == "autorefine"
+        and len(snap["active"]) == 2
+        and set(snap["scores"]) == {a.abstraction_id for a in m.store}
+    )
     m.close()
     m2 = method(c, tmp_path, seed_skills=str(path))  # not added twice
     assert len(m2.store) == 2

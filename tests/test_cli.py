@@ -34,10 +34,24 @@ def test_demo_writes_runs_and_guidance_never_persists(tmp_path, capsys):
 def test_select_command_prints_the_audit(tmp_path, capsys):
     main(["demo", "--out", str(tmp_path), "--iterations", "2"])
     capsys.readouterr()
-    log = tmp_path / "runs" / "errandworld" / "scripted-loopback" / "anti_persistence" / "seed42" / "state" / "outcome_log.jsonl"
+    log = (
+        tmp_path
+        / "runs"
+        / "errandworld"
+        / "scripted-loopback"
+        / "anti_persistence"
+        / "seed42"
+        / "state"
+        / "outcome_log.jsonl"
+    )
     emb = next(iter(read_jsonl(log))).value["embedding"]
     (tmp_path / "emb.json").write_text(json.dumps(emb))
-    assert main(["select", "--log", str(log), "--embedding", str(tmp_path / "emb.json"), "--iteration", "5", "--rho", "0.1"]) == 0
+    assert (
+        main(
+            ["select", "--log", str(log), "--embedding", str(tmp_path / "emb.json"), "--iteration", "5", "--rho", "0.1"]
+        )
+        == 0
+    )
     decision = json.loads(capsys.readouterr().out)
     assert decision["branch"] in ("warmup", "epsilon", "local_ucb", "global_best")
     assert set(decision["scores"]) == {"none", "imitation", "strategic", "corrective"}
@@ -58,7 +72,15 @@ def test_select_audit_never_creates_or_repairs_a_log(tmp_path, capsys):
     assert main(["select", "--log", str(missing), "--embedding", str(tmp_path / "emb.json")]) == 2
     assert "no outcome log" in capsys.readouterr().err and not missing.parent.exists()
     torn = tmp_path / "outcome_log.jsonl"
-    entry = {"embedding": [1.0, 0.0], "mode": "none", "reward": 1.0, "raw_success": True, "task_type": "t", "task_id": 1, "instruction": "x"}
+    entry = {
+        "embedding": [1.0, 0.0],
+        "mode": "none",
+        "reward": 1.0,
+        "raw_success": True,
+        "task_type": "t",
+        "task_id": 1,
+        "instruction": "x",
+    }
     torn.write_bytes((json.dumps(entry) + "\n").encode() + b'{"embedding": [0.5')
     before = torn.read_bytes()
     assert main(["select", "--log", str(torn), "--embedding", str(tmp_path / "emb.json"), "--iteration", "5"]) == 0
@@ -73,10 +95,22 @@ def _ap_run(tmp_path):
     from antipersist_lib.protocol import RunSpec, run_cell
     from antipersist_lib.testing.scripted_policy import errand_policy
 
-    spec = RunSpec(method="anti_persistence", benchmark="errandworld", backbone="scripted-loopback", embedding="loopback-bag-of-words",
-                   seed=5, iterations=4, train_per_iteration=6, max_steps=4, heldout_concurrency=2,
-                   method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "epsilon": 0.4, "rho": 0.0},
-                   name="ap", out_root=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"), progress=False)
+    spec = RunSpec(
+        method="anti_persistence",
+        benchmark="errandworld",
+        backbone="scripted-loopback",
+        embedding="loopback-bag-of-words",
+        seed=5,
+        iterations=4,
+        train_per_iteration=6,
+        max_steps=4,
+        heldout_concurrency=2,
+        method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "epsilon": 0.4, "rho": 0.0},
+        name="ap",
+        out_root=str(tmp_path / "runs"),
+        cache_dir=str(tmp_path / "cache"),
+        progress=False,
+    )
     with LoopbackServer(responder=errand_policy) as server:
         ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
         run_cell(spec, endpoint=ep, embed_endpoint=ep)
@@ -93,7 +127,17 @@ def test_select_rederives_every_recorded_decision_of_a_run(tmp_path, capsys):
     for phase in ("train", "heldout"):
         for line in (run / f"episodes_{phase}.jsonl").read_text().splitlines():
             rec = json.loads(line)
-            args = ["select", "--run", str(run), "--phase", phase, "--iteration", str(rec["iteration"]), "--position", str(rec["position"])]
+            args = [
+                "select",
+                "--run",
+                str(run),
+                "--phase",
+                phase,
+                "--iteration",
+                str(rec["iteration"]),
+                "--position",
+                str(rec["position"]),
+            ]
             if phase == "heldout":
                 args += ["--cache", str(tmp_path / "cache")]
             assert main(args) == 0, capsys.readouterr().err
@@ -111,7 +155,9 @@ def test_select_run_reports_a_decision_that_does_not_reproduce(tmp_path, capsys)
     (run / "manifest.json").write_text(json.dumps({**man, "seed": man["seed"] + 1}))
     rec = [json.loads(x) for x in (run / "episodes_train.jsonl").read_text().splitlines()]
     target = next(r for r in rec if r["meta"]["branch"] not in ("round_robin", "warmup"))
-    code = main(["select", "--run", str(run), "--iteration", str(target["iteration"]), "--position", str(target["position"])])
+    code = main(
+        ["select", "--run", str(run), "--iteration", str(target["iteration"]), "--position", str(target["position"])]
+    )
     captured = capsys.readouterr()
     assert code == 1 and "epsilon_draw" in captured.err
 
@@ -146,15 +192,30 @@ def test_agent_decoding_comes_from_the_backbone_profile_and_is_recorded(tmp_path
     with LoopbackServer(responder=errand_policy) as server:
         (params / "backbones" / "sampling.yaml").write_text(
             f"name: sampling\nmodel: scripted\nbase_url: {server.base_url}\napi_key_env: ANTIPERSIST_DEMO_KEY\n"
-            "temperature: 0.7\ntop_p: 0.95\n")
+            "temperature: 0.7\ntop_p: 0.95\n"
+        )
         (params / "embeddings" / "bow.yaml").write_text(f"name: bow\nmodel: scripted\nbase_url: {server.base_url}\n")
         monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
         for name, agent, expected in (("profile", {}, (0.7, 0.95)), ("override", {"temperature": 0.2}, (0.2, 0.95))):
             before = len(server.requests)
-            spec = RunSpec(method="anti_persistence", benchmark="errandworld", backbone="sampling", embedding="bow", seed=1,
-                           iterations=1, train_per_iteration=4, max_steps=3, heldout_concurrency=1, heldout_limit=2,
-                           agent=agent, name=name, out_root=str(tmp_path / "runs"), cache_dir=None, progress=False,
-                           method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "synthesis_max_tokens": 256})
+            spec = RunSpec(
+                method="anti_persistence",
+                benchmark="errandworld",
+                backbone="sampling",
+                embedding="bow",
+                seed=1,
+                iterations=1,
+                train_per_iteration=4,
+                max_steps=3,
+                heldout_concurrency=1,
+                heldout_limit=2,
+                agent=agent,
+                name=name,
+                out_root=str(tmp_path / "runs"),
+                cache_dir=None,
+                progress=False,
+                method_params={"round_robin_iterations": 1, "warmup_per_mode": 1, "synthesis_max_tokens": 256},
+            )
             run_cell(spec)
             bodies = [r["body"] for r in server.requests[before:] if r["route"].endswith("/chat/completions")]
             execution = [b for b in bodies if b["max_tokens"] == 1024]
@@ -163,3 +224,23 @@ def test_agent_decoding_comes_from_the_backbone_profile_and_is_recorded(tmp_path
             assert all(b["temperature"] == 0.0 and "top_p" not in b for b in synthesis)
             man = json.loads((spec.run_dir() / "manifest.json").read_text())
             assert (man["agent"]["temperature"], man["agent"]["top_p"]) == expected
+
+
+def test_prompts_command_lists_every_methods_prompts(capsys):
+    """In a fresh interpreter (nothing imported yet), the command still lists every method's prompts."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "antipersist_lib", "prompts"], capture_output=True, text=True, check=True
+    ).stdout
+    names = {line.split()[1] for line in out.splitlines()}
+    assert {"agent_system", "imitation", "strategic", "corrective", "abstraction_judge"} <= names
+    assert any(n.startswith("expel_") for n in names) and any(n.startswith("reflexion_") for n in names)
+    assert any(n.startswith("autorefine_") for n in names)
+    assert main(["prompts", "--show", "abstraction_judge"]) == 0
+    from antipersist_lib.methods.abstraction_memory import JUDGE_PROMPT
+
+    assert capsys.readouterr().out == JUDGE_PROMPT + "\n"
+    assert main(["prompts", "--show", "nope"]) == 2
+    assert "no prompt named 'nope'" in capsys.readouterr().err

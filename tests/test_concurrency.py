@@ -41,8 +41,14 @@ def _env() -> dict[str, str]:
 
 
 def _python(code: str, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=_env(), capture_output=True,
-                          text=True, timeout=60, **kw)  # type: ignore[arg-type]
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def _physical_lines(path: Path) -> list[dict]:
@@ -68,7 +74,7 @@ def test_threads_with_shared_and_own_writers_never_tear_lines(tmp_path: Path) ->
             barrier.wait()
             for i in range(per_thread):
                 # 5-12 KB lines (longer than PIPE_BUF) with multi-byte characters and escapes
-                pad = "".join(rng.choice("aé日\n\"\\ ") for _ in range(rng.randint(5_000, 12_000)))
+                pad = "".join(rng.choice('aé日\n"\\ ') for _ in range(rng.randint(5_000, 12_000)))
                 writer.append({"t": t, "i": i, "pad": pad, "len": len(pad)})
             if own:
                 writer.close()
@@ -103,8 +109,10 @@ def test_processes_appending_to_one_file_never_tear_lines(tmp_path: Path) -> Non
             w.append({"p": who, "i": i, "pad": "x" * (4000 + 37 * i)})
         w.close()
     """
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(path), str(go), str(p)], env=_env())
-             for p in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(path), str(go), str(p)], env=_env())
+        for p in range(4)
+    ]
     go.touch()  # all four start appending at about the same moment
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0, 0]
     recs = _physical_lines(path)
@@ -167,13 +175,37 @@ def test_second_process_is_refused_with_a_clear_message_and_no_request(tmp_path:
             params = tmp_path / "params"
             for kind in ("backbones", "embeddings"):
                 (params / kind).mkdir(parents=True)
-                (params / kind / "loopback.yaml").write_text(f"model: scripted\nbase_url: {srv.base_url}\nmax_retries: 0\n")
+                (params / kind / "loopback.yaml").write_text(
+                    f"model: scripted\nbase_url: {srv.base_url}\nmax_retries: 0\n"
+                )
             env = {**_env(), "ANTIPERSIST_PARAMS": str(params)}
             cli = subprocess.run(
-                [sys.executable, "-m", "antipersist_lib", "run", "--method", "react", "--benchmark", "errandworld",
-                 "--backbone", "loopback", "--embedding", "loopback", "--iterations", "1", "--train-per-iteration", "1",
-                 "--out-root", str(tmp_path / "runs")],
-                env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                [
+                    sys.executable,
+                    "-m",
+                    "antipersist_lib",
+                    "run",
+                    "--method",
+                    "react",
+                    "--benchmark",
+                    "errandworld",
+                    "--backbone",
+                    "loopback",
+                    "--embedding",
+                    "loopback",
+                    "--iterations",
+                    "1",
+                    "--train-per-iteration",
+                    "1",
+                    "--out-root",
+                    str(tmp_path / "runs"),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=tmp_path,
+            )
             assert srv.request_count == 0
         assert cli.returncode == 2, cli.stderr
         assert cli.stderr.startswith("error: run directory") and f"pid {os.getpid()}" in cli.stderr
@@ -186,13 +218,22 @@ def test_second_process_is_refused_with_a_clear_message_and_no_request(tmp_path:
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import sys, time
             from antipersist_lib.rundir import RunDirectory
             rd = RunDirectory(sys.argv[1])
             print("locked", flush=True)
             time.sleep(60)
-        """), str(run)], env=_env(), stdout=subprocess.PIPE, text=True)
+        """),
+            str(run),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         try:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,8 +32,9 @@ def serve() -> Iterator[Any]:
 
 
 def make(srv: LoopbackServer, ledger: Ledger | None = None, **kw: Any) -> Embedder:
-    ep = Endpoint(base_url=srv.base_url, model="scripted", timeout_s=2.0, max_retries=3,
-                  backoff_base_s=0.01, backoff_max_s=0.05)
+    ep = Endpoint(
+        base_url=srv.base_url, model="scripted", timeout_s=2.0, max_retries=3, backoff_base_s=0.01, backoff_max_s=0.05
+    )
     return Embedder(ep, ledger=ledger if ledger is not None else Ledger(), **kw)
 
 
@@ -105,10 +107,13 @@ def test_embedder_exception_on_server_is_none(serve: Any) -> None:
     assert srv.request_count == 4
 
 
-@pytest.mark.parametrize("bad", [
-    lambda t: [],                       # empty vector
-    lambda t: [1.0, float("nan"), 0.0],  # non-finite
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda t: [],  # empty vector
+        lambda t: [1.0, float("nan"), 0.0],  # non-finite
+    ],
+)
 def test_wrong_shape_is_none(serve: Any, bad: Any) -> None:
     srv = serve(embedder=bad)
     assert make(srv).embed("x") is None

@@ -45,18 +45,29 @@ def clients(make_clients, reply=None):
 
 
 def build(c, state_dir: Path, **params) -> ExpeL:
-    ctx = MethodContext(llm=c.llm, embedder=c.embedder, state_dir=state_dir, seed=0, benchmark="errandworld", fsync=False)
+    ctx = MethodContext(
+        llm=c.llm, embedder=c.embedder, state_dir=state_dir, seed=0, benchmark="errandworld", fsync=False
+    )
     return ExpeL(ctx, **params)
 
 
-def attempt(m: ExpeL, c, task, iteration: int, config: AgentConfig, *, parents=None, phase: str = "train", learn: bool = True):
+def attempt(
+    m: ExpeL, c, task, iteration: int, config: AgentConfig, *, parents=None, phase: str = "train", learn: bool = True
+):
     env = ErrandWorld()
     obs = env.reset(task)
     tctx = m.prepare(task, obs, phase=phase, iteration=iteration, position=0)
     if parents is not None:  # hand-set provenance, to test how P(H) propagates
         tctx = dataclasses.replace(tctx, parents=tuple(parents))
-    ep = run_episode(env, task, c.llm, context_blocks=tctx.blocks, config=config, initial_observation=obs,
-                     tags={"phase": phase, "iteration": iteration, "task": task.key})
+    ep = run_episode(
+        env,
+        task,
+        c.llm,
+        context_blocks=tctx.blocks,
+        config=config,
+        initial_observation=obs,
+        tags={"phase": phase, "iteration": iteration, "task": task.key},
+    )
     if learn:
         m.learn(task, tctx, ep, iteration=iteration, position=0)
     return tctx, ep
@@ -67,7 +78,9 @@ def insight_requests(c):
 
 
 def digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()
+    }
 
 
 # -- the operations parser ---------------------------------------------------------------------
@@ -104,7 +117,9 @@ Remove Insight 3: it is wrong
     assert parse_operations(None, 2) == []  # type: ignore[arg-type]
     assert parse_operations("UPVOTE 0\nDOWNVOTE -1\nUPVOTE 1", 0) == []  # nothing to vote on
     assert parse_operations("AGREE 2: the insight text is repeated here", 2) == [InsightOp("upvote", 1, "")]
-    assert parse_operations("**Edit 1** - Check every room once.", 1) == [InsightOp("edit", 0, "Check every room once.")]
+    assert parse_operations("**Edit 1** - Check every room once.", 1) == [
+        InsightOp("edit", 0, "Check every room once.")
+    ]
     assert parse_operations("Adding more insights\nremoved 1", 2) == []
 
 
@@ -114,8 +129,13 @@ Remove Insight 3: it is wrong
 def test_votes_removal_and_edit(make_clients, tmp_path):
     c = clients(make_clients)
     m = build(c, tmp_path)
-    m.apply_operations([InsightOp("add", None, "Insight A."), InsightOp("add", None, "Insight B.")], [],
-                       parents=("p1",), records=(7,), iteration=1)
+    m.apply_operations(
+        [InsightOp("add", None, "Insight A."), InsightOp("add", None, "Insight B.")],
+        [],
+        parents=("p1",),
+        records=(7,),
+        iteration=1,
+    )
     a, b = m.insights()
     assert (m.votes(a.abstraction_id), m.votes(b.abstraction_id)) == (2, 2)
     assert a.parents == ("p1",) and a.source_records == (7,) and a.kind == "insight" and a.created_iteration == 1
@@ -127,15 +147,21 @@ def test_votes_removal_and_edit(make_clients, tmp_path):
     assert b.abstraction_id not in m.store and m.store.retired_reason(b.abstraction_id) == "votes reached 0"
     assert [x.abstraction_id for x in m.insights()] == [a.abstraction_id]
 
-    m.apply_operations([InsightOp("edit", 0, "Insight A, sharper.")], m.insights(), parents=("p2",), records=(9,), iteration=3)
+    m.apply_operations(
+        [InsightOp("edit", 0, "Insight A, sharper.")], m.insights(), parents=("p2",), records=(9,), iteration=3
+    )
     (new,) = m.insights()
     assert new.abstraction_id != a.abstraction_id and new.derived_from == (a.abstraction_id,)
     assert new.text == "Insight A, sharper." and m.votes(new.abstraction_id) == 4
     assert new.parents == ("p1", "p2") and new.created_iteration == 3
     assert a.abstraction_id not in m.store and m.store.get(a.abstraction_id).text == "Insight A."  # history kept
     # an ADD that repeats an active insight and an EDIT that changes nothing are upvotes
-    applied = m.apply_operations([InsightOp("add", None, "insight a, SHARPER"), InsightOp("edit", 0, "Insight A, sharper.")],
-                                 m.insights(), parents=(), iteration=3)
+    applied = m.apply_operations(
+        [InsightOp("add", None, "insight a, SHARPER"), InsightOp("edit", 0, "Insight A, sharper.")],
+        m.insights(),
+        parents=(),
+        iteration=3,
+    )
     assert applied["upvote"] == 2 and applied["add"] == applied["edit"] == 0
     assert [x.abstraction_id for x in m.insights()] == [new.abstraction_id] and m.votes(new.abstraction_id) == 6
 
@@ -143,12 +169,16 @@ def test_votes_removal_and_edit(make_clients, tmp_path):
 def test_cap_retires_lowest_voted_oldest_first(make_clients, tmp_path):
     c = clients(make_clients)
     m = build(c, tmp_path, max_insights=3)
-    m.apply_operations([InsightOp("add", None, t) for t in ("A rule.", "B rule.", "C rule.")], [], parents=(), iteration=1)
+    m.apply_operations(
+        [InsightOp("add", None, t) for t in ("A rule.", "B rule.", "C rule.")], [], parents=(), iteration=1
+    )
     m.apply_operations([InsightOp("upvote", 0)], m.insights(), parents=(), iteration=1)  # A: 3
     applied = m.apply_operations([InsightOp("add", None, "D rule.")], m.insights(), parents=(), iteration=2)
     assert applied["capped"] == 1
     assert [x.text for x in m.insights()] == ["A rule.", "C rule.", "D rule."]
-    applied = m.apply_operations([InsightOp("add", None, "E rule."), InsightOp("add", None, "F rule.")], m.insights(), parents=(), iteration=2)
+    applied = m.apply_operations(
+        [InsightOp("add", None, "E rule."), InsightOp("add", None, "F rule.")], m.insights(), parents=(), iteration=2
+    )
     assert applied["capped"] == 2 and len(m.store) == 3
     assert [x.text for x in m.insights()] == ["A rule.", "E rule.", "F rule."]
     retired = [h for h in m.store.history() if h.abstraction_id not in m.store]
@@ -205,8 +235,12 @@ def test_end_iteration_call_budget_and_this_iterations_episodes(make_clients, tm
     assert c.ledger.count("insight") == 5
     reqs = insight_requests(c)[1:]
     compare = [r["messages"][1]["content"] for r in reqs if "FAILED" in r["messages"][1]["content"]]
-    assert [next(t.task_id for t in TRAIN if f"Two attempts at the same task:\n{t.instruction}" in u) for u in compare] == [11, 9, 7]
-    success_user = [r["messages"][1]["content"] for r in reqs if "Successful attempts at tasks" in r["messages"][1]["content"]]
+    assert [
+        next(t.task_id for t in TRAIN if f"Two attempts at the same task:\n{t.instruction}" in u) for u in compare
+    ] == [11, 9, 7]
+    success_user = [
+        r["messages"][1]["content"] for r in reqs if "Successful attempts at tasks" in r["messages"][1]["content"]
+    ]
     assert len(success_user) == 1 and success_user[0].count("Outcome: SUCCESS") == 2
     assert "Outcome: FAILURE" not in success_user[0]
     # every insight shown to a later call is in that call's list
@@ -248,7 +282,9 @@ def test_prepare_orders_insights_and_shows_only_successful_same_type_examples(ma
         attempt(m, c, t, 1, MIXED)  # item successes (book, lamp), fruit and item failures
     for t in TRAIN[:2]:
         attempt(m, c, t, 1, PASS)  # fruit successes
-    m.apply_operations([InsightOp("add", None, t) for t in ("Rule A.", "Rule B.", "Rule C.")], [], parents=(), iteration=1)
+    m.apply_operations(
+        [InsightOp("add", None, t) for t in ("Rule A.", "Rule B.", "Rule C.")], [], parents=(), iteration=1
+    )
     shown = m.insights()
     m.apply_operations([InsightOp("upvote", 2), InsightOp("upvote", 1)], shown, parents=(), iteration=1)
     assert [x.text for x in m.insights()] == ["Rule B.", "Rule C.", "Rule A."]  # ties: older first
@@ -283,7 +319,9 @@ def test_state_survives_reconstruction(make_clients, tmp_path):
         for t in TRAIN[:6]:
             attempt(m, c, t, it, cfg)
         m.end_iteration(it)
-    m.apply_operations([InsightOp("upvote", 1), InsightOp("edit", 0, "Edited insight.")], m.insights(), parents=(), iteration=2)
+    m.apply_operations(
+        [InsightOp("upvote", 1), InsightOp("edit", 0, "Edited insight.")], m.insights(), parents=(), iteration=2
+    )
     held = HELD[3]
     obs = ErrandWorld().reset(held)
     before = m.prepare(held, obs, phase="heldout", iteration=2, position=0)
@@ -301,8 +339,12 @@ def test_state_survives_reconstruction(make_clients, tmp_path):
     after = m2.prepare(held, obs, phase="heldout", iteration=2, position=0)
     assert (after.blocks, after.parents, after.meta) == (before.blocks, before.parents, before.meta)
     snap = json.loads((tmp_path.parent / "snap" / "abstractions_iter_02.json").read_text())
-    assert snap["iteration"] == 2 and [a["abstraction_id"] for a in snap["active"]] == [a[0]["abstraction_id"] for a in sorted(state, key=lambda s: s[0]["abstraction_id"])]
-    assert {a["abstraction_id"]: a["stats"]["votes"] for a in snap["active"]} == {a["abstraction_id"]: v for a, v in state}
+    assert snap["iteration"] == 2 and [a["abstraction_id"] for a in snap["active"]] == [
+        a[0]["abstraction_id"] for a in sorted(state, key=lambda s: s[0]["abstraction_id"])
+    ]
+    assert {a["abstraction_id"]: a["stats"]["votes"] for a in snap["active"]} == {
+        a["abstraction_id"]: v for a, v in state
+    }
 
 
 def test_frozen_raises_and_prepare_writes_nothing(make_clients, tmp_path):
@@ -338,7 +380,14 @@ def test_parameters(make_clients, tmp_path):
         build(c, tmp_path, success_group_size=0)
     m = build(c, tmp_path)
     assert m.describe() == {
-        "name": "expel", "max_compare_calls": 8, "max_success_calls": 4, "success_group_size": 4,
-        "max_insights": 20, "k_examples": 5, "max_tokens": 1024, "temperature": 0.0, "trajectory_chars": 4000,
+        "name": "expel",
+        "max_compare_calls": 8,
+        "max_success_calls": 4,
+        "success_group_size": 4,
+        "max_insights": 20,
+        "k_examples": 5,
+        "max_tokens": 1024,
+        "temperature": 0.0,
+        "trajectory_chars": 4000,
     }
     assert {"expel_compare", "expel_success", "expel_operations"} <= set(prompts.prompt_hashes())

@@ -15,13 +15,30 @@ from antipersist_lib.testing.scripted_policy import errand_policy
 
 
 def write_grid(tmp_path: Path, url: str, **over) -> Path:
-    ep = {"name": "loopback", "model": "scripted", "base_url": url, "api_key_env": "ANTIPERSIST_TEST_KEY",
-          "max_retries": 2, "backoff_base_s": 0.01}
+    ep = {
+        "name": "loopback",
+        "model": "scripted",
+        "base_url": url,
+        "api_key_env": "ANTIPERSIST_TEST_KEY",
+        "max_retries": 2,
+        "backoff_base_s": 0.01,
+    }
     data = {
-        "name": "tiny", "methods": ["react", "anti_persistence"], "benchmarks": ["errandworld"], "seeds": [1, 2],
-        "backbones": [ep], "embedding": {**ep, "name": "loopback-embed"}, "iterations": 2, "train_per_iteration": 4,
-        "max_steps": 4, "heldout_concurrency": 2, "method_params": {"anti_persistence": {"round_robin_iterations": 1, "warmup_per_mode": 1}},
-        "out_root": str(tmp_path / "runs"), "cache_dir": str(tmp_path / "cache"), "executor": "serial", "max_parallel": 2,
+        "name": "tiny",
+        "methods": ["react", "anti_persistence"],
+        "benchmarks": ["errandworld"],
+        "seeds": [1, 2],
+        "backbones": [ep],
+        "embedding": {**ep, "name": "loopback-embed"},
+        "iterations": 2,
+        "train_per_iteration": 4,
+        "max_steps": 4,
+        "heldout_concurrency": 2,
+        "method_params": {"anti_persistence": {"round_robin_iterations": 1, "warmup_per_mode": 1}},
+        "out_root": str(tmp_path / "runs"),
+        "cache_dir": str(tmp_path / "cache"),
+        "executor": "serial",
+        "max_parallel": 2,
     }
     data.update(over)
     p = tmp_path / "grid.yaml"
@@ -39,18 +56,24 @@ def state(run_dir: Path) -> dict[str, object]:
     return out
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
-    ({"executor": "slurm"}, r"executor is 'slurm'"),
-    ({"seeds": []}, r"'seeds' must be a non-empty list"),
-    ({"endpoints": {"other": ["http://x/v1"]}}, r"endpoints names backbone 'other'"),
-    ({"iteratons": 3}, r"unknown key\(s\) \['iteratons'\]"),
-    ({"max_steps": 0}, r"max_steps must be an integer >= 1"),
-    ({"backbones": [{"name": "x", "model": "m"}]}, r"needs a non-empty 'base_url'"),
-    ({"backbones": ["no-such-backbone"]}, r"unknown backbone profile 'no-such-backbone'"),
-    ({"variants": {"v": {"method": "anti_persistence", "params": {"gama": 0.9}}}}, r"run 'v' \(anti_persistence\): .*no parameter\(s\) \['gama'\]"),
-    ({"variants": {"v": {"method": "anti_persistence", "params": {"policy": "fixed"}}}}, r"run 'v'.*fixed_mode"),
-])
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
+        ({"executor": "slurm"}, r"executor is 'slurm'"),
+        ({"seeds": []}, r"'seeds' must be a non-empty list"),
+        ({"endpoints": {"other": ["http://x/v1"]}}, r"endpoints names backbone 'other'"),
+        ({"iteratons": 3}, r"unknown key\(s\) \['iteratons'\]"),
+        ({"max_steps": 0}, r"max_steps must be an integer >= 1"),
+        ({"backbones": [{"name": "x", "model": "m"}]}, r"needs a non-empty 'base_url'"),
+        ({"backbones": ["no-such-backbone"]}, r"unknown backbone profile 'no-such-backbone'"),
+        (
+            {"variants": {"v": {"method": "anti_persistence", "params": {"gama": 0.9}}}},
+            r"run 'v' \(anti_persistence\): .*no parameter\(s\) \['gama'\]",
+        ),
+        ({"variants": {"v": {"method": "anti_persistence", "params": {"policy": "fixed"}}}}, r"run 'v'.*fixed_mode"),
+    ],
+)
 def test_bad_grid_files_are_named_before_any_call(tmp_path, over, message):
     with LoopbackServer(responder=errand_policy) as srv:
         with pytest.raises(ValueError, match=message):
@@ -87,10 +110,13 @@ def test_serial_process_pool_and_ray_write_the_same_runs_and_resume(tmp_path):
 
 def test_a_failing_run_does_not_stop_the_grid(tmp_path):
     with LoopbackServer(responder=errand_policy) as srv:
-        grid = load_grid(write_grid(tmp_path, srv.base_url, methods=["react"], seeds=[1],
-                                    variants={"broken": {"method": "react"}}))
+        grid = load_grid(
+            write_grid(tmp_path, srv.base_url, methods=["react"], seeds=[1], variants={"broken": {"method": "react"}})
+        )
         (Path(grid.out_root) / "errandworld" / "loopback" / "broken" / "seed1").mkdir(parents=True)
-        (Path(grid.out_root) / "errandworld" / "loopback" / "broken" / "seed1" / "manifest.json").write_text("{not json")
+        (Path(grid.out_root) / "errandworld" / "loopback" / "broken" / "seed1" / "manifest.json").write_text(
+            "{not json"
+        )
         outcomes = run_grid(grid, verbose=False)
     status = {o.run_name: o for o in outcomes}
     assert status["react"].status == "ok"
@@ -99,8 +125,14 @@ def test_a_failing_run_does_not_stop_the_grid(tmp_path):
 
 # -- one server per model, benchmarks checked before any call --------------------------------
 
-URL_VARS = ("ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "ANTIPERSIST_URL_LLAMA_4_SCOUT",
-            "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_GEMMA_4_31B_IT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+URL_VARS = (
+    "ANTIPERSIST_BASE_URL",
+    "ANTIPERSIST_EMBED_BASE_URL",
+    "ANTIPERSIST_URL_LLAMA_4_SCOUT",
+    "ANTIPERSIST_URL_QWEN3_CODER_NEXT",
+    "ANTIPERSIST_URL_GEMMA_4_31B_IT",
+    "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B",
+)
 
 
 @pytest.fixture
@@ -111,8 +143,10 @@ def clean_urls(monkeypatch):
 
 
 def two_models(url: str, **extra) -> list[dict]:
-    return [{"name": "model-a", "model": "org/a", "base_url": url, "base_url_env": "AP_TEST_URL_A", **extra},
-            {"name": "model-b", "model": "org/b", "base_url": url, "base_url_env": "AP_TEST_URL_B", **extra}]
+    return [
+        {"name": "model-a", "model": "org/a", "base_url": url, "base_url_env": "AP_TEST_URL_A", **extra},
+        {"name": "model-b", "model": "org/b", "base_url": url, "base_url_env": "AP_TEST_URL_B", **extra},
+    ]
 
 
 def test_two_models_on_one_url_are_refused_unless_shared_server(tmp_path, clean_urls, monkeypatch):
@@ -121,13 +155,28 @@ def test_two_models_on_one_url_are_refused_unless_shared_server(tmp_path, clean_
         with pytest.raises(ValueError) as info:
             load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models(srv.base_url), embedding=embedding))
         msg = str(info.value)
-        assert all(s in msg for s in ("'model-a'", "'model-b'", srv.base_url, "$AP_TEST_URL_A", "$AP_TEST_URL_B", "shared_server: true"))
-        assert len(load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models(srv.base_url), shared_server=True)).runs) == 8
+        assert all(
+            s in msg
+            for s in ("'model-a'", "'model-b'", srv.base_url, "$AP_TEST_URL_A", "$AP_TEST_URL_B", "shared_server: true")
+        )
+        assert (
+            len(
+                load_grid(
+                    write_grid(tmp_path, srv.base_url, backbones=two_models(srv.base_url), shared_server=True)
+                ).runs
+            )
+            == 8
+        )
         # each model on its own server (its own variable): accepted, and each backbone's runs use its URL
         monkeypatch.setenv("AP_TEST_URL_A", srv.base_url)
         monkeypatch.setenv("AP_TEST_URL_B", "http://127.0.0.1:9/v1")
-        g = load_grid(write_grid(tmp_path, srv.base_url, backbones=two_models("http://unused:1/v1"), embedding=embedding))
-        assert {(r.spec.backbone, r.endpoint.base_url) for r in g.runs} == {("model-a", srv.base_url), ("model-b", "http://127.0.0.1:9/v1")}
+        g = load_grid(
+            write_grid(tmp_path, srv.base_url, backbones=two_models("http://unused:1/v1"), embedding=embedding)
+        )
+        assert {(r.spec.backbone, r.endpoint.base_url) for r in g.runs} == {
+            ("model-a", srv.base_url),
+            ("model-b", "http://127.0.0.1:9/v1"),
+        }
         assert srv.requests == []
 
 
@@ -136,8 +185,17 @@ def test_the_global_url_variable_on_a_multi_backbone_grid_names_the_fix(tmp_path
     with pytest.raises(ValueError) as info:
         load_grid(write_grid(tmp_path, "http://x/v1", backbones=["llama-4-scout", "qwen3-coder-next"]))
     msg = str(info.value)
-    assert all(s in msg for s in ("'llama-4-scout'", "'qwen3-coder-next'", "http://127.0.0.1:8000/v1",
-                                  "$ANTIPERSIST_URL_LLAMA_4_SCOUT", "$ANTIPERSIST_URL_QWEN3_CODER_NEXT", "unset $ANTIPERSIST_BASE_URL"))
+    assert all(
+        s in msg
+        for s in (
+            "'llama-4-scout'",
+            "'qwen3-coder-next'",
+            "http://127.0.0.1:8000/v1",
+            "$ANTIPERSIST_URL_LLAMA_4_SCOUT",
+            "$ANTIPERSIST_URL_QWEN3_CODER_NEXT",
+            "unset $ANTIPERSIST_BASE_URL",
+        )
+    )
     # an embedding server is a server too: a chat model's URL for the embedder is refused
     monkeypatch.delenv("ANTIPERSIST_BASE_URL")
     monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_EMBEDDING_8B", "http://127.0.0.1:8001/v1")
@@ -151,8 +209,16 @@ def test_workers_get_the_grids_url_variables(tmp_path, clean_urls, monkeypatch):
     monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_CODER_NEXT", "http://gpu-2:8001/v1")
     monkeypatch.setenv("ANTIPERSIST_URL_GEMMA_4_31B_IT", "http://gpu-3:8002/v1")
     monkeypatch.setenv("VLLM_API_KEY", "sk-never-forwarded")
-    g = load_grid(write_grid(tmp_path, "http://x/v1", backbones=["llama-4-scout", "qwen3-coder-next"], embedding="qwen3-embedding-8b"))
-    assert g.url_env == ("ANTIPERSIST_URL_LLAMA_4_SCOUT", "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+    g = load_grid(
+        write_grid(
+            tmp_path, "http://x/v1", backbones=["llama-4-scout", "qwen3-coder-next"], embedding="qwen3-embedding-8b"
+        )
+    )
+    assert g.url_env == (
+        "ANTIPERSIST_URL_LLAMA_4_SCOUT",
+        "ANTIPERSIST_URL_QWEN3_CODER_NEXT",
+        "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B",
+    )
     env = forwarded_env(g)
     assert env["ANTIPERSIST_URL_QWEN3_CODER_NEXT"] == "http://gpu-2:8001/v1"
     assert "ANTIPERSIST_URL_GEMMA_4_31B_IT" not in env  # not a backbone of this grid
@@ -162,7 +228,13 @@ def test_workers_get_the_grids_url_variables(tmp_path, clean_urls, monkeypatch):
 
 def test_inline_endpoints_take_decoding_from_the_agent_block(tmp_path):
     with pytest.raises(ValueError, match=r"\['temperature'\] are read from backbone profile files only.*agent:"):
-        load_grid(write_grid(tmp_path, "http://x/v1", backbones=[{"name": "x", "model": "m", "base_url": "http://x/v1", "temperature": 0.3}]))
+        load_grid(
+            write_grid(
+                tmp_path,
+                "http://x/v1",
+                backbones=[{"name": "x", "model": "m", "base_url": "http://x/v1", "temperature": 0.3}],
+            )
+        )
 
 
 @pytest.fixture
@@ -196,7 +268,9 @@ def test_appworld_without_the_package_is_refused_before_any_call(tmp_path, monke
 
     monkeypatch.setitem(sys.modules, "appworld", None)
     with LoopbackServer(responder=errand_policy) as srv:
-        with pytest.raises(ValueError, match=r"benchmark 'appworld' cannot run: AppWorld is not set up: .*pip install appworld"):
+        with pytest.raises(
+            ValueError, match=r"benchmark 'appworld' cannot run: AppWorld is not set up: .*pip install appworld"
+        ):
             load_grid(write_grid(tmp_path, srv.base_url, benchmarks=["appworld"], methods=["frozen_skills"]))
         assert srv.requests == []
 
@@ -224,8 +298,12 @@ DESIGN = {
     "figure11b_retention": ({QWEN}, {"webshop"}, 10, 3 * 3),
     "figure11b_frozen_layer": ({QWEN}, {"webshop"}, 10, 1 * 3),
 }
-PAPER_URLS = {"ANTIPERSIST_URL_LLAMA_4_SCOUT": "http://gpu-1:8000/v1", "ANTIPERSIST_URL_QWEN3_CODER_NEXT": "http://gpu-2:8001/v1",
-              "ANTIPERSIST_URL_GEMMA_4_31B_IT": "http://gpu-3:8002/v1", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B": "http://gpu-4:8003/v1"}
+PAPER_URLS = {
+    "ANTIPERSIST_URL_LLAMA_4_SCOUT": "http://gpu-1:8000/v1",
+    "ANTIPERSIST_URL_QWEN3_CODER_NEXT": "http://gpu-2:8001/v1",
+    "ANTIPERSIST_URL_GEMMA_4_31B_IT": "http://gpu-3:8002/v1",
+    "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B": "http://gpu-4:8003/v1",
+}
 FROZEN_LAYER = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge/seed42")
 
 
@@ -234,7 +312,10 @@ def fake_partition(benchmark: str, n_train: int, n_heldout: int):
     from antipersist_lib.records import Task
 
     def tasks(split: str, n: int) -> tuple[Task, ...]:
-        return tuple(Task(task_id=i, benchmark=benchmark, task_type=benchmark, split=split, env_args={"goal_index": i}) for i in range(n))
+        return tuple(
+            Task(task_id=i, benchmark=benchmark, task_type=benchmark, split=split, env_args={"goal_index": i})
+            for i in range(n)
+        )
 
     return Partition(benchmark, 42, {"fake": True}, tasks("train", n_train), tasks("heldout", n_heldout))
 
@@ -263,9 +344,13 @@ def users_setup(tmp_path, monkeypatch, clean_urls):
     monkeypatch.chdir(tmp_path)  # the files' relative paths (libraries, out_root) are the user's
     (tmp_path / "params" / "skills").mkdir(parents=True)
     for kind in ("useful", "toxic"):
-        (tmp_path / "params" / "skills" / f"appworld-{kind}.json").write_text(json.dumps([{"name": "s", "content": f"a {kind} rule"}]))
+        (tmp_path / "params" / "skills" / f"appworld-{kind}.json").write_text(
+            json.dumps([{"name": "s", "content": f"a {kind} rule"}])
+        )
     (FROZEN_LAYER / "snapshots").mkdir(parents=True)
-    (FROZEN_LAYER / "snapshots" / "abstractions_iter_10.json").write_text(json.dumps({"active": [{"abstraction_id": "a1", "text": "a judged skill"}]}))
+    (FROZEN_LAYER / "snapshots" / "abstractions_iter_10.json").write_text(
+        json.dumps({"active": [{"abstraction_id": "a1", "text": "a judged skill"}]})
+    )
     return tmp_path
 
 
@@ -295,7 +380,9 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
     assert {s.seed for s in specs} == {42, 43, 44} and {s.iterations for s in specs} == {iterations}
     assert {s.max_steps for s in specs} == {50} and {s.heldout_limit for s in specs} == {None}
     assert Path(grid.out_root) == users_setup / "outputs" / "runs"  # where params/0*/paper.yaml look (runs_root)
-    assert {r.endpoint.base_url for r in grid.runs} == {PAPER_URLS["ANTIPERSIST_URL_" + b.upper().replace("-", "_")] for b in backbones}
+    assert {r.endpoint.base_url for r in grid.runs} == {
+        PAPER_URLS["ANTIPERSIST_URL_" + b.upper().replace("-", "_")] for b in backbones
+    }
     assert {r.embed_endpoint.base_url for r in grid.runs} == {PAPER_URLS["ANTIPERSIST_URL_QWEN3_EMBEDDING_8B"]}
     runs = {s.run_name: s for s in specs}
     if path.stem == "paper":
@@ -304,12 +391,16 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
         assert set(runs) == set(TABLE1_METHODS) and all(s.method_params == {} for s in specs)
     elif path.stem == "table2_persist_vs_discard":
         assert set(runs) == set(ab.PERSISTENCE) and is_default_run(runs[ab.DEFAULT_RUN])
-        assert {n: "persist" if s.method_params.get("persist") else "discard" for n, s in runs.items()} == ab.PERSISTENCE
+        assert {
+            n: "persist" if s.method_params.get("persist") else "discard" for n, s in runs.items()
+        } == ab.PERSISTENCE
     elif path.stem == "figure6_policies":
         assert set(runs) == set(ab.POLICIES) and is_default_run(runs[ab.DEFAULT_RUN])
         assert {n: policy_label(s.method_params) for n, s in runs.items()} == ab.POLICIES
     elif path.stem in ("figure5_gamma", "figure7_lambda", "figure12_budgets"):
-        sweeps = {"figure5_gamma": ["gamma"], "figure7_lambda": ["lambda"], "figure12_budgets": ["B", "B_hat"]}[path.stem]
+        sweeps = {"figure5_gamma": ["gamma"], "figure7_lambda": ["lambda"], "figure12_budgets": ["B", "B_hat"]}[
+            path.stem
+        ]
         assert set(runs) == {n for sw in sweeps for n in ab.SWEEPS[sw]} and is_default_run(runs[ab.DEFAULT_RUN])
         for sw in sweeps:
             for name, value in ab.SWEEPS[sw].items():
@@ -319,17 +410,25 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
     elif path.stem == "figure11a_skill_content":
         assert set(runs) == set(ab.SKILL_CONTENT) and {s.method for s in specs} == {"frozen_skills"}
         libraries = {n: s.method_params["library"] for n, s in runs.items()}
-        assert libraries == {"skills-none": None, "skills-useful": "params/skills/appworld-useful.json",
-                             "skills-toxic": "params/skills/appworld-toxic.json"}
+        assert libraries == {
+            "skills-none": None,
+            "skills-useful": "params/skills/appworld-useful.json",
+            "skills-toxic": "params/skills/appworld-toxic.json",
+        }
         assert {s.heldout_concurrency for s in specs} == {1} and grid.max_parallel == 1  # one AppWorld world at a time
     elif path.stem == "figure11b_retention":
         assert set(runs) == set(ab.RETENTION) - {"frozen-layer"} and is_default_run(runs[ab.DEFAULT_RUN])
-        assert runs["abstraction_memory"].method_params == {} and runs["abstraction-judge"].method_params == {"judge": True}
+        assert runs["abstraction_memory"].method_params == {} and runs["abstraction-judge"].method_params == {
+            "judge": True
+        }
     elif path.stem == "figure11b_frozen_layer":
         assert set(runs) == {"frozen-layer"}
         layer = users_setup / runs["frozen-layer"].method_params["frozen_skills"]
-        judge = next(s for s in (r.spec for r in load_grid(path.with_name("figure11b_retention.yaml")).runs)
-                     if s.run_name == "abstraction-judge" and s.seed == 42)
+        judge = next(
+            s
+            for s in (r.spec for r in load_grid(path.with_name("figure11b_retention.yaml")).runs)
+            if s.run_name == "abstraction-judge" and s.seed == 42
+        )
         assert layer == judge.run_dir()  # step 2 freezes the skills step 1 admitted
 
 
@@ -361,17 +460,25 @@ def test_grid_files_are_refused_until_the_users_parts_exist(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     for path in GRID_FILES:
         benchmarks = DESIGN[path.stem][1]
-        message = (r"benchmark 'webshop' cannot run: .*partition webshop --goals" if "webshop" in benchmarks
-                   else r"benchmark 'appworld' cannot run: AppWorld is not set up")
+        message = (
+            r"benchmark 'webshop' cannot run: .*partition webshop --goals"
+            if "webshop" in benchmarks
+            else r"benchmark 'appworld' cannot run: AppWorld is not set up"
+        )
         with pytest.raises(ValueError, match=message):
             load_grid(path)
 
 
 def test_missing_libraries_and_judge_run_are_named(users_setup):
     (users_setup / "params" / "skills" / "appworld-toxic.json").unlink()
-    with pytest.raises(ValueError, match=r"run 'skills-toxic' \(frozen_skills\): cannot read skill library params/skills/appworld-toxic.json"):
+    with pytest.raises(
+        ValueError,
+        match=r"run 'skills-toxic' \(frozen_skills\): cannot read skill library params/skills/appworld-toxic.json",
+    ):
         load_grid(ROOT / "params" / "grid" / "figure11a_skill_content.yaml")
     for p in (FROZEN_LAYER / "snapshots").iterdir():
         p.unlink()
-    with pytest.raises(ValueError, match=r"run 'frozen-layer' \(anti_persistence\): skill library .*abstraction-judge/seed42"):
+    with pytest.raises(
+        ValueError, match=r"run 'frozen-layer' \(anti_persistence\): skill library .*abstraction-judge/seed42"
+    ):
         load_grid(ROOT / "params" / "grid" / "figure11b_frozen_layer.yaml")

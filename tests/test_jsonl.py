@@ -142,7 +142,7 @@ def test_concurrent_appends_do_not_interleave(tmp_path):
 
 
 def test_dumps_line_format_and_rejects_nan():
-    assert dumps_line({"a": 1, "b": "é"}) == '{"a":1,"b":"é"}\n'.encode("utf-8")
+    assert dumps_line({"a": 1, "b": "é"}) == '{"a":1,"b":"é"}\n'.encode()
     for bad in (math.nan, math.inf, -math.inf):
         with pytest.raises(ValueError):
             dumps_line({"x": bad})
@@ -178,3 +178,29 @@ def test_atomic_write_text(tmp_path):
     atomic_write_text(p, "new ünïcödé")
     assert p.read_text(encoding="utf-8") == "new ünïcödé"
     assert os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_a_writer_opened_during_another_processs_append_adds_no_stray_newline(tmp_path):
+    """Another process holds the file's lock while half of its line is on disk: a writer opened
+    then must wait, not mistake the half line for a torn one and add a newline into the file."""
+    import fcntl
+    import time
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n')
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b'{"b": ')
+    opened: list[JsonlWriter] = []
+    t = threading.Thread(target=lambda: opened.append(JsonlWriter(path, fsync=False)))
+    t.start()
+    time.sleep(0.3)
+    assert not opened  # still waiting for the lock
+    os.write(fd, b"2}\n")
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    t.join(10)
+    opened[0].append({"c": 3})
+    opened[0].close()
+    lines = path.read_bytes().split(b"\n")
+    assert lines[:2] == [b'{"a": 1}', b'{"b": 2}'] and b"" not in lines[:-1] and len(lines) == 4

@@ -74,8 +74,12 @@ def lab(tmp_path, request):
     _need_browser()
     home = tmp_path / "jupyter"
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
-                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("IPYTHONDIR", "ipython"),
+    ):
         env[var] = str(home / sub)
     _write_settings(home / "config" / "lab" / "user-settings")
 
@@ -98,10 +102,24 @@ def lab(tmp_path, request):
     port, token, log = _free_port(), secrets.token_hex(16), tmp_path / "lab.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
-             "--LabApp.expose_app_in_browser=True", *(["--allow-root"] if os.geteuid() == 0 else [])],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "lab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={ROOT}",
+                "--LabApp.expose_app_in_browser=True",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def stop() -> None:  # SIGTERM lets the server shut its kernels down
@@ -139,7 +157,13 @@ def browser(request):
 
     opts = Options()
     opts.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
     request.addfinalizer(driver.quit)
@@ -148,20 +172,28 @@ def browser(request):
 
 # The open notebook panel, through the app JupyterLab exposes (expose_app_in_browser).
 PANEL = "const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-READY = PANEL + """
+READY = (
+    PANEL
+    + """
 return !!(w && w.content && w.context && w.context.isReady && w.sessionContext.session
           && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle');"""
+)
 RUN_ALL = """
 window.__runAll = 'running';
 window.jupyterapp.commands.execute('notebook:run-all-cells').then(
   r => { window.__runAll = String(r); }, e => { window.__runAll = 'failed: ' + e; });"""
-PROGRESS = PANEL + """
+PROGRESS = (
+    PANEL
+    + """
 const code = w.content.widgets.filter(c => c.model.type === 'code');
 return {runAll: window.__runAll, kernel: w.sessionContext.session.kernel.status,
         counts: code.map(c => c.model.executionCount)};"""
+)
 # What the page shows: errors (model and DOM), the Table 7 frame and the Figure 3 image, each
 # found in the first code cell after its markdown heading.
-CHECK = PANEL + """
+CHECK = (
+    PANEL
+    + """
 const cells = w.content.widgets;
 const after = heading => {
   const i = cells.findIndex(c => c.model.type === 'markdown' && c.model.sharedModel.getSource().startsWith(heading));
@@ -181,6 +213,7 @@ if (f3) (img || f3.node).scrollIntoView({block: 'center'});
 return {errors, stderr, table: table ? table.textContent : null,
         img: img ? [img.naturalWidth, img.naturalHeight] : null,
         headings: [...document.querySelectorAll('.jp-MarkdownOutput h2')].map(h => h.textContent)};"""
+)
 
 
 def _wait(driver, script: str, timeout: float, what: str, until=bool):

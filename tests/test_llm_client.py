@@ -6,8 +6,9 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,10 @@ from antipersist_lib.llm import ChatReply, Endpoint, LLMClient, LLMRequestError,
 from antipersist_lib.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
 from antipersist_lib.response_cache import ResponseCache, cache_key
 
-MSGS = [{"role": "system", "content": "You are an agent."},
-        {"role": "user", "content": "Task: put a clean mug on the desk."}]
+MSGS = [
+    {"role": "system", "content": "You are an agent."},
+    {"role": "user", "content": "Task: put a clean mug on the desk."},
+]
 
 
 @pytest.fixture
@@ -97,10 +100,18 @@ def test_ledger_records_purpose_tokens_latency_and_tags(serve: Any) -> None:
 # -- retries ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("faults", [
-    ["429"], ["500"], ["503"], ["malformed"], ["empty"], ["drop"],
-    ["429", "500", "malformed", "empty", "drop"],
-])
+@pytest.mark.parametrize(
+    "faults",
+    [
+        ["429"],
+        ["500"],
+        ["503"],
+        ["malformed"],
+        ["empty"],
+        ["drop"],
+        ["429", "500", "malformed", "empty", "drop"],
+    ],
+)
 def test_transient_faults_are_retried_and_counted(serve: Any, faults: list[str]) -> None:
     srv = serve(responder=lambda r: "done", faults=FaultPlan.scripted(faults))
     ledger = Ledger()
@@ -138,7 +149,7 @@ def test_backoff_is_exponential_capped_and_seeded() -> None:
     a, b, c = delays(7), delays(7), delays(8)
     assert len(a) == 5 and a == b and a != c
     for i, d in enumerate(a):
-        ceiling = min(8.0, 2.0 ** i)  # 1, 2, 4, 8, 8 (capped)
+        ceiling = min(8.0, 2.0**i)  # 1, 2, 4, 8, 8 (capped)
         assert ceiling / 2 <= d <= ceiling
 
 
@@ -195,8 +206,7 @@ def test_concurrent_chats_get_their_own_replies(serve: Any) -> None:
     results: dict[int, str] = {}
 
     def work(i: int) -> None:
-        results[i] = client.chat([{"role": "user", "content": f"q{i}"}], purpose="execution",
-                                 tags={"worker": i}).text
+        results[i] = client.chat([{"role": "user", "content": f"q{i}"}], purpose="execution", tags={"worker": i}).text
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
     start = time.monotonic()
@@ -301,8 +311,11 @@ def test_ledger_file_round_trip_and_call_id_continuation(tmp_path: Path) -> None
     rec = second.record("execution", "m")
     assert rec.call_id == 3
     second.close()
-    ids = [CallRecord.from_dict(json.loads(line)).call_id
-           for line in path.read_text().splitlines() if line.strip().endswith("}")]
+    ids = [
+        CallRecord.from_dict(json.loads(line)).call_id
+        for line in path.read_text().splitlines()
+        if line.strip().endswith("}")
+    ]
     assert ids == [1, 2, 3]
     assert Ledger(path).count("execution") == 2
 
@@ -347,8 +360,7 @@ def test_ledger_never_stores_prompt_or_reply_text(serve: Any, tmp_path: Path) ->
     secret_prompt = "GUIDANCE-SENTINEL-prompt-words"
     srv = serve(responder=lambda r: "REPLY-SENTINEL-text")
     ledger = Ledger(tmp_path / "calls.jsonl")
-    LLMClient(endpoint(srv), ledger=ledger).chat([{"role": "user", "content": secret_prompt}],
-                                                 purpose="synthesis")
+    LLMClient(endpoint(srv), ledger=ledger).chat([{"role": "user", "content": secret_prompt}], purpose="synthesis")
     ledger.close()
     text = (tmp_path / "calls.jsonl").read_text()
     assert '"purpose":"synthesis"' in text
@@ -358,8 +370,9 @@ def test_ledger_never_stores_prompt_or_reply_text(serve: Any, tmp_path: Path) ->
 # -- secrets ---------------------------------------------------------------------------------
 
 
-def test_api_key_never_reaches_ledger_cache_or_repr(serve: Any, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_never_reaches_ledger_cache_or_repr(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = "sk-loopback-SECRET-0123456789abcdef"
     monkeypatch.setenv("AP_TEST_KEY", key)
     srv = serve(responder=lambda r: "ok")
@@ -398,5 +411,4 @@ def test_endpoint_validation() -> None:
     with pytest.raises(ValueError):
         Endpoint(base_url="http://x/v1", model="m", max_retries=-1)
     with pytest.raises(ValueError):
-        LLMClient(Endpoint(base_url="http://127.0.0.1:9/v1", model="m"), ledger=Ledger()).chat(
-            [], purpose="execution")
+        LLMClient(Endpoint(base_url="http://127.0.0.1:9/v1", model="m"), ledger=Ledger()).chat([], purpose="execution")

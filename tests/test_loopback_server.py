@@ -27,9 +27,12 @@ from antipersist_lib.loopback_server import (
 
 
 def _post(url: str, body: Any, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": "Bearer sk-test"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-test"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), resp.read()
@@ -45,9 +48,12 @@ def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return err.code, err.read()
 
 
-CHAT = {"model": "scripted", "messages": [{"role": "system", "content": "be brief"},
-                                           {"role": "user", "content": "go to the kitchen"}],
-        "max_tokens": 50, "temperature": 0.0}
+CHAT = {
+    "model": "scripted",
+    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "go to the kitchen"}],
+    "max_tokens": 50,
+    "temperature": 0.0,
+}
 
 
 def test_models_route_lists_model_id() -> None:
@@ -81,10 +87,14 @@ def test_chat_completion_shape_usage_and_recorded_request() -> None:
 
 
 def test_scripted_responder_rules_scope_and_callables() -> None:
-    req = {"messages": [{"role": "system", "content": "SECRET-SYSTEM"},
-                        {"role": "user", "content": "first"},
-                        {"role": "assistant", "content": "ok"},
-                        {"role": "user", "content": [{"type": "text", "text": "look around"}]}]}
+    req = {
+        "messages": [
+            {"role": "system", "content": "SECRET-SYSTEM"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "text", "text": "look around"}]},
+        ]
+    }
     last_user = ScriptedResponder([("SECRET-SYSTEM", "sys"), ("first", "old"), ("look", "new")], default="d")
     assert last_user(req) == "new"  # only the last user message is searched
     everything = ScriptedResponder([("SECRET-SYSTEM", "sys")], default="d", scope="all")
@@ -137,8 +147,9 @@ def test_stop_and_max_tokens_truncate_like_a_server() -> None:
 def test_embeddings_shape_batch_and_base64() -> None:
     with LoopbackServer() as srv:
         status, _, raw = _post(srv.base_url + "/embeddings", {"model": "scripted", "input": ["a b", "c"]})
-        _, _, raw64 = _post(srv.base_url + "/embeddings",
-                            {"model": "scripted", "input": "a b", "encoding_format": "base64"})
+        _, _, raw64 = _post(
+            srv.base_url + "/embeddings", {"model": "scripted", "input": "a b", "encoding_format": "base64"}
+        )
     body = json.loads(raw)
     assert status == 200 and body["object"] == "list"
     assert [d["index"] for d in body["data"]] == [0, 1]
@@ -195,8 +206,9 @@ def test_timeout_fault_hangs_and_drop_fault_sends_nothing() -> None:
             _post(srv.base_url + "/chat/completions", CHAT, timeout=0.3)
         assert time.monotonic() - start < 2.0
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)
-        conn.request("POST", "/v1/chat/completions", body=json.dumps(CHAT),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"}
+        )
         with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
             conn.getresponse()
         conn.close()
@@ -253,8 +265,7 @@ def test_stop_is_prompt_even_with_a_hanging_request_and_keepalive_connection() -
     idle = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     idle.request("GET", "/v1/models")
     idle.getresponse().read()  # leaves a kept-alive connection open on the server
-    hanging = threading.Thread(target=lambda: _post(srv.base_url + "/chat/completions", CHAT, timeout=40),
-                               daemon=True)
+    hanging = threading.Thread(target=lambda: _post(srv.base_url + "/chat/completions", CHAT, timeout=40), daemon=True)
     hanging.start()
     time.sleep(0.2)
     start = time.monotonic()

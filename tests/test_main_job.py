@@ -25,29 +25,39 @@ def test_shipped_profiles_load():
         assert run_plan(load_profile(ROOT / "params" / "main" / f"{name}.yaml"))
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"methods": ["react"], "benchmark": ["alfworld"]}, r"benchmark"),
-    ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
-    ({"variants": {"x": {"method": "nope"}}}, r"variant 'x': unknown method 'nope'"),
-    ({"variants": {"x": {"params": {}}}}, r"variant 'x' needs a mapping with a 'method' key"),
-    ({"variants": {"x": {"method": "react", "parms": {}}}}, r"variant 'x' has unknown key\(s\) \['parms'\]"),
-    ({"methods": ["react"], "variants": {"react": {"method": "react"}}}, r"collides"),
-    ({"methods": ["react"], "notebooks": ["99_nothing"]}, r"unknown notebook\(s\) \['99_nothing'\]"),
-    ({"benchmarks": ["alfworld"]}, r"nothing to run"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"methods": ["react"], "benchmark": ["alfworld"]}, r"benchmark"),
+        ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
+        ({"variants": {"x": {"method": "nope"}}}, r"variant 'x': unknown method 'nope'"),
+        ({"variants": {"x": {"params": {}}}}, r"variant 'x' needs a mapping with a 'method' key"),
+        ({"variants": {"x": {"method": "react", "parms": {}}}}, r"variant 'x' has unknown key\(s\) \['parms'\]"),
+        ({"methods": ["react"], "variants": {"react": {"method": "react"}}}, r"collides"),
+        ({"methods": ["react"], "notebooks": ["99_nothing"]}, r"unknown notebook\(s\) \['99_nothing'\]"),
+        ({"benchmarks": ["alfworld"]}, r"nothing to run"),
+    ],
+)
 def test_bad_profiles_name_the_problem(tmp_path, data, message):
     with pytest.raises(ValueError, match=message):
         load_profile(write(tmp_path, data))
 
 
 def test_variant_params_layer_over_method_params(tmp_path):
-    prof = load_profile(write(tmp_path, {
-        "methods": ["anti_persistence"],
-        "variants": {"g": {"method": "anti_persistence", "params": {"gamma": 0.9}}},
-        "method_params": {"anti_persistence": {"gamma": 0.5, "budget": 3}},
-    }))
-    assert run_plan(prof) == [("anti_persistence", "anti_persistence", {"gamma": 0.5, "budget": 3}),
-                              ("g", "anti_persistence", {"gamma": 0.9, "budget": 3})]
+    prof = load_profile(
+        write(
+            tmp_path,
+            {
+                "methods": ["anti_persistence"],
+                "variants": {"g": {"method": "anti_persistence", "params": {"gamma": 0.9}}},
+                "method_params": {"anti_persistence": {"gamma": 0.5, "budget": 3}},
+            },
+        )
+    )
+    assert run_plan(prof) == [
+        ("anti_persistence", "anti_persistence", {"gamma": 0.5, "budget": 3}),
+        ("g", "anti_persistence", {"gamma": 0.9, "budget": 3}),
+    ]
 
 
 def test_ablation_maps_match_the_ablations_profile():
@@ -81,9 +91,21 @@ def test_table3_defaults_have_one_source():
     from antipersist_lib.cli import build_parser
     from antipersist_lib.methods.anti_persistence import AntiPersistenceMethod
 
-    paper_table3 = {"neighbourhood": 10, "c": 0.5, "gamma": 0.998, "rho": 0.7, "warmup_per_mode": 3,
-                    "round_robin_iterations": 3, "epsilon": 0.1, "lam": 0.05, "budget": 5, "contrast": 1,
-                    "synthesis_max_tokens": 1024, "task_filter": "task_type", "embed_prefix_chars": 500}
+    paper_table3 = {
+        "neighbourhood": 10,
+        "c": 0.5,
+        "gamma": 0.998,
+        "rho": 0.7,
+        "warmup_per_mode": 3,
+        "round_robin_iterations": 3,
+        "epsilon": 0.1,
+        "lam": 0.05,
+        "budget": 5,
+        "contrast": 1,
+        "synthesis_max_tokens": 1024,
+        "task_filter": "task_type",
+        "embed_prefix_chars": 500,
+    }
     t3 = TABLE3.params()
     assert {k: t3[k] for k in paper_table3} == paper_table3
     assert TABLE3.synthesis_temperature == 0.0

@@ -13,8 +13,14 @@ import yaml
 from antipersist_lib.profiles import agent_decoding, backbone_endpoint, embedding_endpoint, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
-URL_VARS = ("ANTIPERSIST_BASE_URL", "ANTIPERSIST_EMBED_BASE_URL", "ANTIPERSIST_URL_LLAMA_4_SCOUT",
-            "ANTIPERSIST_URL_QWEN3_CODER_NEXT", "ANTIPERSIST_URL_GEMMA_4_31B_IT", "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B")
+URL_VARS = (
+    "ANTIPERSIST_BASE_URL",
+    "ANTIPERSIST_EMBED_BASE_URL",
+    "ANTIPERSIST_URL_LLAMA_4_SCOUT",
+    "ANTIPERSIST_URL_QWEN3_CODER_NEXT",
+    "ANTIPERSIST_URL_GEMMA_4_31B_IT",
+    "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +45,17 @@ def test_shipped_profiles_have_their_own_port_variable_and_serve_line():
             data = load_profile(kind, path.stem)
             port = int(re.search(r":(\d+)/v1$", data["base_url"]).group(1))
             comment = path.read_text().split("\nname:")[0]
-            assert "vllm serve" in comment and f"--port {port}" in comment, f"{path}: its vllm serve line must use port {port}"
+            assert "vllm serve" in comment and f"--port {port}" in comment, (
+                f"{path}: its vllm serve line must use port {port}"
+            )
             assert data["base_url_env"] == "ANTIPERSIST_URL_" + re.sub(r"[^A-Z0-9]", "_", path.stem.upper())
             ports[path.stem] = port
-    assert ports == {"llama-4-scout": 8000, "qwen3-coder-next": 8001, "gemma-4-31b-it": 8002, "qwen3-embedding-8b": 8003}
+    assert ports == {
+        "llama-4-scout": 8000,
+        "qwen3-coder-next": 8001,
+        "gemma-4-31b-it": 8002,
+        "qwen3-embedding-8b": 8003,
+    }
 
 
 def test_url_precedence_own_variable_then_global_then_file(monkeypatch):
@@ -78,19 +91,22 @@ def test_agent_decoding_only_the_keys_present(tmp_path, monkeypatch):
     assert not hasattr(ep, "temperature") and "temperature" not in ep.describe()
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"temperature": -0.1}, r"'temperature' must be a number in \[0, 2\]"),
-    ({"temperature": 2.5}, r"'temperature' must be a number in \[0, 2\]"),
-    ({"temperature": "hot"}, r"'temperature' must be a number in \[0, 2\]"),
-    ({"temperature": True}, r"'temperature' must be a number in \[0, 2\]"),
-    ({"top_p": 0}, r"'top_p' must be a number in \(0, 1\]"),
-    ({"top_p": 1.5}, r"'top_p' must be a number in \(0, 1\]"),
-    ({"base_url_env": "MY-URL"}, r"'base_url_env' must name an environment variable"),
-    ({"base_url_env": 3}, r"'base_url_env' must name an environment variable"),
-    ({"base_url": "http://user:sk-secret@host/v1"}, r"'base_url' carries credentials.*api_key_env"),
-    ({"base_url": ""}, r"'base_url' must be a non-empty string"),
-    ({"temprature": 0.5}, r"unknown key\(s\) \['temprature'\]"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"temperature": -0.1}, r"'temperature' must be a number in \[0, 2\]"),
+        ({"temperature": 2.5}, r"'temperature' must be a number in \[0, 2\]"),
+        ({"temperature": "hot"}, r"'temperature' must be a number in \[0, 2\]"),
+        ({"temperature": True}, r"'temperature' must be a number in \[0, 2\]"),
+        ({"top_p": 0}, r"'top_p' must be a number in \(0, 1\]"),
+        ({"top_p": 1.5}, r"'top_p' must be a number in \(0, 1\]"),
+        ({"base_url_env": "MY-URL"}, r"'base_url_env' must name an environment variable"),
+        ({"base_url_env": 3}, r"'base_url_env' must name an environment variable"),
+        ({"base_url": "http://user:sk-secret@host/v1"}, r"'base_url' carries credentials.*api_key_env"),
+        ({"base_url": ""}, r"'base_url' must be a non-empty string"),
+        ({"temprature": 0.5}, r"unknown key\(s\) \['temprature'\]"),
+    ],
+)
 def test_bad_fields_name_the_file_and_field(tmp_path, monkeypatch, fields, message):
     params = write_profile(tmp_path, "backbones", "bad", **fields)
     monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
@@ -113,4 +129,3 @@ def test_manifest_form_has_the_url_and_never_the_key(monkeypatch):
     described = backbone_endpoint("gemma-4-31b-it").describe()
     assert described["base_url"] == "http://gpu-3:8002/v1" and described["api_key_env"] == "VLLM_API_KEY"
     assert "sk-not-in-manifests" not in repr(described)
-

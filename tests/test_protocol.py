@@ -47,7 +47,9 @@ def _plans(benchmark: str, alfworld_data: Path | None):
             plans[env.reset(t)] = list(read_game(alfworld_data, t.env_args["game"])["walkthrough"])
     else:
         # short expert paths so that the 12-step budget suffices
-        tasks = [t for t in part.train if t.task_type == "lifespan-longest-lived"][:N_TRAIN] + [t for t in part.heldout if t.task_type == "lifespan-longest-lived"][:N_HELD]
+        tasks = [t for t in part.train if t.task_type == "lifespan-longest-lived"][:N_TRAIN] + [
+            t for t in part.heldout if t.task_type == "lifespan-longest-lived"
+        ][:N_HELD]
         env = ScienceWorldEnvironment()
         for t in tasks:
             gold = env.gold_actions(t)
@@ -77,9 +79,19 @@ def _partition(bench, tasks):
 
 def _spec(method, bench, tmp_path, params, **kw):
     return RunSpec(
-        method=method, benchmark=bench, backbone="loopback", embedding="loopback", iterations=2,
-        train_per_iteration=PER_IT, max_steps=12, heldout_concurrency=2, method_params=params,
-        out_root=str(tmp_path / "runs"), cache_dir=str(tmp_path / "cache"), progress=False, **kw,
+        method=method,
+        benchmark=bench,
+        backbone="loopback",
+        embedding="loopback",
+        iterations=2,
+        train_per_iteration=PER_IT,
+        max_steps=12,
+        heldout_concurrency=2,
+        method_params=params,
+        out_root=str(tmp_path / "runs"),
+        cache_dir=str(tmp_path / "cache"),
+        progress=False,
+        **kw,
     )
 
 
@@ -88,7 +100,10 @@ def _digest(paths):
 
 
 def _state_files(run_dir: Path):
-    return sorted(p for p in (run_dir / "state").rglob("*") if p.is_file()) + [run_dir / "episodes_train.jsonl", run_dir / "journal.jsonl"]
+    return sorted(p for p in (run_dir / "state").rglob("*") if p.is_file()) + [
+        run_dir / "episodes_train.jsonl",
+        run_dir / "journal.jsonl",
+    ]
 
 
 def _run(engines, bench, method, params, tmp_path, alfworld_data, **kw):
@@ -106,7 +121,9 @@ def _run(engines, bench, method, params, tmp_path, alfworld_data, **kw):
     spec = _spec(method, bench, tmp_path, params, benchmark_options=opts, **kw)
     with LoopbackServer(responder=responder) as srv:
         ep = Endpoint(base_url=srv.base_url, model="scripted", max_retries=1, backoff_base_s=0.01)
-        summaries = run_cell(spec, endpoint=ep, embed_endpoint=ep, partition=_partition(bench, tasks), on_event=on_event)
+        summaries = run_cell(
+            spec, endpoint=ep, embed_endpoint=ep, partition=_partition(bench, tasks), on_event=on_event
+        )
     return spec.run_dir(), summaries, frozen_checks
 
 
@@ -123,12 +140,26 @@ def test_every_method_runs_the_protocol_on_real_engines(engines, alfworld_data, 
     train = [x.value for x in read_jsonl(run_dir / "episodes_train.jsonl")]
     held = [x.value for x in read_jsonl(run_dir / "episodes_heldout.jsonl")]
     assert len(train) == 2 * PER_IT and len(held) == 2 * N_HELD
-    assert all(r["calls"]["execution"] >= 1 for r in train + held), [r["outcome"]["error"] for r in train + held if r["calls"]["execution"] < 1]
+    assert all(r["calls"]["execution"] >= 1 for r in train + held), [
+        r["outcome"]["error"] for r in train + held if r["calls"]["execution"] < 1
+    ]
     assert not any(r["outcome"]["infra_failure"] for r in train + held)
     assert any(r["outcome"]["success"] for r in held) and not all(r["outcome"]["success"] for r in held)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    for key in ("method", "method_config", "engine", "partition_hash", "endpoint", "embedding_endpoint", "seed",
-                "prompt_hashes", "versions", "git_commit", "agent", "iterations"):
+    for key in (
+        "method",
+        "method_config",
+        "engine",
+        "partition_hash",
+        "endpoint",
+        "embedding_endpoint",
+        "seed",
+        "prompt_hashes",
+        "versions",
+        "git_commit",
+        "agent",
+        "iterations",
+    ):
         assert key in manifest, key
     assert manifest["engine"]["benchmark"] == bench
     version_key = "alfworld" if bench == "alfworld" else "scienceworld"
@@ -147,11 +178,17 @@ def test_every_method_runs_the_protocol_on_real_engines(engines, alfworld_data, 
 
 VARIANTS = {
     # the tiny test partition has one task per category, so retrieval spans the benchmark here
-    "persist": ("anti_persistence", {"persist": True, "round_robin_iterations": 1, "warmup_per_mode": 1, "task_filter": "benchmark"}),
+    "persist": (
+        "anti_persistence",
+        {"persist": True, "round_robin_iterations": 1, "warmup_per_mode": 1, "task_filter": "benchmark"},
+    ),
     "fixed-strategic": ("anti_persistence", {"policy": "fixed", "fixed_mode": "strategic"}),
     "random": ("anti_persistence", {"policy": "random"}),
     "judge": ("abstraction_memory", {"judge": True}),
-    "frozen-layer": ("anti_persistence", {"frozen_skills": str(SKILLS), "round_robin_iterations": 1, "warmup_per_mode": 1}),
+    "frozen-layer": (
+        "anti_persistence",
+        {"frozen_skills": str(SKILLS), "round_robin_iterations": 1, "warmup_per_mode": 1},
+    ),
     "frozen_skills": ("frozen_skills", {"library": str(SKILLS)}),
     "no_skills": ("frozen_skills", {}),
 }
@@ -225,9 +262,22 @@ def test_evaluation_only_run_has_no_training_episode(tmp_path):
     from antipersist_lib.protocol import RunSpec, run_cell
     from antipersist_lib.testing.scripted_policy import errand_policy
 
-    spec = RunSpec(method="frozen_skills", benchmark="errandworld", backbone="scripted-loopback", embedding="bow", seed=1,
-                   iterations=1, train_per_iteration=0, max_steps=3, heldout_concurrency=1, heldout_limit=3,
-                   name="eval-only", out_root=str(tmp_path), cache_dir=None, progress=False)
+    spec = RunSpec(
+        method="frozen_skills",
+        benchmark="errandworld",
+        backbone="scripted-loopback",
+        embedding="bow",
+        seed=1,
+        iterations=1,
+        train_per_iteration=0,
+        max_steps=3,
+        heldout_concurrency=1,
+        heldout_limit=3,
+        name="eval-only",
+        out_root=str(tmp_path),
+        cache_dir=None,
+        progress=False,
+    )
     with LoopbackServer(responder=errand_policy) as server:
         ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
         (summary,) = run_cell(spec, endpoint=ep, embed_endpoint=ep)

@@ -95,7 +95,9 @@ def test_audit_run_reads_a_run_directory(tmp_path):
     (run / "snapshots").mkdir(parents=True)
     store.snapshot(snapshot_path(run / "snapshots", 1), iteration=1, method="abstraction_memory")
     store.close()
-    (run / "manifest.json").write_text(json.dumps({"method": "abstraction_memory", "backbone": "m", "benchmark": "alfworld", "seed": 1}))
+    (run / "manifest.json").write_text(
+        json.dumps({"method": "abstraction_memory", "backbone": "m", "benchmark": "alfworld", "seed": 1})
+    )
     eps = [ep(1, [a.abstraction_id], False)] * 3 + [ep(1, [b.abstraction_id], False)] * 3 + [ep(1, [], True)] * 2
     (run / "episodes_heldout.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
     rates, labels = audit_run(run)
@@ -107,6 +109,8 @@ def test_audit_run_reads_a_run_directory(tmp_path):
 
 
 def test_audit_run_names_a_missing_store(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"method": "react", "backbone": "m", "benchmark": "alfworld", "seed": 1}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"method": "react", "backbone": "m", "benchmark": "alfworld", "seed": 1})
+    )
     with pytest.raises(FileNotFoundError, match="abstraction event log"):
         audit_run(tmp_path)

@@ -33,7 +33,9 @@ STEPS = (
     Step("put apple 1 in/on fridge 1", "Done.", 1.0, True, True, "Action: put apple 1 in/on fridge 1"),
 )
 TRAJ = Trajectory("You are in the middle of a room.\nLooking around you, you see ...", STEPS)
-OUTCOME = EpisodeOutcome(success=True, score=1.0, n_steps=5, n_invalid=2, over_budget=False, infra_failure=False, error=None)
+OUTCOME = EpisodeOutcome(
+    success=True, score=1.0, n_steps=5, n_invalid=2, over_budget=False, infra_failure=False, error=None
+)
 
 
 def test_modes_are_the_four_in_fixed_order():

@@ -38,14 +38,23 @@ def _is_reflection(req) -> bool:
 def clients(make_clients):
     counter = itertools.count(1)
     responder = ScriptedResponder(
-        [(_is_reflection, lambda req: f"Reflection {next(counter)}: I searched the wrong rooms; next time I will go to the kitchen first.")],
+        [
+            (
+                _is_reflection,
+                lambda req: (
+                    f"Reflection {next(counter)}: I searched the wrong rooms; next time I will go to the kitchen first."
+                ),
+            )
+        ],
         default=errand_policy,
     )
     return make_clients(responder)
 
 
 def build(c, state_dir: Path, **params) -> Reflexion:
-    ctx = MethodContext(llm=c.llm, embedder=c.embedder, state_dir=state_dir, seed=0, benchmark="errandworld", fsync=False)
+    ctx = MethodContext(
+        llm=c.llm, embedder=c.embedder, state_dir=state_dir, seed=0, benchmark="errandworld", fsync=False
+    )
     return Reflexion(ctx, **params)
 
 
@@ -53,15 +62,24 @@ def attempt(m: Reflexion, c, task, iteration: int, config: AgentConfig, *, phase
     env = ErrandWorld()
     obs = env.reset(task)
     tctx = m.prepare(task, obs, phase=phase, iteration=iteration, position=0)
-    ep = run_episode(env, task, c.llm, context_blocks=tctx.blocks, config=config, initial_observation=obs,
-                     tags={"phase": phase, "iteration": iteration, "task": task.key})
+    ep = run_episode(
+        env,
+        task,
+        c.llm,
+        context_blocks=tctx.blocks,
+        config=config,
+        initial_observation=obs,
+        tags={"phase": phase, "iteration": iteration, "task": task.key},
+    )
     if learn:
         m.learn(task, tctx, ep, iteration=iteration, position=0)
     return tctx, ep
 
 
 def digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()
+    }
 
 
 def reflection_requests(c):
@@ -125,7 +143,9 @@ def test_last_three_reflections_of_the_same_task(make_clients, tmp_path):
     assert tctx.meta["reflections"] == "own" and json.dumps(tctx.meta)
     # and the agent actually sees them in its system prompt
     ep = run_episode(env, CUP, c.llm, context_blocks=tctx.blocks, config=FAIL, initial_observation=env.reset(CUP))
-    agent_sys = [r["body"]["messages"][0]["content"] for r in c.server.requests_for(ROUTE_CHAT) if not _is_reflection(r["body"])][-1]
+    agent_sys = [
+        r["body"]["messages"][0]["content"] for r in c.server.requests_for(ROUTE_CHAT) if not _is_reflection(r["body"])
+    ][-1]
     assert "Reflection 4:" in agent_sys and "Reflection 1:" not in agent_sys
     assert ep.llm_calls == 2
 
@@ -168,7 +188,10 @@ def test_transfer_tasks_and_max_reflections(make_clients, tmp_path):
     tctx = m.prepare(HELD[3], ErrandWorld().reset(HELD[3]), phase="heldout", iteration=2, position=0)
     assert len(tctx.blocks) == 2 and len(tctx.parents) == 2
     assert tctx.meta["source_tasks"] == [CUP.key, SPOON.key]  # most similar first
-    assert tctx.parents == (m.reflections_for(CUP.key)[-1].abstraction_id, m.reflections_for(SPOON.key)[-1].abstraction_id)
+    assert tctx.parents == (
+        m.reflections_for(CUP.key)[-1].abstraction_id,
+        m.reflections_for(SPOON.key)[-1].abstraction_id,
+    )
 
 
 def test_state_survives_reconstruction(make_clients, tmp_path):
@@ -232,8 +255,13 @@ def test_parameters(make_clients, tmp_path):
         build(c, tmp_path, max_reflections=0)
     m = build(c, tmp_path, max_tokens=128)
     assert m.describe() == {
-        "name": "reflexion", "max_reflections": 3, "transfer": "similar_task", "transfer_tasks": 1,
-        "max_tokens": 128, "temperature": 0.0, "trajectory_chars": 4000,
+        "name": "reflexion",
+        "max_reflections": 3,
+        "transfer": "similar_task",
+        "transfer_tasks": 1,
+        "max_tokens": 128,
+        "temperature": 0.0,
+        "trajectory_chars": 4000,
     }
     assert m.name == "reflexion"
     assert "reflexion_reflect" in prompts.prompt_hashes()

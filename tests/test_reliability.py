@@ -29,7 +29,7 @@ from antipersist_lib.envs import alfworld as alfworld_mod
 from antipersist_lib.envs import scienceworld as scienceworld_mod
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.llm import Endpoint, LLMUnavailableError
-from antipersist_lib.loopback_server import FaultPlan, LoopbackServer, TRANSIENT_FAULT_KINDS
+from antipersist_lib.loopback_server import TRANSIENT_FAULT_KINDS, FaultPlan, LoopbackServer
 from antipersist_lib.protocol import RunSpec, run_cell
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.testing.errand_world import ErrandWorld
@@ -49,9 +49,18 @@ VOLATILE_CALL_KEYS = {"call_id", "latency_s", "timestamp", "retries", "cached"}
 
 def _spec(root: Path, method: str, *, cache: Path | None = None, **kw: Any) -> RunSpec:
     opts: dict[str, Any] = dict(
-        method=method, benchmark="errandworld", backbone="loopback", embedding="loopback",
-        iterations=2, train_per_iteration=4, max_steps=5, heldout_concurrency=3, heldout_limit=4,
-        method_params=METHODS[method], out_root=str(root), cache_dir=None if cache is None else str(cache),
+        method=method,
+        benchmark="errandworld",
+        backbone="loopback",
+        embedding="loopback",
+        iterations=2,
+        train_per_iteration=4,
+        max_steps=5,
+        heldout_concurrency=3,
+        heldout_limit=4,
+        method_params=METHODS[method],
+        out_root=str(root),
+        cache_dir=None if cache is None else str(cache),
         progress=False,
     )
     opts.update(kw)
@@ -59,8 +68,9 @@ def _spec(root: Path, method: str, *, cache: Path | None = None, **kw: Any) -> R
 
 
 def _endpoint(srv: LoopbackServer, **kw: Any) -> Endpoint:
-    opts: dict[str, Any] = dict(timeout_s=5.0, max_retries=8, backoff_base_s=0.001, backoff_max_s=0.005,
-                                api_key_env="ANTIPERSIST_TEST_KEY")
+    opts: dict[str, Any] = dict(
+        timeout_s=5.0, max_retries=8, backoff_base_s=0.001, backoff_max_s=0.005, api_key_env="ANTIPERSIST_TEST_KEY"
+    )
     opts.update(kw)
     return Endpoint(base_url=srv.base_url, model="scripted", **opts)
 
@@ -75,8 +85,11 @@ def _canon(x: Any) -> str:
 
 def _call_signatures(run_dir: Path) -> Counter[str]:
     """The logical calls of a run (what was asked, by whom, with what result size), as a multiset."""
-    return Counter(_canon({k: v for k, v in c.items() if k not in VOLATILE_CALL_KEYS})
-                   for c in _values(run_dir / "calls.jsonl") if c.get("ok", True))
+    return Counter(
+        _canon({k: v for k, v in c.items() if k not in VOLATILE_CALL_KEYS})
+        for c in _values(run_dir / "calls.jsonl")
+        if c.get("ok", True)
+    )
 
 
 def assert_same_run(a: Path, b: Path, *, same_calls: bool = True) -> None:
@@ -95,7 +108,10 @@ def assert_same_run(a: Path, b: Path, *, same_calls: bool = True) -> None:
     key = lambda r: (r["iteration"], r["position"])  # noqa: E731
     assert len({key(r) for r in held_b}) == len(held_b), "a held-out episode was recorded twice"
     assert {key(r): r for r in held_a} == {key(r): r for r in held_b}
-    assert json.loads((a / "summary.json").read_text())["iterations"] == json.loads((b / "summary.json").read_text())["iterations"]
+    assert (
+        json.loads((a / "summary.json").read_text())["iterations"]
+        == json.loads((b / "summary.json").read_text())["iterations"]
+    )
     man_a, man_b = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
     for m in (man_a, man_b):
         for k in VOLATILE_MANIFEST_KEYS:
@@ -146,8 +162,15 @@ def test_flaky_endpoint_gives_the_fault_free_result_and_counts_retries(tmp_path:
 # -- 2. dead endpoint -------------------------------------------------------------------------------
 
 
-PROFILE = {"name": "loopback", "model": "scripted", "api_key_env": "ANTIPERSIST_TEST_KEY", "max_retries": 3,
-           "backoff_base_s": 0.001, "backoff_max_s": 0.005, "timeout_s": 5}
+PROFILE = {
+    "name": "loopback",
+    "model": "scripted",
+    "api_key_env": "ANTIPERSIST_TEST_KEY",
+    "max_retries": 3,
+    "backoff_base_s": 0.001,
+    "backoff_max_s": 0.005,
+    "timeout_s": 5,
+}
 
 
 def _params_dir(tmp: Path, url: str, **backbone: Any) -> Path:
@@ -163,10 +186,31 @@ def _params_dir(tmp: Path, url: str, **backbone: Any) -> Path:
 def _cli_args(out: Path, cache: Path, method: str) -> list[str]:
     params = out.parent / f"{out.name}-run.yaml"
     params.write_text(json.dumps({"cache_dir": str(cache), "method_params": METHODS[method]}))
-    return ["run", "--params", str(params), "--method", method, "--benchmark", "errandworld",
-            "--backbone", "loopback", "--embedding", "loopback", "--iterations", "2",
-            "--train-per-iteration", "4", "--max-steps", "5", "--heldout-concurrency", "3",
-            "--heldout-limit", "4", "--out-root", str(out)]
+    return [
+        "run",
+        "--params",
+        str(params),
+        "--method",
+        method,
+        "--benchmark",
+        "errandworld",
+        "--backbone",
+        "loopback",
+        "--embedding",
+        "loopback",
+        "--iterations",
+        "2",
+        "--train-per-iteration",
+        "4",
+        "--max-steps",
+        "5",
+        "--heldout-concurrency",
+        "3",
+        "--heldout-limit",
+        "4",
+        "--out-root",
+        str(out),
+    ]
 
 
 class _DiesAfter:
@@ -186,13 +230,21 @@ class _DiesAfter:
         return errand_policy(request)
 
 
-@pytest.mark.parametrize("method,die_after,phase", [
-    ("anti_persistence", 12, "train"),  # of ~75 chat requests: inside iteration 1's training
-    ("abstraction_memory", 30, "heldout"),  # of ~76: inside iteration 1's concurrent held-out evaluation
-])
+@pytest.mark.parametrize(
+    "method,die_after,phase",
+    [
+        ("anti_persistence", 12, "train"),  # of ~75 chat requests: inside iteration 1's training
+        ("abstraction_memory", 30, "heldout"),  # of ~76: inside iteration 1's concurrent held-out evaluation
+    ],
+)
 def test_dead_endpoint_stops_with_the_url_and_resume_equals_uninterrupted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        method: str, die_after: int, phase: str) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    method: str,
+    die_after: int,
+    phase: str,
+) -> None:
     dying = _DiesAfter(die_after)
     with LoopbackServer(responder=dying) as srv:
         dying.server = srv
@@ -299,23 +351,39 @@ def test_engine_failure_mid_episode_is_recorded_skipped_and_the_run_continues(tm
 # -- 4. bad input is refused before any model call -------------------------------------------------
 
 
-@pytest.mark.parametrize("settings,field", [
-    ({"iteratons": 3}, "iteratons"),
-    ({"seed": "42"}, "seed"),
-    ({"iterations": 2.5}, "iterations"),
-    ({"heldout_concurrency": 0}, "heldout_concurrency"),
-    ({"heldout_limit": "all"}, "heldout_limit"),
-    ({"method_params": ["budget", 3]}, "method_params"),
-    ({"agent": {"temp": 0.1}}, "agent"),
-    ({"method": "antipersistence"}, "method"),
-    ({"benchmark": "alfred"}, "benchmark"),
-])
-def test_bad_run_settings_name_the_field_before_any_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str],
-                                                            settings: dict[str, Any], field: str) -> None:
-    base = {"method": "react", "benchmark": "errandworld", "backbone": "loopback", "embedding": "loopback",
-            "iterations": 1, "train_per_iteration": 1, "max_steps": 2, "out_root": str(tmp_path / "runs"),
-            "cache_dir": None, "progress": False}
+@pytest.mark.parametrize(
+    "settings,field",
+    [
+        ({"iteratons": 3}, "iteratons"),
+        ({"seed": "42"}, "seed"),
+        ({"iterations": 2.5}, "iterations"),
+        ({"heldout_concurrency": 0}, "heldout_concurrency"),
+        ({"heldout_limit": "all"}, "heldout_limit"),
+        ({"method_params": ["budget", 3]}, "method_params"),
+        ({"agent": {"temp": 0.1}}, "agent"),
+        ({"method": "antipersistence"}, "method"),
+        ({"benchmark": "alfred"}, "benchmark"),
+    ],
+)
+def test_bad_run_settings_name_the_field_before_any_request(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    settings: dict[str, Any],
+    field: str,
+) -> None:
+    base = {
+        "method": "react",
+        "benchmark": "errandworld",
+        "backbone": "loopback",
+        "embedding": "loopback",
+        "iterations": 1,
+        "train_per_iteration": 1,
+        "max_steps": 2,
+        "out_root": str(tmp_path / "runs"),
+        "cache_dir": None,
+        "progress": False,
+    }
     with pytest.raises(ValueError, match=field):
         RunSpec.from_dict({**base, **settings})
     # the same through the command line and a params YAML, with a live server that must stay idle
@@ -329,66 +397,127 @@ def test_bad_run_settings_name_the_field_before_any_request(tmp_path: Path, monk
     assert err.startswith("error:") and field in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("override,needle", [
-    ({"backbone": "no-such-model"}, "backbone profile 'no-such-model'"),
-    ({"embedding": "no-such-embedder"}, "embedding profile 'no-such-embedder'"),
-    ({"method_params": {"budgte": 3}}, "budgte"),
-    ({"method_params": {"budget": "five"}}, "budget"),
-    ({"method_params": {"judge": "yes"}}, "judge"),
-    ({"benchmark_options": {"crash_at": 3}}, "benchmark_options"),
-    ({"benchmark_options": {"crash_at": 3}}, "crash_at"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ({"backbone": "no-such-model"}, "backbone profile 'no-such-model'"),
+        ({"embedding": "no-such-embedder"}, "embedding profile 'no-such-embedder'"),
+        ({"method_params": {"budgte": 3}}, "budgte"),
+        ({"method_params": {"budget": "five"}}, "budget"),
+        ({"method_params": {"judge": "yes"}}, "judge"),
+        ({"benchmark_options": {"crash_at": 3}}, "benchmark_options"),
+        ({"benchmark_options": {"crash_at": 3}}, "crash_at"),
+    ],
+)
 def test_bad_names_and_method_params_are_refused_before_any_request(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, override: dict[str, Any], needle: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, override: dict[str, Any], needle: str
+) -> None:
     with LoopbackServer(responder=errand_policy) as srv:
         monkeypatch.setenv("ANTIPERSIST_PARAMS", str(_params_dir(tmp_path, srv.base_url)))
-        spec = RunSpec.from_dict({"method": "abstraction_memory", "benchmark": "errandworld", "backbone": "loopback",
-                                  "embedding": "loopback", "iterations": 1, "train_per_iteration": 1, "max_steps": 2,
-                                  "out_root": str(tmp_path / "runs"), "cache_dir": None, "progress": False, **override})
+        spec = RunSpec.from_dict(
+            {
+                "method": "abstraction_memory",
+                "benchmark": "errandworld",
+                "backbone": "loopback",
+                "embedding": "loopback",
+                "iterations": 1,
+                "train_per_iteration": 1,
+                "max_steps": 2,
+                "out_root": str(tmp_path / "runs"),
+                "cache_dir": None,
+                "progress": False,
+                **override,
+            }
+        )
         with pytest.raises(ValueError) as info:
             run_cell(spec)
         assert srv.request_count == 0, "a model request was made before the settings were checked"
     assert needle in str(info.value)
 
 
-@pytest.mark.parametrize("override,field", [
-    ({"max_retry": 3}, "max_retry"),
-    ({"timeout_s": "fast"}, "timeout_s"),
-    ({"timeout_s": 0}, "timeout_s"),
-    ({"max_retries": "3"}, "max_retries"),
-    ({"max_retries": -1}, "max_retries"),
-    ({"backoff_base_s": [1]}, "backoff_base_s"),
-    ({"api_key_env": 12}, "api_key_env"),
-    ({"system_prompt": "merged"}, "system_prompt"),
-    ({"model": ""}, "model"),
-])
-def test_bad_backbone_profile_names_file_and_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str], override: dict[str, Any],
-                                                   field: str) -> None:
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ({"max_retry": 3}, "max_retry"),
+        ({"timeout_s": "fast"}, "timeout_s"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"max_retries": "3"}, "max_retries"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"backoff_base_s": [1]}, "backoff_base_s"),
+        ({"api_key_env": 12}, "api_key_env"),
+        ({"system_prompt": "merged"}, "system_prompt"),
+        ({"model": ""}, "model"),
+    ],
+)
+def test_bad_backbone_profile_names_file_and_field(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    override: dict[str, Any],
+    field: str,
+) -> None:
     with LoopbackServer(responder=errand_policy) as srv:
         params = _params_dir(tmp_path, srv.base_url, **override)
         monkeypatch.setenv("ANTIPERSIST_PARAMS", str(params))
-        rc = cli_main(["run", "--method", "react", "--benchmark", "errandworld", "--backbone", "loopback",
-                       "--embedding", "loopback", "--iterations", "1", "--train-per-iteration", "1",
-                       "--out-root", str(tmp_path / "runs"), "--no-cache"])
+        rc = cli_main(
+            [
+                "run",
+                "--method",
+                "react",
+                "--benchmark",
+                "errandworld",
+                "--backbone",
+                "loopback",
+                "--embedding",
+                "loopback",
+                "--iterations",
+                "1",
+                "--train-per-iteration",
+                "1",
+                "--out-root",
+                str(tmp_path / "runs"),
+                "--no-cache",
+            ]
+        )
         assert srv.request_count == 0
     err = capsys.readouterr().err
     assert rc == 2, err
     assert field in err and str(params / "backbones" / "loopback.yaml") in err and "Traceback" not in err
 
 
-def test_missing_java_stops_a_scienceworld_run_before_any_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_java_stops_a_scienceworld_run_before_any_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(scienceworld_mod.shutil, "which", lambda name, *a, **k: None)
     # doctor names the missing piece and the fix
     (java,) = [c for c in doctor.run_checks() if c.name.startswith("Java")]
     assert not java.ok and "java" in java.detail and "apt-get install" in java.fix
     with LoopbackServer(responder=errand_policy) as srv:
         monkeypatch.setenv("ANTIPERSIST_PARAMS", str(_params_dir(tmp_path, srv.base_url)))
-        rc = cli_main(["run", "--method", "react", "--benchmark", "scienceworld", "--backbone", "loopback",
-                       "--embedding", "loopback", "--iterations", "1", "--train-per-iteration", "1",
-                       "--heldout-limit", "1", "--train-pool-limit", "2", "--out-root", str(tmp_path / "runs"),
-                       "--no-cache"])
+        rc = cli_main(
+            [
+                "run",
+                "--method",
+                "react",
+                "--benchmark",
+                "scienceworld",
+                "--backbone",
+                "loopback",
+                "--embedding",
+                "loopback",
+                "--iterations",
+                "1",
+                "--train-per-iteration",
+                "1",
+                "--heldout-limit",
+                "1",
+                "--train-pool-limit",
+                "2",
+                "--out-root",
+                str(tmp_path / "runs"),
+                "--no-cache",
+            ]
+        )
         assert srv.request_count == 0
     err = capsys.readouterr().err
     assert rc == 2, err
@@ -405,9 +534,19 @@ def test_missing_alfworld_data_is_named_by_doctor_and_run(tmp_path: Path, monkey
     assert "alfworld-download" in alf.fix or "make alfworld-data" in alf.fix
     with LoopbackServer(responder=errand_policy) as srv:
         ep = _endpoint(srv)
-        spec = RunSpec(method="react", benchmark="alfworld", backbone="loopback", embedding="loopback", iterations=1,
-                       train_per_iteration=1, max_steps=2, heldout_limit=1, out_root=str(tmp_path / "runs"),
-                       cache_dir=None, progress=False)
+        spec = RunSpec(
+            method="react",
+            benchmark="alfworld",
+            backbone="loopback",
+            embedding="loopback",
+            iterations=1,
+            train_per_iteration=1,
+            max_steps=2,
+            heldout_limit=1,
+            out_root=str(tmp_path / "runs"),
+            cache_dir=None,
+            progress=False,
+        )
         with pytest.raises(BenchmarkUnavailableError, match=alfworld_mod.DATA_ENV_VAR):
             run_cell(spec, endpoint=ep, embed_endpoint=ep)
         assert srv.request_count == 0
@@ -422,8 +561,14 @@ def test_api_key_from_the_environment_never_reaches_a_file(tmp_path: Path, monke
     monkeypatch.setenv(var, key)
     with LoopbackServer(responder=errand_policy) as srv:
         ep = _endpoint(srv, api_key_env=var)
-        spec = _spec(tmp_path / "runs", "anti_persistence", cache=tmp_path / "cache", iterations=1,
-                     train_per_iteration=3, heldout_limit=2)
+        spec = _spec(
+            tmp_path / "runs",
+            "anti_persistence",
+            cache=tmp_path / "cache",
+            iterations=1,
+            train_per_iteration=3,
+            heldout_limit=2,
+        )
         run_cell(spec, endpoint=ep, embed_endpoint=ep, fsync=False)
         bearers = {r["bearer_sha256"] for r in srv.requests}
     assert bearers == {hashlib.sha256(key.encode()).hexdigest()[:16]}  # the key was really sent
@@ -439,7 +584,9 @@ def test_api_key_from_the_environment_never_reaches_a_file(tmp_path: Path, monke
 
 
 @pytest.mark.slow
-def test_api_key_never_reaches_an_executed_notebook_or_its_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_never_reaches_an_executed_notebook_or_its_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     from antipersist_lib.notebooks_runner import execute_all
@@ -450,8 +597,14 @@ def test_api_key_never_reaches_an_executed_notebook_or_its_parameters(tmp_path: 
     repo = Path(__file__).resolve().parents[1]
     with LoopbackServer(responder=errand_policy) as srv:
         ep = _endpoint(srv, api_key_env=var)
-        spec = _spec(tmp_path / "runs", "anti_persistence", cache=tmp_path / "cache", iterations=1,
-                     train_per_iteration=3, heldout_limit=2)
+        spec = _spec(
+            tmp_path / "runs",
+            "anti_persistence",
+            cache=tmp_path / "cache",
+            iterations=1,
+            train_per_iteration=3,
+            heldout_limit=2,
+        )
         run_cell(spec, endpoint=ep, embed_endpoint=ep, fsync=False)
     root = tmp_path / "kit"
     (root / "notebooks").mkdir(parents=True)

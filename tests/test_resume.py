@@ -33,9 +33,29 @@ def _params_dir(tmp: Path, url: str) -> Path:
 
 def _cmd(out_root: Path, method: str, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "antipersist_lib", "run", "--method", method, "--benchmark", "errandworld",
-        "--backbone", "loopback", "--embedding", "loopback", "--iterations", "3", "--train-per-iteration", "10",
-        "--max-steps", "4", "--heldout-concurrency", "3", "--out-root", str(out_root), *extra,
+        sys.executable,
+        "-m",
+        "antipersist_lib",
+        "run",
+        "--method",
+        method,
+        "--benchmark",
+        "errandworld",
+        "--backbone",
+        "loopback",
+        "--embedding",
+        "loopback",
+        "--iterations",
+        "3",
+        "--train-per-iteration",
+        "10",
+        "--max-steps",
+        "4",
+        "--heldout-concurrency",
+        "3",
+        "--out-root",
+        str(out_root),
+        *extra,
     ]
 
 
@@ -52,7 +72,12 @@ def _valid_lines(path: Path) -> list[dict]:
 
 def _compare(a: Path, b: Path) -> None:
     # state files and training episodes: byte-identical, hence same records, same order
-    for rel in ("episodes_train.jsonl", "state/trajectories.jsonl", "state/outcome_log.jsonl", "state/abstractions/events.jsonl"):
+    for rel in (
+        "episodes_train.jsonl",
+        "state/trajectories.jsonl",
+        "state/outcome_log.jsonl",
+        "state/abstractions/events.jsonl",
+    ):
         pa, pb = a / rel, b / rel
         assert pa.exists() == pb.exists(), rel
         if pa.exists():
@@ -68,14 +93,20 @@ def _compare(a: Path, b: Path) -> None:
     ja = [(e["kind"], e["iteration"], e.get("position")) for e in _valid_lines(a / "journal.jsonl")]
     jb = [(e["kind"], e["iteration"], e.get("position")) for e in _valid_lines(b / "journal.jsonl")]
     assert ja == jb
-    assert json.loads((a / "summary.json").read_text())["iterations"] == json.loads((b / "summary.json").read_text())["iterations"]
+    assert (
+        json.loads((a / "summary.json").read_text())["iterations"]
+        == json.loads((b / "summary.json").read_text())["iterations"]
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,extra", [
-    ("anti_persistence", ["--method-param", "round_robin_iterations=1", "--method-param", "warmup_per_mode=1"]),
-    ("abstraction_memory", []),
-])
+@pytest.mark.parametrize(
+    "method,extra",
+    [
+        ("anti_persistence", ["--method-param", "round_robin_iterations=1", "--method-param", "warmup_per_mode=1"]),
+        ("abstraction_memory", []),
+    ],
+)
 def test_sigkill_five_times_then_resume_equals_uninterrupted(tmp_path, method, extra):
     rng = random.Random(1234)
     with LoopbackServer(responder=errand_policy, latency_s=0.01) as srv:
@@ -86,19 +117,38 @@ def test_sigkill_five_times_then_resume_equals_uninterrupted(tmp_path, method, e
         (tmp_path / "a").mkdir()
         (tmp_path / "b").mkdir()
         t0 = time.monotonic()
-        ref = subprocess.run(_cmd(tmp_path / "ref", method, extra), cwd=tmp_path / "a", env=env, capture_output=True, text=True, timeout=300)
+        ref = subprocess.run(
+            _cmd(tmp_path / "ref", method, extra),
+            cwd=tmp_path / "a",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         duration = time.monotonic() - t0
         assert ref.returncode == 0, ref.stderr[-2000:]
         kills = 0
         for _ in range(5):
-            proc = subprocess.Popen(_cmd(tmp_path / "killed", method, extra), cwd=tmp_path / "b", env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                _cmd(tmp_path / "killed", method, extra),
+                cwd=tmp_path / "b",
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(rng.uniform(0.25, 0.6) * duration)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
             proc.wait(timeout=60)
-        final = subprocess.run(_cmd(tmp_path / "killed", method, extra), cwd=tmp_path / "b", env=env, capture_output=True, text=True, timeout=300)
+        final = subprocess.run(
+            _cmd(tmp_path / "killed", method, extra),
+            cwd=tmp_path / "b",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert final.returncode == 0, final.stderr[-2000:]
     assert kills >= 3, "the run finished before most kills; the test did not interrupt it"
     run_a = next((tmp_path / "ref").rglob("manifest.json")).parent

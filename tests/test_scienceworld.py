@@ -68,7 +68,9 @@ def test_stored_pools_are_the_engines(sw):
 
 
 #: (task type, split, position): one task of 10 different types, across both splits.
-ORACLE_SAMPLE = [t for i, t in enumerate(PART.train) if i % 25 == 0] + [t for i, t in enumerate(PART.heldout) if i % 15 == 7]
+ORACLE_SAMPLE = [t for i, t in enumerate(PART.train) if i % 25 == 0] + [
+    t for i, t in enumerate(PART.heldout) if i % 15 == 7
+]
 
 
 @pytest.mark.slow

@@ -94,7 +94,16 @@ LOCAL = [
 
 
 def test_branches_constant():
-    assert BRANCHES == ("no_embedding", "round_robin", "warmup", "epsilon", "global_best", "local_ucb", "fixed", "random")
+    assert BRANCHES == (
+        "no_embedding",
+        "round_robin",
+        "warmup",
+        "epsilon",
+        "global_best",
+        "local_ucb",
+        "fixed",
+        "random",
+    )
 
 
 def test_fixed_decision_is_marked_and_validated():
@@ -341,7 +350,13 @@ def test_negative_similarity_neighbours_get_zero_weight():
     # none: W = 2 -> 0.5, n = 2; bonus(n=2) = 0.5*sqrt(ln5/2) = 0.5*sqrt(0.8047190) = 0.4485306
     # scores: none 0.9485306, imitation 0.3985306, strategic None, corrective None -> none
     log = make_log(
-        [(A, "imitation", False), (NEG, "imitation", True), (A, "none", True), (A, "none", False), (NEG, "strategic", True)]
+        [
+            (A, "imitation", False),
+            (NEG, "imitation", True),
+            (A, "none", True),
+            (A, "none", False),
+            (NEG, "strategic", True),
+        ]
     )
     d = decide(log, gamma=1.0, rho=0.3, **PLAIN)
     assert d.branch == "local_ucb"
@@ -403,10 +418,21 @@ def test_global_best_hand_computed_recency_weighted():
     # none:      (1/16 + 1/8) / (1/16 + 1/8 + 1) = 0.1875 / 1.1875 = 3/19 = 0.157895
     # imitation: (-0.0125 + 0.475) / 0.75 = 0.616667 -> imitation
     # (with gamma = 1 the plain means are none 2/3, imitation 0.45 -> none)
-    entries = [(D, "none", True), (D, "none", True), (D, "imitation", False), (D, "imitation", True), (D, "none", False)]
+    entries = [
+        (D, "none", True),
+        (D, "none", True),
+        (D, "imitation", False),
+        (D, "imitation", True),
+        (D, "none", False),
+    ]
     d = decide(make_log(entries), gamma=0.5, **PLAIN)
     assert d.branch == "global_best"
-    assert d.estimates == {"none": approx(3 / 19), "imitation": approx(0.4625 / 0.75), "strategic": None, "corrective": None}
+    assert d.estimates == {
+        "none": approx(3 / 19),
+        "imitation": approx(0.4625 / 0.75),
+        "strategic": None,
+        "corrective": None,
+    }
     assert d.counts == {"none": 3, "imitation": 2, "strategic": 0, "corrective": 0}
     assert d.mode == "imitation"
     d1 = decide(make_log(entries), gamma=1.0, **PLAIN)
@@ -559,8 +585,12 @@ def test_decisions_compare_within_rounding_but_not_beyond():
     rng = np.random.default_rng(3)
     embs = rng.normal(size=(12, 64))
     log = make_log([(e, MODES[i % 4], i % 3 == 0) for i, e in enumerate(embs)])
-    nudged = make_log([(np.nextafter(e.astype(np.float32), np.float32(np.inf)).astype(np.float64), MODES[i % 4], i % 3 == 0)
-                       for i, e in enumerate(embs)])
+    nudged = make_log(
+        [
+            (np.nextafter(e.astype(np.float32), np.float32(np.inf)).astype(np.float64), MODES[i % 4], i % 3 == 0)
+            for i, e in enumerate(embs)
+        ]
+    )
     q = embs[0] + 0.05 * rng.normal(size=64)
     cfg = SelectorConfig(rho=0.0, epsilon=0.0, warmup_per_mode=1)
     a = select_mode(log, q, iteration=5, position=2, seed=1, config=cfg).to_dict()
@@ -568,11 +598,21 @@ def test_decisions_compare_within_rounding_but_not_beyond():
     assert a["branch"] == "local_ucb" and a["similarities"] != b["similarities"]
     assert decision_differences(a, b) == []
     # neighbours whose cosines tie within rounding may swap places
-    swapped = dict(b, neighbours=[b["neighbours"][1], b["neighbours"][0], *b["neighbours"][2:]],
-                   similarities=[b["similarities"][1], b["similarities"][0], *b["similarities"][2:]],
-                   weights=[b["weights"][1], b["weights"][0], *b["weights"][2:]])
+    swapped = dict(
+        b,
+        neighbours=[b["neighbours"][1], b["neighbours"][0], *b["neighbours"][2:]],
+        similarities=[b["similarities"][1], b["similarities"][0], *b["similarities"][2:]],
+        weights=[b["weights"][1], b["weights"][0], *b["weights"][2:]],
+    )
     assert decision_differences(a, swapped) == []
     other = next(m for m in MODES if m != a["mode"])
     assert any(d.startswith("mode:") for d in decision_differences(a, dict(b, mode=other)))
-    assert any(d.startswith("neighbours") for d in decision_differences(a, dict(b, neighbours=[99, *b["neighbours"][1:]])))
-    assert any(d.startswith("scores.") for d in decision_differences(a, dict(b, scores={**b["scores"], a["mode"]: 0.5 + (b["scores"][a["mode"]] or 0)})))
+    assert any(
+        d.startswith("neighbours") for d in decision_differences(a, dict(b, neighbours=[99, *b["neighbours"][1:]]))
+    )
+    assert any(
+        d.startswith("scores.")
+        for d in decision_differences(
+            a, dict(b, scores={**b["scores"], a["mode"]: 0.5 + (b["scores"][a["mode"]] or 0)})
+        )
+    )

@@ -20,7 +20,13 @@ def memory_with(successes: int, failures: int) -> TrajectoryMemory:
     m = TrajectoryMemory()
     for i in range(successes + failures):
         ok = i < successes
-        traj = Trajectory(f"start {i}", (Step("go to kitchen", "You go to the kitchen."), Step("take cup", "You take the cup." if ok else "Nothing happens.", valid=ok)))
+        traj = Trajectory(
+            f"start {i}",
+            (
+                Step("go to kitchen", "You go to the kitchen."),
+                Step("take cup", "You take the cup." if ok else "Nothing happens.", valid=ok),
+            ),
+        )
         m.add(TASK, traj, EpisodeOutcome(ok, n_steps=2), embedding=[1.0, 0.1 * i])
     return m
 
@@ -75,10 +81,13 @@ def test_corrective_uses_one_contrast_success(make_clients):
     assert prompts.NO_SUCCESS_REFERENCE not in user
 
 
-@pytest.mark.parametrize("mode,header", [
-    ("imitation", "## Behavioral Patterns (imitation)"),
-    ("strategic", "## Task-Specific Strategy (strategic reflection)"),
-])
+@pytest.mark.parametrize(
+    "mode,header",
+    [
+        ("imitation", "## Behavioral Patterns (imitation)"),
+        ("strategic", "## Task-Specific Strategy (strategic reflection)"),
+    ],
+)
 def test_success_modes_headers_and_inputs(make_clients, mode, header):
     c = make_clients(ScriptedResponder(default="1. go to kitchen\n2. take cup"))
     m = memory_with(successes=7, failures=2)

@@ -47,7 +47,16 @@ def ids(results) -> list[int]:
 #   id:   0     1     2     3     4     5     6     7
 #  deg:  10    20    30    40    50    60    70    80
 #   y:    F     S     F     S     F     F     S     F
-EIGHT = [(0, 10, False), (1, 20, True), (2, 30, False), (3, 40, True), (4, 50, False), (5, 60, False), (6, 70, True), (7, 80, False)]
+EIGHT = [
+    (0, 10, False),
+    (1, 20, True),
+    (2, 30, False),
+    (3, 40, True),
+    (4, 50, False),
+    (5, 60, False),
+    (6, 70, True),
+    (7, 80, False),
+]
 
 
 @pytest.fixture

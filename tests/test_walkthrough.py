@@ -82,8 +82,14 @@ def _nudge_embeddings(value):
 
     up = np.float32(np.inf)
     if isinstance(value, dict):
-        return {k: ([float(np.nextafter(np.float32(x), up)) for x in v] if k == "embedding" and isinstance(v, list) and v
-                    else _nudge_embeddings(v)) for k, v in value.items()}
+        return {
+            k: (
+                [float(np.nextafter(np.float32(x), up)) for x in v]
+                if k == "embedding" and isinstance(v, list) and v
+                else _nudge_embeddings(v)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_nudge_embeddings(v) for v in value]
     return value

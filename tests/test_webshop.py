@@ -39,7 +39,14 @@ GOOD_OPTIONS = {"color": "blue", "size": "12 oz"}
 
 def fixture(name: str, **subs: str) -> str:
     html = (FIXTURES / name).read_text(encoding="utf-8")
-    defaults = {"SESSION": "fixed_0", "KEYWORDS": "blue%20mug", "PAGE": "1", "NEXTPAGE": "2", "REWARD": "1.0", "ASIN": GOOD_ASIN}
+    defaults = {
+        "SESSION": "fixed_0",
+        "KEYWORDS": "blue%20mug",
+        "PAGE": "1",
+        "NEXTPAGE": "2",
+        "REWARD": "1.0",
+        "ASIN": GOOD_ASIN,
+    }
     defaults.update(subs)
     for k, v in defaults.items():
         html = html.replace(f"__{k}__", v)
@@ -94,7 +101,7 @@ class FakeWebShop:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def start(self) -> "FakeWebShop":
+    def start(self) -> FakeWebShop:
         self.thread.start()
         return self
 
@@ -139,14 +146,18 @@ class FakeWebShop:
             route = seg[0]
             if route == "search_results":
                 _, _, kw, page = seg
-                return self.send(h, 200, self.page("results.html", seg[1], KEYWORDS=kw, PAGE=page, NEXTPAGE=str(int(page) + 1)))
+                return self.send(
+                    h, 200, self.page("results.html", seg[1], KEYWORDS=kw, PAGE=page, NEXTPAGE=str(int(page) + 1))
+                )
             if route == "item_page":
                 _, _, asin, kw, page, opts = seg
                 name = "item_mug.html" if asin == GOOD_ASIN else "item_cup.html"
                 return self.send(h, 200, self.page(name, seg[1], opts=opts, KEYWORDS=kw, PAGE=page))
             if route == "item_sub_page":
                 _, _, asin, kw, page, _sub, opts = seg
-                return self.send(h, 200, self.page("description.html", seg[1], opts=opts, KEYWORDS=kw, PAGE=page, ASIN=asin))
+                return self.send(
+                    h, 200, self.page("description.html", seg[1], opts=opts, KEYWORDS=kw, PAGE=page, ASIN=asin)
+                )
             if route == "done":
                 _, _, asin, opts = seg
                 chosen = ast.literal_eval(urllib.parse.unquote(opts))
@@ -182,7 +193,14 @@ def url_options(url: str) -> dict:
 
 
 def goal_task(i: int = 0, instruction: str = "") -> Task:
-    return Task(task_id=i, benchmark="webshop", task_type="webshop", instruction=instruction, split="heldout", env_args={"goal_index": i})
+    return Task(
+        task_id=i,
+        benchmark="webshop",
+        task_type="webshop",
+        instruction=instruction,
+        split="heldout",
+        env_args={"goal_index": i},
+    )
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -218,13 +236,24 @@ def test_parse_item_page():
     p = parse_page(fixture("item_mug.html"))
     assert p.kind == "item"
     assert p.clickable_labels == [
-        "Back to Search", "< Prev", "blue", "red", "12 oz", "16 oz", "Description", "Features", "Reviews", "Buy Now",
+        "Back to Search",
+        "< Prev",
+        "blue",
+        "red",
+        "12 oz",
+        "16 oz",
+        "Description",
+        "Features",
+        "Reviews",
+        "Buy Now",
     ]
     opt = p.clickable("12  OZ")
     assert opt.kind == "option" and opt.url.endswith(enc_options({"size": "12 oz"}))
     assert p.clickable("buy now").url == f"/done/fixed_0/{GOOD_ASIN}/%7B%7D"
     assert "console.log" not in p.text_observation  # script text is not visible
-    assert p.text_observation.startswith(f"Instruction: [SEP] {INSTRUCTION} [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] blue")
+    assert p.text_observation.startswith(
+        f"Instruction: [SEP] {INSTRUCTION} [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] blue"
+    )
     assert p.text_observation.endswith("Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
 
 
@@ -469,7 +498,11 @@ def test_users_partition_folder_is_written_and_read_first(goals_file, tmp_path, 
 
 def test_partition_from_goal_objects_and_wrong_count(tmp_path):
     p = tmp_path / "goals.json"
-    p.write_text(json.dumps([{"asin": f"A{i}", "instruction_text": f"goal {i}, and price lower than 10.00 dollars"} for i in range(500)]))
+    p.write_text(
+        json.dumps(
+            [{"asin": f"A{i}", "instruction_text": f"goal {i}, and price lower than 10.00 dollars"} for i in range(500)]
+        )
+    )
     with pytest.warns(UserWarning, match="500 goals"):
         part = build_webshop_partition(p)
     assert part.drawn_with["n_goals"] == 500 and not part.drawn_with["n_goals_matches_paper"]
@@ -491,11 +524,30 @@ def test_items_human_ins_dict_form(tmp_path):
 
     human = {
         "B2": [
-            {"asin": "B2", "instruction": "i want a red lamp.", "instruction_attributes": ["red"], "instruction_options": []},
-            {"asin": "B2", "instruction": "skipped: no attributes", "instruction_attributes": [], "instruction_options": []},
+            {
+                "asin": "B2",
+                "instruction": "i want a red lamp.",
+                "instruction_attributes": ["red"],
+                "instruction_options": [],
+            },
+            {
+                "asin": "B2",
+                "instruction": "skipped: no attributes",
+                "instruction_attributes": [],
+                "instruction_options": [],
+            },
         ],
-        "B1": [{"asin": "B1", "instruction": "i need a green cup", "instruction_attributes": ["green"], "instruction_options": []}],
-        "B3": [{"asin": "B3", "instruction": "a blue pen..", "instruction_attributes": ["blue"], "instruction_options": []}],
+        "B1": [
+            {
+                "asin": "B1",
+                "instruction": "i need a green cup",
+                "instruction_attributes": ["green"],
+                "instruction_options": [],
+            }
+        ],
+        "B3": [
+            {"asin": "B3", "instruction": "a blue pen..", "instruction_attributes": ["blue"], "instruction_options": []}
+        ],
     }
     hp = _write(tmp_path / "items_human_ins.json", human)
     # the site lists goals in product-file order, then shuffles them with random.seed(233)

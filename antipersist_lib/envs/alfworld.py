@@ -93,9 +93,7 @@ def _games_root(candidate: Path) -> Path | None:
     if child.is_dir():
         return child
     if candidate.is_dir() and (
-        candidate.name == GAMES_DIRNAME
-        or (candidate / HELDOUT_SPLIT).is_dir()
-        or (candidate / TRAIN_SPLIT).is_dir()
+        candidate.name == GAMES_DIRNAME or (candidate / HELDOUT_SPLIT).is_dir() or (candidate / TRAIN_SPLIT).is_dir()
     ):
         return candidate
     return None
@@ -119,8 +117,11 @@ def resolve_alfworld_data(path: str | os.PathLike[str] | None = None) -> Path:
         if found is not None:
             return found.resolve()
         looked = [str(cand), str(cand / GAMES_DIRNAME)]
-    where = (f"{source} = {raw!r}; looked for the game folders at " + " and ".join(looked)
-             if raw else f"{source} is not set (and no data_dir was given)")
+    where = (
+        f"{source} = {raw!r}; looked for the game folders at " + " and ".join(looked)
+        if raw
+        else f"{source} is not set (and no data_dir was given)"
+    )
     raise BenchmarkUnavailableError(
         f"ALFWorld game files ({GAMES_DIRNAME}/{{train,valid_unseen,...}}/<task>/<trial>/{GAME_FILENAME}) "
         f"not found: {where}. Fix: set {DATA_ENV_VAR} to the folder that contains {GAMES_DIRNAME}/ "
@@ -248,7 +249,9 @@ class ALFWorldEnvironment(Environment):
             with _ENGINE_LOCK:  # textworld's gym registry and game loader are not thread-safe
                 infos_req = self._tw.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
                 env_id = self._twgym.register_games(
-                    [str(game)], infos_req, max_episode_steps=self.max_episode_steps,
+                    [str(game)],
+                    infos_req,
+                    max_episode_steps=self.max_episode_steps,
                     wrappers=[self._demangler_cls(shuffle=False), self._infos_cls],
                     name="antipersist-alfworld",
                 )
@@ -294,7 +297,7 @@ class ALFWorldEnvironment(Environment):
     def _strip_banner(obs: str) -> str:
         text = str(obs).strip()
         if text.startswith(WELCOME_BANNER):
-            text = text[len(WELCOME_BANNER):].strip()
+            text = text[len(WELCOME_BANNER) :].strip()
         return text
 
     # -- state --------------------------------------------------------------------------------

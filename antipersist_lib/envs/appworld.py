@@ -40,9 +40,10 @@ import os
 import random
 import re
 import sys
+from collections.abc import Iterable
 from importlib import import_module, metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
 from ..partitions import PARTITION_SEED, Partition
@@ -139,7 +140,9 @@ def load_appworld_task_ids(dataset: str = "dev") -> list[str]:
     try:
         return [str(t) for t in mod.load_task_ids(dataset)]
     except Exception as exc:
-        raise BenchmarkUnavailableError(f"AppWorld could not list the {dataset!r} tasks ({exc}). {INSTALL_HINT}") from exc
+        raise BenchmarkUnavailableError(
+            f"AppWorld could not list the {dataset!r} tasks ({exc}). {INSTALL_HINT}"
+        ) from exc
 
 
 def sample_appworld_tasks(task_ids: Iterable[str], n: int = F1_N_TASKS, seed: int = PARTITION_SEED) -> list[str]:
@@ -180,13 +183,21 @@ def build_appworld_partition(dataset: str = "dev", seed: int = PARTITION_SEED, n
     chosen = set(held)
     train = [t for t in ids if t not in chosen]
     return Partition(
-        benchmark="appworld", seed=seed,
-        drawn_with={"appworld": _appworld_version(), "dataset": dataset, "n_task_ids": len(ids), "heldout_n": n,
-                    "draw": "sorted(random.Random(seed).sample(sorted(task_ids), n))"},
+        benchmark="appworld",
+        seed=seed,
+        drawn_with={
+            "appworld": _appworld_version(),
+            "dataset": dataset,
+            "n_task_ids": len(ids),
+            "heldout_n": n,
+            "draw": "sorted(random.Random(seed).sample(sorted(task_ids), n))",
+        },
         train=tuple(appworld_tasks(train, split="train", dataset=dataset)),
         heldout=tuple(appworld_tasks(held, split="heldout", dataset=dataset)),
-        notes=(f"Appendix F.1: {n} randomly selected AppWorld tasks ({dataset} set), evaluated with frozen skill "
-               "libraries; the other tasks of the set form the training pool, which F.1 does not use."),
+        notes=(
+            f"Appendix F.1: {n} randomly selected AppWorld tasks ({dataset} set), evaluated with frozen skill "
+            "libraries; the other tasks of the set form the training pool, which F.1 does not use."
+        ),
     )
 
 
@@ -248,7 +259,9 @@ class AppWorldEnvironment(Environment):
         self._completed = False
         self._evaluation = None
         try:
-            world = self._mod.AppWorld(task_id=self._task_id, experiment_name=self.experiment_name, **self.appworld_options)
+            world = self._mod.AppWorld(
+                task_id=self._task_id, experiment_name=self.experiment_name, **self.appworld_options
+            )
             world = world.__enter__() or world
         except ImportError as exc:
             raise BenchmarkUnavailableError(f"AppWorld could not load its apps ({exc}). {INSTALL_HINT}") from exc

@@ -159,7 +159,9 @@ class ScienceWorldEnvironment(Environment):
         finished = bool(done) or score >= 100
         self._done = finished
         valid = obs.strip() != INVALID_OBSERVATION
-        return StepResult(obs.strip(), float(reward or 0), finished, valid, {"score": score, "moves": info.get("moves")})
+        return StepResult(
+            obs.strip(), float(reward or 0), finished, valid, {"score": score, "moves": info.get("moves")}
+        )
 
     @property
     def success(self) -> bool:
@@ -242,8 +244,10 @@ def draw_scienceworld_variations(
     for name, (train, dev, test) in variations.items():
         train, dev, test = sorted(train), sorted(dev), sorted(test)
         if len(test) < n_heldout or len(train) + len(dev) < n_train:
-            raise ValueError(f"{name}: needs {n_train} train/dev and {n_heldout} test variations, "
-                             f"has {len(train)}+{len(dev)} and {len(test)}")
+            raise ValueError(
+                f"{name}: needs {n_train} train/dev and {n_heldout} test variations, "
+                f"has {len(train)}+{len(dev)} and {len(test)}"
+            )
         if len(train) >= n_train:
             chosen = rng.sample(train, n_train)
         else:
@@ -252,7 +256,9 @@ def draw_scienceworld_variations(
     return out
 
 
-def build_scienceworld_partition(*, seed: int = PARTITION_SEED, simplification: str = "easy") -> tuple[Partition, dict[str, Any]]:
+def build_scienceworld_partition(
+    *, seed: int = PARTITION_SEED, simplification: str = "easy"
+) -> tuple[Partition, dict[str, Any]]:
     """Draw the 150/60 partition on the engine; returns it and the variation lists it drew from.
 
     The variation pools are stored in ``drawn_with["pools"]`` so the draw can be re-checked

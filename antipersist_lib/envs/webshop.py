@@ -59,10 +59,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
 from ..partitions import PAPER_COUNTS, PARTITION_SEED, Partition
@@ -412,7 +413,9 @@ class WebShopEnvironment(Environment):
             return url
         return urllib.parse.urljoin(self.base_url + "/", url)
 
-    def _fetch(self, url: str, *, data: dict[str, str] | None = None, method: str = "get", at_reset: bool = False) -> tuple[str, str]:
+    def _fetch(
+        self, url: str, *, data: dict[str, str] | None = None, method: str = "get", at_reset: bool = False
+    ) -> tuple[str, str]:
         """GET/POST ``url``; returns (final url after redirects, body)."""
         timeout = self.timeout_s if self._served else self.startup_timeout_s
         body = None
@@ -433,7 +436,7 @@ class WebShopEnvironment(Environment):
             if at_reset and _unreachable(exc.reason):
                 raise self._unavailable(exc.reason) from exc
             raise InfrastructureError(f"WebShop site request failed for {url}: {exc.reason!r}") from exc
-        except (TimeoutError, socket.timeout) as exc:
+        except TimeoutError as exc:
             raise InfrastructureError(f"WebShop site timed out after {timeout}s for {url}") from exc
         except OSError as exc:
             if at_reset and _unreachable(exc):
@@ -445,10 +448,13 @@ class WebShopEnvironment(Environment):
 
     def _unavailable(self, reason: object) -> BenchmarkUnavailableError:
         return BenchmarkUnavailableError(
-            f"cannot connect to the WebShop site at {self.base_url} ({reason}). " + SERVER_HINT.format(base_url=self.base_url)
+            f"cannot connect to the WebShop site at {self.base_url} ({reason}). "
+            + SERVER_HINT.format(base_url=self.base_url)
         )
 
-    def _load(self, url: str, *, data: dict[str, str] | None = None, method: str = "get", at_reset: bool = False) -> Page:
+    def _load(
+        self, url: str, *, data: dict[str, str] | None = None, method: str = "get", at_reset: bool = False
+    ) -> Page:
         final, html = self._fetch(url, data=data, method=method, at_reset=at_reset)
         try:
             page = parse_page(html)
@@ -468,7 +474,9 @@ class WebShopEnvironment(Environment):
         try:
             goal = int(task.env_args["goal_index"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"WebShop task {task.key} needs env_args['goal_index'] (an int): {task.env_args!r}") from exc
+            raise ValueError(
+                f"WebShop task {task.key} needs env_args['goal_index'] (an int): {task.env_args!r}"
+            ) from exc
         self._episodes += 1
         self._session = self.session_id(goal)
         self._reward = 0.0
@@ -477,13 +485,17 @@ class WebShopEnvironment(Environment):
         url = f"{self.base_url}/{urllib.parse.quote(self._session)}"
         page = self._load(url, at_reset=True)
         if page.kind != "index" or not page.instruction:
-            raise InfrastructureError(f"WebShop session {self._session} did not open on the search page with an instruction")
+            raise InfrastructureError(
+                f"WebShop session {self._session} did not open on the search page with an instruction"
+            )
         self.instruction_mismatch = bool(task.instruction) and not _same_goal(task.instruction, page.instruction)
         if self.instruction_mismatch:
             log.warning(
                 "WebShop goal %d: the site's instruction %r does not match the partition's %r "
                 "(is the site running on the full product set?)",
-                goal, page.instruction, task.instruction,
+                goal,
+                page.instruction,
+                task.instruction,
             )
         return page.text_observation
 
@@ -491,7 +503,9 @@ class WebShopEnvironment(Environment):
         if self._page is None:
             raise InfrastructureError("WebShop step before reset")
         if self._done:
-            return StepResult("The episode is over: the product was bought.", valid=False, done=True, info={"page": "done"})
+            return StepResult(
+                "The episode is over: the product was bought.", valid=False, done=True, info={"page": "done"}
+            )
         parsed = parse_webshop_action(action)
         page = self._page
         if parsed is None:
@@ -510,20 +524,27 @@ class WebShopEnvironment(Environment):
                     info={"page": page.kind},
                 )
             if not arg:
-                return StepResult("search[] needs a query, e.g. search[blue ceramic mug].", valid=False, info={"page": page.kind})
+                return StepResult(
+                    "search[] needs a query, e.g. search[blue ceramic mug].", valid=False, info={"page": page.kind}
+                )
             target = self._absolute(page.search_url or f"/{urllib.parse.quote(self._session or '')}")
             new = self._load(target, data={page.search_field: arg}, method="post")
             return StepResult(new.text_observation, info={"page": new.kind, "url": self._url})
         # click
         if _key(arg) == "search":
             return StepResult(
-                "To search, use search[query] on the search page." + ("" if page.has_search else " click[Back to Search] first."),
+                "To search, use search[query] on the search page."
+                + ("" if page.has_search else " click[Back to Search] first."),
                 valid=False,
                 info={"page": page.kind},
             )
         c = page.clickable(arg)
         if c is None:
-            return StepResult(f"Invalid action: there is no {arg!r} to click on this page.\n{self._available_text(page)}", valid=False, info={"page": page.kind})
+            return StepResult(
+                f"Invalid action: there is no {arg!r} to click on this page.\n{self._available_text(page)}",
+                valid=False,
+                info={"page": page.kind},
+            )
         if not c.url:
             raise InfrastructureError(f"WebShop page offers {c.label!r} without a link to follow")
         new = self._load(self._absolute(c.url), method=c.method)
@@ -604,7 +625,9 @@ def _same_goal(partition_instruction: str, site_instruction: str) -> bool:
 # -- partition -----------------------------------------------------------------------------
 
 
-def load_webshop_goals(goals_path: str | Path, *, products_path: str | Path | None = None) -> tuple[list[str], dict[str, Any]]:
+def load_webshop_goals(
+    goals_path: str | Path, *, products_path: str | Path | None = None
+) -> tuple[list[str], dict[str, Any]]:
     """Goal instructions in the order of the WebShop site's goal list (index i = ``fixed_i``).
 
     Accepted files (JSON):
@@ -643,7 +666,11 @@ def load_webshop_goals(goals_path: str | Path, *, products_path: str | Path | No
                 raise ValueError(f"{path}: goal {i} is neither a string nor an object with 'instruction_text'")
         if len(kinds) > 1:
             raise ValueError(f"{path}: mixes instruction strings and goal objects")
-        info["format"] = "list of instruction strings (human_goals.json)" if kinds == {"strings"} else "list of goal objects (get_human_goals)"
+        info["format"] = (
+            "list of instruction strings (human_goals.json)"
+            if kinds == {"strings"}
+            else "list of goal objects (get_human_goals)"
+        )
         info["order_exact"] = True
         return out, info
     if isinstance(data, dict):
@@ -681,7 +708,9 @@ def load_webshop_goals(goals_path: str | Path, *, products_path: str | Path | No
     raise ValueError(f"{path}: expected a JSON list of goals or a dict keyed by ASIN, got {type(data).__name__}")
 
 
-def draw_webshop_split(n_goals: int, *, seed: int = PARTITION_SEED, n_heldout: int = N_HELDOUT, n_train: int = N_TRAIN) -> tuple[list[int], list[int]]:
+def draw_webshop_split(
+    n_goals: int, *, seed: int = PARTITION_SEED, n_heldout: int = N_HELDOUT, n_train: int = N_TRAIN
+) -> tuple[list[int], list[int]]:
     """(held-out goal indices 0..n_heldout-1, sorted training indices drawn from the rest)."""
     if n_goals < n_heldout + n_train:
         raise ValueError(f"need at least {n_heldout + n_train} goals, got {n_goals}")
@@ -724,7 +753,14 @@ def build_webshop_partition(
         )
 
     def task(i: int, split: str) -> Task:
-        return Task(task_id=i, benchmark="webshop", task_type="webshop", instruction=goals[i], split=split, env_args={"goal_index": i})
+        return Task(
+            task_id=i,
+            benchmark="webshop",
+            task_type="webshop",
+            instruction=goals[i],
+            split=split,
+            env_args={"goal_index": i},
+        )
 
     drawn_with = {
         **info,

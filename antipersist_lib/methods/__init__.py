@@ -33,8 +33,14 @@ METHODS: dict[str, tuple[str, str]] = {
 }
 #: the eight methods of Table 1, in the paper's row order
 TABLE1_METHODS: tuple[str, ...] = (
-    "react", "reflexion", "expel", "autorefine",
-    "trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence",
+    "react",
+    "reflexion",
+    "expel",
+    "autorefine",
+    "trajectory_memory",
+    "abstraction_memory",
+    "joint_memory",
+    "anti_persistence",
 )
 
 
@@ -49,6 +55,12 @@ def make_method(name: str, ctx: MethodContext, **params: Any) -> Method:
     return method_class(name)(ctx, **params)
 
 
+def import_all() -> None:
+    """Import every method module (they load lazily), e.g. so that all their prompts are registered."""
+    for module, _ in METHODS.values():
+        import_module(module)
+
+
 def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "errandworld") -> None:
     """Build the method once with no model, in a throw-away state folder, so that unknown or bad
     parameters fail before a grid starts (constructors validate; none of them calls a model)."""
@@ -59,4 +71,14 @@ def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "
         make_method(name, MethodContext(None, None, Path(tmp), 0, benchmark, fsync=False), **params).close()
 
 
-__all__ = ["validate_method_params", "METHODS", "TABLE1_METHODS", "Method", "MethodContext", "TaskContext", "make_method", "method_class"]
+__all__ = [
+    "import_all",
+    "validate_method_params",
+    "METHODS",
+    "TABLE1_METHODS",
+    "Method",
+    "MethodContext",
+    "TaskContext",
+    "make_method",
+    "method_class",
+]

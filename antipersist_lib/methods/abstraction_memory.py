@@ -29,7 +29,7 @@ from ..agent import EpisodeResult
 from ..jsonl import JsonlWriter
 from ..records import Task
 from ..synthesis import synthesize
-from ..trajectory_memory import Retrieved, TrajectoryMemory
+from ..trajectory_memory import Retrieved
 from .base import MethodContext, TaskContext, take_params
 from .trajectory_memory import TrajectoryMemoryMethod
 
@@ -83,7 +83,9 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync)
         self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         emb = self.embed_task(task, initial_observation, phase, iteration)
         blocks: list[str] = []
         meta: dict[str, Any] = {}
@@ -105,19 +107,33 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         success = new.outcome.success
         mode = "strategic" if success else "corrective"
         role = "success" if success else "failure"
-        others = [r for r in self.memory.search(embedding, k=budget, task=task, success=success, role=role) if r.record.record_id != rec_id]
+        others = [
+            r
+            for r in self.memory.search(embedding, k=budget, task=task, success=success, role=role)
+            if r.record.record_id != rec_id
+        ]
         h = [Retrieved(new, 1.0, role)] + others[: budget - 1]
         if not success:
             h += self.memory.search(embedding, k=1, task=task, success=True, role="contrast")
         return mode, h
 
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
-        rec = self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration)
+        rec = self.memory.add(
+            task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration
+        )
         if ctx.embedding is None or episode.outcome.infra_failure:
             return  # nothing to index the abstraction by / no evidence about the agent
         mode, h = self.synthesis_input(task, rec.record_id, ctx.embedding)
         tags = {"phase": "train", "iteration": iteration, "task": task.key}
-        g = synthesize(mode, task.instruction, h, self.ctx.llm, max_tokens=int(self.params["synthesis_max_tokens"]), tags=tags, wrap=False)
+        g = synthesize(
+            mode,
+            task.instruction,
+            h,
+            self.ctx.llm,
+            max_tokens=int(self.params["synthesis_max_tokens"]),
+            tags=tags,
+            wrap=False,
+        )
         ctx.synthesis_calls += g.kappa  # post-episode synthesis (training cost)
         if not g.text:
             return
@@ -133,12 +149,24 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             embedding=ctx.embedding,
         )
 
-    def _judge(self, task: Task, text: str, h: list[Retrieved], iteration: int, position: int, tags: dict[str, Any]) -> bool:
+    def _judge(
+        self, task: Task, text: str, h: list[Retrieved], iteration: int, position: int, tags: dict[str, Any]
+    ) -> bool:
         from ..synthesis import format_blocks
 
         reply = self.ctx.llm.chat(
-            [{"role": "user", "content": JUDGE_PROMPT.format(instruction=task.instruction, guidance=text, evidence=format_blocks(h, "Episode"))}],
-            purpose="judge", temperature=0.0, max_tokens=int(self.params["judge_max_tokens"]), tags=tags,
+            [
+                {
+                    "role": "user",
+                    "content": JUDGE_PROMPT.format(
+                        instruction=task.instruction, guidance=text, evidence=format_blocks(h, "Episode")
+                    ),
+                }
+            ],
+            purpose="judge",
+            temperature=0.0,
+            max_tokens=int(self.params["judge_max_tokens"]),
+            tags=tags,
         )
         ok = judge_accepts(reply.text)
         assert self._judge_log is not None

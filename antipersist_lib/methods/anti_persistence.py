@@ -64,11 +64,16 @@ def load_skill_library(path: str | Path) -> list[dict[str, str]]:
 def _library_from_run(run_dir: Path) -> list[dict[str, str]]:
     snaps = snapshot_paths(run_dir)
     if not snaps:
-        raise ValueError(f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json "
-                         "(run an abstraction-memory method there first)")
+        raise ValueError(
+            f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json "
+            "(run an abstraction-memory method there first)"
+        )
     data = json.loads(snaps[-1].read_text(encoding="utf-8"))
-    return [{"name": a.get("name") or a["abstraction_id"], "content": a["text"].strip()}
-            for a in data.get("active", []) if a.get("text", "").strip()]
+    return [
+        {"name": a.get("name") or a["abstraction_id"], "content": a["text"].strip()}
+        for a in data.get("active", [])
+        if a.get("text", "").strip()
+    ]
 
 
 def format_skills(skills: list[dict[str, str]]) -> str:
@@ -101,9 +106,12 @@ class AntiPersistenceMethod(Method):
         self.params = p
         self.config = AntiPersistenceConfig.from_params(
             {k: v for k, v in p.items() if k not in ("policy", "fixed_mode", "persist", "frozen_skills")},
-            fixed_mode=p["fixed_mode"])
+            fixed_mode=p["fixed_mode"],
+        )
         self.selector = ModeSelector(self.config.selector)
-        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=self.config.task_filter, fsync=ctx.fsync)
+        self.memory = TrajectoryMemory(
+            self.path("trajectories.jsonl"), task_filter=self.config.task_filter, fsync=ctx.fsync
+        )
         self.outcome_log = OutcomeLog(self.path("outcome_log.jsonl"), fsync=ctx.fsync)
         self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync) if p["persist"] else None
         self.skills = load_skill_library(p["frozen_skills"]) if p["frozen_skills"] else []
@@ -111,16 +119,34 @@ class AntiPersistenceMethod(Method):
     def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
         return decision_rng(self.ctx.seed, phase, iteration, position)
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         p = self.params
         tags = {"phase": phase, "iteration": iteration, "task": task.key}
         emb = self.embed_task(task, initial_observation, phase, iteration)
-        decision = decide(self.selector, self.outcome_log, emb, iteration=iteration, position=position,
-                          rng=self._rng(phase, iteration, position), policy=p["policy"], fixed_mode=p["fixed_mode"])
+        decision = decide(
+            self.selector,
+            self.outcome_log,
+            emb,
+            iteration=iteration,
+            position=position,
+            rng=self._rng(phase, iteration, position),
+            policy=p["policy"],
+            fixed_mode=p["fixed_mode"],
+        )
         cfg = self.config
         retrieved = self.memory.retrieve(emb, decision.mode, task, budget=cfg.budget, contrast=cfg.contrast)
-        guidance = synthesize(decision.mode, task.instruction, retrieved, self.ctx.llm, max_tokens=cfg.synthesis_max_tokens,
-                              temperature=cfg.synthesis_temperature, limits=cfg.limits, tags=tags)
+        guidance = synthesize(
+            decision.mode,
+            task.instruction,
+            retrieved,
+            self.ctx.llm,
+            max_tokens=cfg.synthesis_max_tokens,
+            temperature=cfg.synthesis_temperature,
+            limits=cfg.limits,
+            tags=tags,
+        )
         blocks = [format_skills(self.skills), guidance.text]
         parents: tuple[str, ...] = ()
         meta: dict[str, Any] = {
@@ -144,16 +170,34 @@ class AntiPersistenceMethod(Method):
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
         k = int(ctx.meta.get("update_index", len(self.memory)))
         mode = ctx.meta["mode"]
-        upd = record_attempt(self.memory, self.outcome_log, task, episode.trajectory, episode.outcome, embedding=ctx.embedding,
-                             mode=mode, kappa=ctx.synthesis_calls, lam=self.config.lam, update_index=k,
-                             iteration=iteration, parents=ctx.parents)
+        upd = record_attempt(
+            self.memory,
+            self.outcome_log,
+            task,
+            episode.trajectory,
+            episode.outcome,
+            embedding=ctx.embedding,
+            mode=mode,
+            kappa=ctx.synthesis_calls,
+            lam=self.config.lam,
+            update_index=k,
+            iteration=iteration,
+            parents=ctx.parents,
+        )
         ctx.meta["reward"] = upd.reward
         ctx.meta["logged"] = upd.logged
         ctx.meta["log_skip_reason"] = upd.skip_reason
         text = ctx.meta.pop("_persist_text", None)
         if self.store is not None and text and ctx.embedding is not None and mode in SYNTHESIS_MODES:
-            self.store.add(text, kind="guidance", parents=ctx.parents, created_iteration=iteration,
-                           source_records=ctx.meta["retrieved_ids"], task_type=task.task_type, embedding=ctx.embedding)
+            self.store.add(
+                text,
+                kind="guidance",
+                parents=ctx.parents,
+                created_iteration=iteration,
+                source_records=ctx.meta["retrieved_ids"],
+                task_type=task.task_type,
+                embedding=ctx.embedding,
+            )
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         if self.store is not None:

@@ -116,9 +116,10 @@ import logging
 import math
 import random
 import re
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -237,9 +238,12 @@ def utility_score(n_inj: int, n_succ: int, eps: float = 1e-3) -> float:
 # ---------------------------------------------------------------------------------------------
 
 _LABEL_KEYS = {
-    "strategy": "strategy", "strategies": "strategy",
-    "pitfall": "pitfall", "pitfalls": "pitfall",
-    "action": "actions", "actions": "actions",
+    "strategy": "strategy",
+    "strategies": "strategy",
+    "pitfall": "pitfall",
+    "pitfalls": "pitfall",
+    "action": "actions",
+    "actions": "actions",
 }
 # Written so that no two adjacent repeats match the same characters and the leading run stays
 # on its line: the older form took cubic time on a reply of many blank lines (1000 newlines:
@@ -443,10 +447,23 @@ def parse_skill_array(text: str) -> tuple[list[dict[str, Any]], str]:
 
 
 _KIND_ALIASES = {
-    "general": "general", "general-skill": "general", "general_skill": "general", "generic": "general",
-    "mistake": "mistake", "mistakes": "mistake", "common-mistake": "mistake", "common_mistake": "mistake",
-    "common-mistakes": "mistake", "common_mistakes": "mistake", "pitfall": "mistake", "pitfalls": "mistake",
-    "task": "task", "task-specific": "task", "task_specific": "task", "task-type": "task", "task_type": "task",
+    "general": "general",
+    "general-skill": "general",
+    "general_skill": "general",
+    "generic": "general",
+    "mistake": "mistake",
+    "mistakes": "mistake",
+    "common-mistake": "mistake",
+    "common_mistake": "mistake",
+    "common-mistakes": "mistake",
+    "common_mistakes": "mistake",
+    "pitfall": "mistake",
+    "pitfalls": "mistake",
+    "task": "task",
+    "task-specific": "task",
+    "task_specific": "task",
+    "task-type": "task",
+    "task_type": "task",
 }
 
 
@@ -465,8 +482,12 @@ def normalize_skill(raw: dict[str, Any], known_task_types: Iterable[str]) -> tup
     if kind != "task":
         task_type = None
     name = raw.get("name")
-    return {"name": name.strip() if isinstance(name, str) else None, "kind": kind, "task_type": task_type,
-            "content": content.strip()}, None
+    return {
+        "name": name.strip() if isinstance(name, str) else None,
+        "kind": kind,
+        "task_type": task_type,
+        "content": content.strip(),
+    }, None
 
 
 def next_dyn_index(names: Iterable[str | None]) -> int:
@@ -610,11 +631,18 @@ class AutoRefine(Method):
         for s, vec in zip(skills, vectors):
             if vec is None:
                 log.warning("skill %r has no embedding (embedding call failed); it will never be retrieved", s["name"])
-            added.append(self.store.add(
-                s["content"], kind=s["kind"], task_type=s.get("task_type"), name=s["name"],
-                parents=parents, created_iteration=created_iteration, source_records=source_records,
-                embedding=vec,
-            ))
+            added.append(
+                self.store.add(
+                    s["content"],
+                    kind=s["kind"],
+                    task_type=s.get("task_type"),
+                    name=s["name"],
+                    parents=parents,
+                    created_iteration=created_iteration,
+                    source_records=source_records,
+                    embedding=vec,
+                )
+            )
         return added
 
     def _add_seed_skills(self, path: Path) -> None:
@@ -637,8 +665,14 @@ class AutoRefine(Method):
             if kind == "task" and not (isinstance(task_type, str) and task_type):
                 raise ValueError(f"{path}: entry {i} is a task skill without task_type")
             seen.add(name)
-            skills.append({"name": name, "kind": kind, "task_type": task_type if kind == "task" else None,
-                           "content": content.strip()})
+            skills.append(
+                {
+                    "name": name,
+                    "kind": kind,
+                    "task_type": task_type if kind == "task" else None,
+                    "content": content.strip(),
+                }
+            )
         self.add_skills(skills, created_iteration=-1, tags={"method": self.name, "step": "seed_skills"})
         self._write_metadata(None)
 
@@ -653,23 +687,39 @@ class AutoRefine(Method):
 
     # -- (ii) prepare -------------------------------------------------------------------------
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         if phase not in PHASES:
             raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
         tags = {"phase": phase, "iteration": iteration, "task": task.key, "method": self.name}
         description = _description(task, initial_observation)
         reply = self.ctx.llm.chat(
-            [{"role": "system", "content": REWRITE_SYSTEM},
-             {"role": "user", "content": REWRITE_PROMPT.format(description=description)}],
-            purpose="query_rewrite", temperature=0.0, max_tokens=self.rewrite_max_tokens, tags=tags,
+            [
+                {"role": "system", "content": REWRITE_SYSTEM},
+                {"role": "user", "content": REWRITE_PROMPT.format(description=description)},
+            ],
+            purpose="query_rewrite",
+            temperature=0.0,
+            max_tokens=self.rewrite_max_tokens,
+            tags=tags,
         )
         rewritten = parse_rewrite(reply.text)
         queries = [description] + [rewritten[label] for label in QUERY_LABELS if label in rewritten]
         vectors = self.ctx.embedder.embed_many(queries, tags=tags)
         usable = [v for v in vectors if v is not None]
         cands = self._candidates(task.task_type)
-        picked = select_skills(usable, [np.asarray(a.embedding) for a in cands], floor=self.similarity_floor,
-                               lam=self.mmr_lambda, k=self.top_k) if usable else []
+        picked = (
+            select_skills(
+                usable,
+                [np.asarray(a.embedding) for a in cands],
+                floor=self.similarity_floor,
+                lam=self.mmr_lambda,
+                k=self.top_k,
+            )
+            if usable
+            else []
+        )
         chosen = [cands[i] for i, _ in picked]
         injected = [a.abstraction_id for a in chosen]
         meta = {
@@ -680,8 +730,14 @@ class AutoRefine(Method):
             "n_candidates": len(cands),
         }
         if phase == "heldout":
-            entry = {"iteration": iteration, "position": position, "task": task.key, "task_type": task.task_type,
-                     "obs_sha256": _obs_hash(initial_observation), "injected": injected}
+            entry = {
+                "iteration": iteration,
+                "position": position,
+                "task": task.key,
+                "task_type": task.task_type,
+                "obs_sha256": _obs_hash(initial_observation),
+                "injected": injected,
+            }
             with self._lock:
                 self.heldout_log.append(entry)
         return TaskContext(
@@ -698,21 +754,24 @@ class AutoRefine(Method):
         if self._frozen:
             raise FrozenStateError("AutoRefine is frozen (held-out episodes may not update it)")
         injected = [str(x) for x in ctx.meta.get("injected", ctx.parents)]
-        rec = self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding,
-                              parents=injected, iteration=iteration)
+        rec = self.memory.add(
+            task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=injected, iteration=iteration
+        )
         obs = episode.trajectory.initial_observation
-        self._retrieval.append({
-            "iteration": iteration,
-            "position": position,
-            "task": task.key,
-            "task_type": task.task_type,
-            "description": _description(task, obs),
-            "obs_sha256": _obs_hash(obs),
-            "injected": injected,
-            "success": bool(episode.outcome.success),
-            "infra_failure": bool(episode.outcome.infra_failure),
-            "record_id": rec.record_id,
-        })
+        self._retrieval.append(
+            {
+                "iteration": iteration,
+                "position": position,
+                "task": task.key,
+                "task_type": task.task_type,
+                "description": _description(task, obs),
+                "obs_sha256": _obs_hash(obs),
+                "injected": injected,
+                "success": bool(episode.outcome.success),
+                "infra_failure": bool(episode.outcome.infra_failure),
+                "record_id": rec.record_id,
+            }
+        )
 
     def retrieval_log(self, iteration: int) -> list[dict[str, Any]]:
         """This iteration's training retrieval log (the per-iteration "reset" is this filter);
@@ -729,8 +788,11 @@ class AutoRefine(Method):
     def end_iteration(self, iteration: int) -> None:
         if self._frozen:
             raise FrozenStateError("AutoRefine is frozen (held-out evaluation may not update it)")
-        plans = [line.value for line in read_jsonl(self.path("autorefine_steps.jsonl"))
-                 if isinstance(line.value, dict) and line.value.get("iteration") == iteration]
+        plans = [
+            line.value
+            for line in read_jsonl(self.path("autorefine_steps.jsonl"))
+            if isinstance(line.value, dict) and line.value.get("iteration") == iteration
+        ]
         self._credit(iteration)
         self._evolve(iteration, next((p for p in plans if p.get("step") == "evolve"), None))
         retired: list[str] = []
@@ -773,7 +835,9 @@ class AutoRefine(Method):
         successes = pick([r for r in recs if r.success], self.evolver_max_successes)
         return failures, successes
 
-    def evolver_messages(self, failures: Sequence[MemoryRecord], successes: Sequence[MemoryRecord]) -> list[dict[str, str]]:
+    def evolver_messages(
+        self, failures: Sequence[MemoryRecord], successes: Sequence[MemoryRecord]
+    ) -> list[dict[str, str]]:
         task_types = sorted({r.task.task_type for r in self.memory})
         existing = sorted(a.name for a in self.store if a.name)
         user = EVOLVER_PROMPT.format(
@@ -781,8 +845,10 @@ class AutoRefine(Method):
             max_successes=self.evolver_max_successes,
             task_types=", ".join(task_types) if task_types else "(none)",
             existing=", ".join(existing) if existing else "(none yet)",
-            failures="\n\n".join(format_record(r, label=f"--- Failure {i} ---") for i, r in enumerate(failures, 1)) or NO_EPISODES,
-            successes="\n\n".join(format_record(r, label=f"--- Success {i} ---") for i, r in enumerate(successes, 1)) or NO_EPISODES,
+            failures="\n\n".join(format_record(r, label=f"--- Failure {i} ---") for i, r in enumerate(failures, 1))
+            or NO_EPISODES,
+            successes="\n\n".join(format_record(r, label=f"--- Success {i} ---") for i, r in enumerate(successes, 1))
+            or NO_EPISODES,
         )
         preamble = EVOLVER_PREAMBLES.get(self.ctx.benchmark.lower(), EVOLVER_PREAMBLE_GENERIC)
         return [{"role": "system", "content": preamble}, {"role": "user", "content": user}]
@@ -792,12 +858,21 @@ class AutoRefine(Method):
         if plan is None:
             failures, successes = self._evidence(iteration)
             shown = list(failures) + list(successes)
-            plan = {"iteration": iteration, "step": "evolve", "called": bool(shown), "stage": None,
-                    "skills": [], "rejected": [], "parents": list(parents_of_records(shown)),
-                    "source_records": [r.record_id for r in shown]}
+            plan = {
+                "iteration": iteration,
+                "step": "evolve",
+                "called": bool(shown),
+                "stage": None,
+                "skills": [],
+                "rejected": [],
+                "parents": list(parents_of_records(shown)),
+                "source_records": [r.record_id for r in shown],
+            }
             if shown:
                 reply = self.ctx.llm.chat(
-                    self.evolver_messages(failures, successes), purpose="skill_evolution", temperature=0.0,
+                    self.evolver_messages(failures, successes),
+                    purpose="skill_evolution",
+                    temperature=0.0,
                     max_tokens=self.evolver_max_tokens,
                     tags={"phase": "train", "iteration": iteration, "method": self.name},
                 )
@@ -813,24 +888,38 @@ class AutoRefine(Method):
                 plan["stage"] = stage
                 plan["skills"] = assign_names(accepted, (a.name for a in self.store.history()))
                 if stage == "none":
-                    log.warning("iteration %d: the skill evolver's reply could not be decoded; no new skills", iteration)
+                    log.warning(
+                        "iteration %d: the skill evolver's reply could not be decoded; no new skills", iteration
+                    )
                 for r in plan["rejected"]:
                     log.info("iteration %d: evolver skill %r rejected: %s", iteration, r["name"], r["reason"])
             self._steps.append(plan)
         have = {a.name for a in self.store.history()}
         todo = [s for s in plan["skills"] if s["name"] not in have]  # a resumed run skips added ones
-        return self.add_skills(todo, created_iteration=iteration, parents=plan["parents"],
-                               source_records=plan["source_records"],
-                               tags={"phase": "train", "iteration": iteration, "method": self.name})
+        return self.add_skills(
+            todo,
+            created_iteration=iteration,
+            parents=plan["parents"],
+            source_records=plan["source_records"],
+            tags={"phase": "train", "iteration": iteration, "method": self.name},
+        )
 
     def _prune(self, iteration: int, plan: dict[str, Any] | None) -> list[str]:
         """Step 5 / (iii): retire the bottom floor(fraction * eligible) skills by score."""
         if plan is None:
-            eligible = [a for a in self.store if self.store.stats(a.abstraction_id).n_injected >= self.prune_min_injections]
+            eligible = [
+                a for a in self.store if self.store.stats(a.abstraction_id).n_injected >= self.prune_min_injections
+            ]
             n = math.floor(Fraction(str(self.prune_fraction)) * len(eligible))
-            ranked = sorted(eligible, key=lambda a: (self.score(a.abstraction_id), a.created_iteration, a.abstraction_id))
-            plan = {"iteration": iteration, "step": "prune", "eligible": len(eligible),
-                    "retire": [a.abstraction_id for a in ranked[:n]]}
+            ranked = sorted(
+                eligible, key=lambda a: (self.score(a.abstraction_id), a.created_iteration, a.abstraction_id)
+            )
+            plan = {
+                "iteration": iteration,
+                "step": "prune",
+                "eligible": len(eligible),
+                "retire": [a.abstraction_id for a in ranked[:n]],
+            }
             self._steps.append(plan)  # the transaction's commit point
         for sid in plan["retire"]:
             if sid in self.store:
@@ -842,9 +931,18 @@ class AutoRefine(Method):
         out = []
         for a in self.store:
             st = self.store.stats(a.abstraction_id)
-            out.append({"id": a.abstraction_id, "name": a.name, "kind": a.kind, "task_type": a.task_type,
-                        "n_inj": st.n_injected, "n_succ": st.n_success, "t_create": a.created_iteration,
-                        "score": utility_score(st.n_injected, st.n_success, self.eps)})
+            out.append(
+                {
+                    "id": a.abstraction_id,
+                    "name": a.name,
+                    "kind": a.kind,
+                    "task_type": a.task_type,
+                    "n_inj": st.n_injected,
+                    "n_succ": st.n_success,
+                    "t_create": a.created_iteration,
+                    "score": utility_score(st.n_injected, st.n_success, self.eps),
+                }
+            )
         return out
 
     def _write_metadata(self, iteration: int | None, *, retired: Sequence[str] = (), checkpoint: bool = False) -> None:
@@ -868,8 +966,9 @@ class AutoRefine(Method):
         self.memory.unfreeze()
 
     def snapshot(self, iteration: int, directory: Path) -> None:
-        self.store.snapshot(snapshot_path(directory, iteration),
-                            iteration=iteration, method=self.name, scores=self.scores())
+        self.store.snapshot(
+            snapshot_path(directory, iteration), iteration=iteration, method=self.name, scores=self.scores()
+        )
 
     def close(self) -> None:
         self.memory.close()

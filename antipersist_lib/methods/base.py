@@ -21,9 +21,10 @@ from __future__ import annotations
 import numbers
 import threading
 from abc import ABC
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,9 @@ class Method(ABC):
 
     # -- the interface ---------------------------------------------------------------------
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         return TaskContext()
 
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
@@ -123,8 +126,9 @@ class Method(ABC):
         return self.ctx.state_dir / name
 
 
-def take_params(params: dict[str, Any], defaults: dict[str, Any], method: str,
-                minimums: dict[str, float] | None = None) -> dict[str, Any]:
+def take_params(
+    params: dict[str, Any], defaults: dict[str, Any], method: str, minimums: dict[str, float] | None = None
+) -> dict[str, Any]:
     """Merge ``params`` into ``defaults``; unknown names raise an error that lists the valid ones,
     and a value below its entry in ``minimums`` raises an error naming the parameter."""
     unknown = sorted(set(params) - set(defaults))

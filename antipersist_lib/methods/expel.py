@@ -67,9 +67,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .. import prompts
 from ..abstraction_store import Abstraction, AbstractionStore, parents_of_records, snapshot_path
@@ -267,9 +268,21 @@ class ExpeL(Method):
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
-        p = take_params(params, DEFAULTS, self.name, minimums={
-            "max_compare_calls": 0, "max_success_calls": 0, "k_examples": 0, "success_group_size": 1,
-            "max_insights": 1, "max_tokens": 1, "temperature": 0, "trajectory_chars": 200})
+        p = take_params(
+            params,
+            DEFAULTS,
+            self.name,
+            minimums={
+                "max_compare_calls": 0,
+                "max_success_calls": 0,
+                "k_examples": 0,
+                "success_group_size": 1,
+                "max_insights": 1,
+                "max_tokens": 1,
+                "temperature": 0,
+                "trajectory_chars": 200,
+            },
+        )
         self.max_compare_calls = int(p["max_compare_calls"])
         self.max_success_calls = int(p["max_success_calls"])
         self.success_group_size = int(p["success_group_size"])
@@ -299,8 +312,15 @@ class ExpeL(Method):
         self.store.update_stats(a.abstraction_id, votes=NEW_INSIGHT_VOTES)
         return a
 
-    def apply_operations(self, ops: Sequence[InsightOp], shown: Sequence[Abstraction], *, parents: Sequence[str],
-                         records: Sequence[int] = (), iteration: int) -> dict[str, int]:
+    def apply_operations(
+        self,
+        ops: Sequence[InsightOp],
+        shown: Sequence[Abstraction],
+        *,
+        parents: Sequence[str],
+        records: Sequence[int] = (),
+        iteration: int,
+    ) -> dict[str, int]:
         """Apply parsed operations whose indices refer to ``shown``; returns counts per kind.
 
         Operations on an insight that an earlier operation of the same reply already removed are
@@ -331,8 +351,9 @@ class ExpeL(Method):
                 applied["upvote"] += 1
             elif op.kind == "edit":
                 old_votes = self.votes(aid)
-                new = self.store.rewrite(aid, op.text, created_iteration=iteration, parents=parents,
-                                         source_records=tuple(records))
+                new = self.store.rewrite(
+                    aid, op.text, created_iteration=iteration, parents=parents, source_records=tuple(records)
+                )
                 self.store.update_stats(new.abstraction_id, votes=old_votes + 1)
                 applied["edit"] += 1
             elif op.kind == "downvote":
@@ -388,12 +409,16 @@ class ExpeL(Method):
     def success_groups(self, iteration: int) -> list[list[MemoryRecord]]:
         """Groups of this iteration's successes: per task type, most recent first, chunked,
         taken round-robin across task types (first-seen type first)."""
-        recent = [r for r in reversed(list(self.memory)) if r.iteration == iteration and r.success and not r.outcome.infra_failure]
+        recent = [
+            r
+            for r in reversed(list(self.memory))
+            if r.iteration == iteration and r.success and not r.outcome.infra_failure
+        ]
         by_type: dict[str, list[MemoryRecord]] = {}
         for r in recent:
             by_type.setdefault(f"{r.task.benchmark}/{r.task.task_type}", []).append(r)
         chunks = {
-            t: [rs[i: i + self.success_group_size] for i in range(0, len(rs), self.success_group_size)]
+            t: [rs[i : i + self.success_group_size] for i in range(0, len(rs), self.success_group_size)]
             for t, rs in by_type.items()
         }
         groups: list[list[MemoryRecord]] = []
@@ -405,8 +430,9 @@ class ExpeL(Method):
             depth += 1
         return groups
 
-    def _extract(self, user: str, records: Sequence[MemoryRecord], shown: list[Abstraction], *, iteration: int,
-                 extraction: str) -> dict[str, int]:
+    def _extract(
+        self, user: str, records: Sequence[MemoryRecord], shown: list[Abstraction], *, iteration: int, extraction: str
+    ) -> dict[str, int]:
         reply = self.ctx.llm.chat(
             [{"role": "system", "content": INSIGHT_SYSTEM}, {"role": "user", "content": user}],
             purpose="insight",
@@ -416,8 +442,11 @@ class ExpeL(Method):
         )
         ops = parse_operations(reply.text, len(shown))
         return self.apply_operations(
-            ops, shown, parents=parents_of_records(records),
-            records=[r.record_id for r in records], iteration=iteration,
+            ops,
+            shown,
+            parents=parents_of_records(records),
+            records=[r.record_id for r in records],
+            iteration=iteration,
         )
 
     def end_iteration(self, iteration: int) -> None:
@@ -448,7 +477,9 @@ class ExpeL(Method):
 
     # -- the interface ---------------------------------------------------------------------
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         embedding = self.embed_task(task, initial_observation, phase, iteration)
         shown = self.insights()
         blocks: list[str] = []
@@ -475,14 +506,19 @@ class ExpeL(Method):
             raise FrozenStateError("ExpeL is frozen (held-out evaluation may not write its state)")
         with self._lock:
             self.memory.add(
-                task, episode.trajectory, episode.outcome,
-                embedding=ctx.embedding, parents=ctx.parents, iteration=iteration,
+                task,
+                episode.trajectory,
+                episode.outcome,
+                embedding=ctx.embedding,
+                parents=ctx.parents,
+                iteration=iteration,
             )
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(snapshot_path(directory, iteration), method=self.name, iteration=iteration,
-                            n_trajectories=len(self.memory))
+        self.store.snapshot(
+            snapshot_path(directory, iteration), method=self.name, iteration=iteration, n_trajectories=len(self.memory)
+        )
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

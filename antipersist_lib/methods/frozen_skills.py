@@ -25,7 +25,9 @@ class FrozenSkills(Method):
         self.params = take_params(params, self.DEFAULTS, self.name)
         self.skills = load_skill_library(self.params["library"]) if self.params["library"] else []
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         return TaskContext(blocks=[format_skills(self.skills)], meta={"skills": [s["name"] for s in self.skills]})
 
     def describe(self) -> dict[str, Any]:

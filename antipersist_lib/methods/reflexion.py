@@ -127,8 +127,18 @@ class Reflexion(Method):
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
-        p = take_params(params, DEFAULTS, self.name, minimums={
-            "max_reflections": 1, "transfer_tasks": 1, "max_tokens": 1, "temperature": 0, "trajectory_chars": 200})
+        p = take_params(
+            params,
+            DEFAULTS,
+            self.name,
+            minimums={
+                "max_reflections": 1,
+                "transfer_tasks": 1,
+                "max_tokens": 1,
+                "temperature": 0,
+                "trajectory_chars": 200,
+            },
+        )
         if p["transfer"] not in TRANSFER_MODES:
             raise ValueError(f"transfer is {p['transfer']!r}, expected one of {TRANSFER_MODES}")
         self.max_reflections = int(p["max_reflections"])
@@ -149,7 +159,7 @@ class Reflexion(Method):
         return [a for a in self.store if a.kind == "reflection" and a.name == task_key]
 
     def _recent(self, task_key: str) -> list[Abstraction]:
-        return self.reflections_for(task_key)[-self.max_reflections:]
+        return self.reflections_for(task_key)[-self.max_reflections :]
 
     def _record(self, record_id: int) -> MemoryRecord | None:
         for rec in self.memory:
@@ -177,7 +187,9 @@ class Reflexion(Method):
 
     # -- the interface ---------------------------------------------------------------------
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         embedding = self.embed_task(task, initial_observation, phase, iteration)
         own = self._recent(task.key)
         if own:
@@ -200,7 +212,10 @@ class Reflexion(Method):
             source = self._record(refl[-1].source_records[0]) if refl[-1].source_records else None
             instruction = " ".join(source.task.instruction.split()) if source is not None else key
             blocks.append(
-                HEADER_SIMILAR + "\n" + PREAMBLE_SIMILAR.format(instruction=instruction) + "\n"
+                HEADER_SIMILAR
+                + "\n"
+                + PREAMBLE_SIMILAR.format(instruction=instruction)
+                + "\n"
                 + _numbered([a.text for a in refl])
             )
             shown.extend(refl)
@@ -219,12 +234,16 @@ class Reflexion(Method):
             raise FrozenStateError("Reflexion is frozen (held-out evaluation may not write its state)")
         with self._lock:
             rec = self.memory.add(
-                task, episode.trajectory, episode.outcome,
-                embedding=ctx.embedding, parents=ctx.parents, iteration=iteration,
+                task,
+                episode.trajectory,
+                episode.outcome,
+                embedding=ctx.embedding,
+                parents=ctx.parents,
+                iteration=iteration,
             )
             if episode.outcome.success or episode.outcome.infra_failure:
                 return
-            previous = self.reflections_for(task.key)[-self.max_reflections:]
+            previous = self.reflections_for(task.key)[-self.max_reflections :]
             user = REFLECTION_PROMPT.format(
                 instruction=task.instruction,
                 trajectory=format_record(rec, limits=self.limits),
@@ -254,8 +273,9 @@ class Reflexion(Method):
 
     def snapshot(self, iteration: int, directory: Path) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(snapshot_path(directory, iteration), method=self.name, iteration=iteration,
-                            n_trajectories=len(self.memory))
+        self.store.snapshot(
+            snapshot_path(directory, iteration), method=self.name, iteration=iteration, n_trajectories=len(self.memory)
+        )
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

@@ -30,20 +30,26 @@ class TrajectoryMemoryMethod(Method):
         self.params = take_params(params, self.DEFAULTS, self.name)
         if int(self.params["budget"]) < 1:
             raise ValueError(f"budget must be >= 1, got {self.params['budget']}")
-        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter=self.params["task_filter"], fsync=ctx.fsync)
+        self.memory = TrajectoryMemory(
+            self.path("trajectories.jsonl"), task_filter=self.params["task_filter"], fsync=ctx.fsync
+        )
 
     def records_context(self, task: Task, embedding: Any) -> tuple[str, tuple[int, ...]]:
         got = self.memory.retrieve(embedding, "none", task, budget=int(self.params["budget"]))
         g = synthesize("none", task.instruction, got, None)
         return g.text, g.record_ids
 
-    def prepare(self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int) -> TaskContext:
+    def prepare(
+        self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
+    ) -> TaskContext:
         emb = self.embed_task(task, initial_observation, phase, iteration)
         text, ids = self.records_context(task, emb)
         return TaskContext(blocks=[text], embedding=emb, meta={"retrieved_ids": list(ids)})
 
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
-        self.memory.add(task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration)
+        self.memory.add(
+            task, episode.trajectory, episode.outcome, embedding=ctx.embedding, parents=ctx.parents, iteration=iteration
+        )
 
     def stores(self) -> list[Any]:
         return [self.memory]

@@ -8,8 +8,13 @@ pipeline demo show memory mattering with a deterministic scripted policy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..environment import Environment, InfrastructureError, StepResult
 from ..records import Task
+
+if TYPE_CHECKING:  # partitions imports this module at run time
+    from ..partitions import Partition
 
 ROOMS = ("attic", "garden", "hall", "kitchen")
 HOME = {"apple": "garden", "book": "attic", "cup": "kitchen", "lamp": "attic", "spoon": "kitchen", "ball": "garden"}
@@ -38,20 +43,23 @@ def make_tasks(split: str = "train", n: int = 12, benchmark: str = "errandworld"
     return tasks
 
 
-def partition(n_train: int = 12, n_heldout: int = 6) -> "Partition":
+def partition(n_train: int = 12, n_heldout: int = 6) -> Partition:
     """The test world's fixed partition (generated, not stored)."""
     from ..partitions import Partition
 
-    return Partition("errandworld", 0, {"generated": True}, tuple(make_tasks("train", n_train)), tuple(make_tasks("heldout", n_heldout)),
-                     notes="ErrandWorld: the kit's test world, not a benchmark")
+    return Partition(
+        "errandworld",
+        0,
+        {"generated": True},
+        tuple(make_tasks("train", n_train)),
+        tuple(make_tasks("heldout", n_heldout)),
+        notes="ErrandWorld: the kit's test world, not a benchmark",
+    )
 
 
 class ErrandWorld(Environment):
     benchmark = "errandworld"
-    action_help = (
-        "Commands: look, go to <room>, take <object>, drop <object>, inventory. "
-        f"Rooms: {', '.join(ROOMS)}."
-    )
+    action_help = f"Commands: look, go to <room>, take <object>, drop <object>, inventory. Rooms: {', '.join(ROOMS)}."
 
     def __init__(self, *, crash_at_step: int | None = None) -> None:
         self._crash_at = crash_at_step
@@ -70,7 +78,9 @@ class ErrandWorld(Environment):
         return f"{task.instruction}\nYou are in the {self.room}. {self._look()}"
 
     def _look(self) -> str:
-        seen = [o for o, r in HOME.items() if r == self.room and not (o == self.obj and (self.holding or self.delivered))]
+        seen = [
+            o for o, r in HOME.items() if r == self.room and not (o == self.obj and (self.holding or self.delivered))
+        ]
         if self.delivered and self.room == self.target:
             seen.append(self.obj)
         return f"In the {self.room} you see: {', '.join(sorted(seen)) if seen else 'nothing'}."

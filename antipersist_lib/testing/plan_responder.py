@@ -31,7 +31,9 @@ Do NOT repeat a failed command because nothing changes. Instead: try another rec
 class PlanResponder:
     """``PlanResponder({initial_observation: [actions]}, fail={initial_observation, ...})``."""
 
-    def __init__(self, plans: dict[str, list[str]], fail: set[str] | frozenset[str] = frozenset(), idle_action: str = "look") -> None:
+    def __init__(
+        self, plans: dict[str, list[str]], fail: set[str] | frozenset[str] = frozenset(), idle_action: str = "look"
+    ) -> None:
         self.plans = plans
         self.fail = set(fail)
         self.idle_action = idle_action

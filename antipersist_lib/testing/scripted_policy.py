@@ -27,7 +27,9 @@ def _synthesis_reply(user: str) -> str:
     found = re.findall(r"> go to (\w+)\n[^\n]*\n> take (\w+)", user)
     places = "; ".join(f"go to {room}, take the {obj}" for room, obj in found) or "search every room"
     if "Failed episodes" in user:
-        return f"Do NOT search rooms in a fixed order because the budget runs out. Instead: {places}. [{GUIDANCE_MARKER}]"
+        return (
+            f"Do NOT search rooms in a fixed order because the budget runs out. Instead: {places}. [{GUIDANCE_MARKER}]"
+        )
     if "Distil one strategy" in user:
         return f"1. Find the object: {places}.\n2. Go to the target room.\n3. Drop it. [{GUIDANCE_MARKER}]"
     return f"- Pattern: {places}, then go to the target and drop it. [{GUIDANCE_MARKER}]"
@@ -56,7 +58,9 @@ def errand_policy(req: dict[str, Any]) -> str:
     if re.search(rf"you see: [^.]*\b{obj}\b", last):
         return f"Thought: The {obj} is here.\nAction: take {obj}"
     visited = set(re.findall(r"You go to the (\w+)\.", history))
-    hinted = re.findall(rf"go to (\w+)\n[^\n]*\n> take {obj}\b", system) + re.findall(rf"go to (\w+), take the {obj}\b", system)
+    hinted = re.findall(rf"go to (\w+)\n[^\n]*\n> take {obj}\b", system) + re.findall(
+        rf"go to (\w+), take the {obj}\b", system
+    )
     for room in hinted + list(ROOMS):
         if room in ROOMS and room not in visited and room != "hall":
             return f"Thought: Look for the {obj}.\nAction: go to {room}"
