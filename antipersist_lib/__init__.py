@@ -4,7 +4,7 @@ Anti-Persistence in LLM Agents" (2026).
 The library holds all logic; notebooks and the command line only configure and call it.
 """
 
-from .records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Step, Task, Trajectory
 
 __version__ = "0.1.0"
 

@@ -12,7 +12,7 @@ import numpy as np
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import LABEL, run_demo
+    from antipersist_lib.runner.demo import LABEL, run_demo
 
     print(f"antipersist {LABEL}")
     summary = run_demo(args.out, iterations=args.iterations, seed=args.seed)
@@ -27,7 +27,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_select(args: argparse.Namespace) -> int:
     """Audit one selection: re-derive a recorded decision from a run, or decide for a log + embedding."""
     if args.run:
-        from .audit import audit_decision
+        from antipersist_lib.analysis.audit import audit_decision
 
         emb = _read_embedding(args.embedding) if args.embedding else None
         audit = audit_decision(
@@ -44,9 +44,9 @@ def _cmd_select(args: argparse.Namespace) -> int:
         return 0 if audit.reproduces else 1
     from dataclasses import replace
 
-    from .anti_persistence import TABLE3
-    from .outcome_log import OutcomeLog
-    from .selector import select_mode
+    from antipersist_lib.core.anti_persistence import TABLE3
+    from antipersist_lib.core.selector import select_mode
+    from antipersist_lib.memory.outcome_log import OutcomeLog
 
     if not args.log or not args.embedding:
         raise ValueError("select needs --run RUN_DIR, or both --log and --embedding")
@@ -82,7 +82,7 @@ SELECTOR_FLAGS = (
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
-    from . import prompts
+    from antipersist_lib.core import prompts
 
     if args.show:
         texts = prompts.prompt_texts()
@@ -96,7 +96,7 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from .partitions import load_partition
+    from antipersist_lib.envs.partitions import load_partition
 
     part = load_partition(args.benchmark)
     tasks = part.split(args.split)
@@ -112,25 +112,25 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from .partitions import save_partition
+    from antipersist_lib.envs.partitions import save_partition
 
     if args.benchmark == "webshop":
         if not args.goals:
             print("error: WebShop's partition needs --goals <instruction file>", file=sys.stderr)
             return 2
-        from .envs.webshop import build_webshop_partition
+        from antipersist_lib.envs.webshop import build_webshop_partition
 
         part = build_webshop_partition(args.goals, seed=args.seed)
     elif args.benchmark == "scienceworld":
-        from .envs.scienceworld import build_scienceworld_partition
+        from antipersist_lib.envs.scienceworld import build_scienceworld_partition
 
         part, _ = build_scienceworld_partition(seed=args.seed)
     elif args.benchmark == "appworld":
-        from .envs.appworld import build_appworld_partition
+        from antipersist_lib.envs.appworld import build_appworld_partition
 
         part = build_appworld_partition(args.dataset, seed=args.seed)
     elif args.benchmark == "alfworld":
-        from .envs.alfworld import build_alfworld_partition
+        from antipersist_lib.envs.alfworld import build_alfworld_partition
 
         part = build_alfworld_partition(seed=args.seed)
     else:
@@ -143,13 +143,13 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 def load_run_params(path: str) -> dict:
     """A run params YAML: a mapping of RunSpec fields (unknown keys are rejected by RunSpec)."""
-    from .profiles import read_mapping
+    from antipersist_lib.serving.profiles import read_mapping
 
     return read_mapping(path)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import RunSpec, run_cell
 
     settings = load_run_params(args.params) if args.params else {}
     for key in (
@@ -184,7 +184,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         settings["cache_dir"] = None
     spec = RunSpec.from_dict(settings)
     if spec.benchmark == "appworld":  # before the run directory exists: a missing install records nothing
-        from .envs.appworld import require_appworld
+        from antipersist_lib.envs.appworld import require_appworld
 
         require_appworld()
     summaries = run_cell(spec)
@@ -195,7 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    from .main_job import run_main
+    from antipersist_lib.runner.main_job import run_main
 
     summary = run_main(args.profile, out=args.out)
     out = Path(args.out) / Path(args.profile).stem
@@ -214,7 +214,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
 
 
 def _cmd_grid(args: argparse.Namespace) -> int:
-    from .grid import load_grid, run_grid
+    from antipersist_lib.runner.grid import load_grid, run_grid
 
     grid = load_grid(args.params)
     if (args.executor or grid.executor) == "ray":
@@ -242,7 +242,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 
 
 def _cmd_notebooks(args: argparse.Namespace) -> int:
-    from .notebooks_runner import execute_all
+    from antipersist_lib.runner.notebooks_runner import execute_all
 
     for e in execute_all(args.profile, only=args.only or None):
         print(f"{e.notebook}: {e.seconds:.1f} s -> {e.output.parent}")
@@ -250,7 +250,7 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import report, run_checks
+    from antipersist_lib.runner.doctor import report, run_checks
 
     checks = run_checks(backbone=args.backbone, embedding=args.embedding, embedded=args.embedded)
     print(report(checks))
@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=42)
     d.set_defaults(func=_cmd_demo)
 
-    from .anti_persistence import TABLE3
+    from antipersist_lib.core.anti_persistence import TABLE3
 
     t3 = TABLE3.selector
     s = sub.add_parser(
@@ -389,10 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from .environment import BenchmarkUnavailableError
-        from .llm import LLMError
-        from .notebooks_runner import NotebookError
-        from .rundir import RunLockedError
+        from antipersist_lib.envs.base import BenchmarkUnavailableError
+        from antipersist_lib.runner.notebooks_runner import NotebookError
+        from antipersist_lib.runner.rundir import RunLockedError
+        from antipersist_lib.serving.llm import LLMError
 
         if isinstance(exc, (BenchmarkUnavailableError, RunLockedError, NotebookError)):
             print(f"error: {exc}", file=sys.stderr)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.embeddings import Embedder
 from antipersist_lib.envs.alfworld import DATA_ENV_VAR, resolve_alfworld_data
-from antipersist_lib.ledger import Ledger
-from antipersist_lib.llm import Endpoint, LLMClient
-from antipersist_lib.loopback_server import LoopbackServer
+from antipersist_lib.serving.embeddings import Embedder
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.testing.loopback_server import LoopbackServer
 
 #: where the shared ALFWorld archive lies beside a checkout (and beside CI's clone)
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"

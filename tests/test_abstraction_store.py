@@ -10,15 +10,15 @@ import math
 import numpy as np
 import pytest
 
-from antipersist_lib.abstraction_store import (
+from antipersist_lib.memory.abstraction_store import (
     STAT_FIELDS,
     Abstraction,
     AbstractionStore,
     parents_of_records,
 )
-from antipersist_lib.outcome_log import FrozenStateError
+from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.trajectory_memory import MemoryRecord
 from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
-from antipersist_lib.trajectory_memory import MemoryRecord
 
 
 def at(deg: float) -> list[float]:

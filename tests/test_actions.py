@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from antipersist_lib.actions import MAX_ACTION_CHARS, ParsedAction, clean_command, parse_action
+from antipersist_lib.core.actions import MAX_ACTION_CHARS, ParsedAction, clean_command, parse_action
 
 
 @pytest.mark.parametrize(

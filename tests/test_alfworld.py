@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.agent import AgentConfig, run_episode
-from antipersist_lib.environment import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.core.agent import AgentConfig, run_episode
 from antipersist_lib.envs import make_env
 from antipersist_lib.envs.alfworld import (
     CATEGORIES,
@@ -27,9 +26,10 @@ from antipersist_lib.envs.alfworld import (
     read_game,
     resolve_alfworld_data,
 )
-from antipersist_lib.loopback_server import QueueResponder
-from antipersist_lib.partitions import PAPER_COUNTS, PARTITION_SEED, load_partition
+from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.envs.partitions import PAPER_COUNTS, PARTITION_SEED, load_partition
 from antipersist_lib.records import Task
+from antipersist_lib.testing.loopback_server import QueueResponder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data" / "alfworld"

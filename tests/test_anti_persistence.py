@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.agent import AgentConfig
-from antipersist_lib.anti_persistence import AntiPersistence, AntiPersistenceConfig
+from antipersist_lib.core.agent import AgentConfig
+from antipersist_lib.core.anti_persistence import AntiPersistence, AntiPersistenceConfig
+from antipersist_lib.core.selector import SelectorConfig
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS
-from antipersist_lib.outcome_log import FIELDS, OutcomeLog
-from antipersist_lib.selector import SelectorConfig
+from antipersist_lib.memory.outcome_log import FIELDS, OutcomeLog
+from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
 from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS
 from antipersist_lib.testing.scripted_policy import GUIDANCE_MARKER, errand_policy
-from antipersist_lib.trajectory_memory import TrajectoryMemory
 
 AGENT = AgentConfig(max_steps=4)
 

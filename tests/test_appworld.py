@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 
 import antipersist_lib.envs.appworld as aw
-from antipersist_lib.environment import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.envs import make_env
 from antipersist_lib.envs.appworld import (
     F1_N_TASKS,
@@ -21,7 +20,8 @@ from antipersist_lib.envs.appworld import (
     load_appworld_task_ids,
     sample_appworld_tasks,
 )
-from antipersist_lib.partitions import PARTITION_SEED
+from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.envs.partitions import PARTITION_SEED
 from antipersist_lib.records import Task
 
 INSTALL_STEPS = ("pip install appworld", "appworld install", "appworld download data", "APPWORLD_ROOT")
@@ -288,8 +288,8 @@ def test_sample_appworld_tasks():
 
 def test_agent_loop_passes_the_whole_code_block(fake_appworld, make_clients):
     """Multi-line code written by the model reaches world.execute intact (raw_actions)."""
-    from antipersist_lib.agent import AgentConfig, run_episode
-    from antipersist_lib.loopback_server import QueueResponder
+    from antipersist_lib.core.agent import AgentConfig, run_episode
+    from antipersist_lib.testing.loopback_server import QueueResponder
 
     replies = [
         "Thought: list the apps.\n```python\nfor app in ['spotify', 'gmail']:\n    print(app)\n```",
@@ -326,7 +326,7 @@ def test_partition_builder_draws_30_distinct_ids_deterministically(monkeypatch):
 @pytest.fixture
 def no_partitions(tmp_path, monkeypatch):
     """An empty partition folder searched first, the kit's own never holding appworld.json here."""
-    from antipersist_lib import partitions
+    from antipersist_lib.envs import partitions
 
     d = tmp_path / "partitions"
     d.mkdir()
@@ -366,7 +366,7 @@ def test_cli_builds_lists_and_runs_the_f1_partition(fake_appworld, tmp_path, mon
     import json
 
     from antipersist_lib.cli import main
-    from antipersist_lib.loopback_server import LoopbackServer
+    from antipersist_lib.testing.loopback_server import LoopbackServer
 
     assert main(["partition", "appworld"]) == 0
     assert "wrote 30 training and 30 held-out tasks" in capsys.readouterr().out

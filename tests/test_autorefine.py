@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from antipersist_lib.agent import EpisodeResult
-from antipersist_lib.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS, ScriptedResponder
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.memory.outcome_log import FrozenStateError
 from antipersist_lib.methods import make_method
 from antipersist_lib.methods.autorefine import (
     EVOLVER_PREAMBLE_GENERIC,
@@ -31,8 +31,8 @@ from antipersist_lib.methods.autorefine import (
     utility_score,
 )
 from antipersist_lib.methods.base import MethodContext, TaskContext
-from antipersist_lib.outcome_log import FrozenStateError
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS, ScriptedResponder
 
 DIM = 6
 

@@ -90,9 +90,9 @@ def test_select_audit_never_creates_or_repairs_a_log(tmp_path, capsys):
 
 def _ap_run(tmp_path):
     """A small anti_persistence run whose decisions include round-robin, warmup, epsilon and UCB ones."""
-    from antipersist_lib.llm import Endpoint
-    from antipersist_lib.loopback_server import LoopbackServer
-    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.serving.llm import Endpoint
+    from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
 
     spec = RunSpec(
@@ -183,8 +183,8 @@ def test_agent_decoding_comes_from_the_backbone_profile_and_is_recorded(tmp_path
     import shutil
     from pathlib import Path
 
-    from antipersist_lib.loopback_server import LoopbackServer
-    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
 
     params = tmp_path / "params"

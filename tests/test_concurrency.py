@@ -25,11 +25,11 @@ import textwrap
 import threading
 from pathlib import Path
 
-from antipersist_lib.abstraction_store import AbstractionStore
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
-from antipersist_lib.ledger import Ledger
-from antipersist_lib.loopback_server import LoopbackServer
-from antipersist_lib.rundir import RunDirectory, RunLockedError
+from antipersist_lib.memory.abstraction_store import AbstractionStore
+from antipersist_lib.runner.rundir import RunDirectory, RunLockedError
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.testing.loopback_server import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,7 +153,7 @@ def test_ledger_numbers_concurrent_calls_uniquely_and_writes_whole_lines(tmp_pat
 
 OPEN_RUN = """
     import sys
-    from antipersist_lib.rundir import RunDirectory, RunLockedError
+    from antipersist_lib.runner.rundir import RunDirectory, RunLockedError
     try:
         RunDirectory(sys.argv[1]).close()
     except RunLockedError as exc:
@@ -223,7 +223,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent("""
             import sys, time
-            from antipersist_lib.rundir import RunDirectory
+            from antipersist_lib.runner.rundir import RunDirectory
             rd = RunDirectory(sys.argv[1])
             print("locked", flush=True)
             time.sleep(60)
@@ -254,7 +254,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
 CRASH_DURING_SNAPSHOT = """
     import os, signal, sys
     from antipersist_lib import jsonl
-    from antipersist_lib.abstraction_store import AbstractionStore
+    from antipersist_lib.memory.abstraction_store import AbstractionStore
 
     target = sys.argv[1]
     store = AbstractionStore()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from antipersist_lib import prompts
-from antipersist_lib.embedded import BACKBONE_MODEL, EmbeddedBackbone, EmbeddedEmbedder, rendered_prompt
-from antipersist_lib.embeddings import Embedder
-from antipersist_lib.ledger import Ledger
-from antipersist_lib.llm import LLMClient, merge_system
+from antipersist_lib.core import prompts
+from antipersist_lib.serving.embedded import BACKBONE_MODEL, EmbeddedBackbone, EmbeddedEmbedder, rendered_prompt
+from antipersist_lib.serving.embeddings import Embedder
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import LLMClient, merge_system
 
 
 def test_system_prompt_is_folded_into_the_first_user_turn_as_gemma_does():

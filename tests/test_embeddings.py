@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from antipersist_lib.embeddings import Embedder, embed_text
-from antipersist_lib.ledger import Ledger
-from antipersist_lib.llm import Endpoint
-from antipersist_lib.loopback_server import ROUTE_EMBEDDINGS, FaultPlan, LoopbackServer, bag_of_words_embedding
-from antipersist_lib.response_cache import ResponseCache
+from antipersist_lib.serving.embeddings import Embedder, embed_text
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.testing.loopback_server import ROUTE_EMBEDDINGS, FaultPlan, LoopbackServer, bag_of_words_embedding
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_dead_server_returns_none_without_raising(serve: Any, caplog: pytest.Log
     srv = serve()
     srv.set_dead(True)
     ledger = Ledger()
-    with caplog.at_level(logging.WARNING, logger="antipersist_lib.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="antipersist_lib.serving.embeddings"):
         assert make(srv, ledger).embed("anything") is None
     assert len(srv.requests) == 4  # one try + 3 retries
     assert "fall back to mode 'none'" in caplog.text and srv.base_url in caplog.text
@@ -135,7 +135,7 @@ def test_expected_dim_guards_against_swapped_model(serve: Any) -> None:
 
 def test_not_found_model_is_none_without_retries(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
     srv = serve(strict_model=True, model_id="other-embedder")
-    with caplog.at_level(logging.ERROR, logger="antipersist_lib.embeddings"):
+    with caplog.at_level(logging.ERROR, logger="antipersist_lib.serving.embeddings"):
         assert make(srv).embed("x") is None
     assert srv.request_count == 1 and "404" in caplog.text
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib import prompts
-from antipersist_lib.agent import AgentConfig, run_episode
-from antipersist_lib.loopback_server import ROUTE_CHAT, ScriptedResponder
+from antipersist_lib.core import prompts
+from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.memory.outcome_log import FrozenStateError
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.methods.expel import (
     HEADER_EXAMPLES,
@@ -22,8 +22,8 @@ from antipersist_lib.methods.expel import (
     InsightOp,
     parse_operations,
 )
-from antipersist_lib.outcome_log import FrozenStateError
 from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder
 from antipersist_lib.testing.scripted_policy import errand_policy
 
 TRAIN = make_tasks("train", 12)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.grid import load_grid, run_grid
-from antipersist_lib.loopback_server import LoopbackServer
+from antipersist_lib.runner.grid import load_grid, run_grid
+from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
 
 
@@ -204,7 +204,7 @@ def test_the_global_url_variable_on_a_multi_backbone_grid_names_the_fix(tmp_path
 
 
 def test_workers_get_the_grids_url_variables(tmp_path, clean_urls, monkeypatch):
-    from antipersist_lib.grid import FORWARDED_ENV, forwarded_env
+    from antipersist_lib.runner.grid import FORWARDED_ENV, forwarded_env
 
     monkeypatch.setenv("ANTIPERSIST_URL_QWEN3_CODER_NEXT", "http://gpu-2:8001/v1")
     monkeypatch.setenv("ANTIPERSIST_URL_GEMMA_4_31B_IT", "http://gpu-3:8002/v1")
@@ -240,7 +240,7 @@ def test_inline_endpoints_take_decoding_from_the_agent_block(tmp_path):
 @pytest.fixture
 def no_webshop_partition(tmp_path, monkeypatch):
     """The kit's partitions without WebShop's (as in a fresh checkout, even where a user built it)."""
-    from antipersist_lib import partitions
+    from antipersist_lib.envs import partitions
 
     only = tmp_path / "partitions"
     only.mkdir()
@@ -308,7 +308,7 @@ FROZEN_LAYER = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge/see
 
 
 def fake_partition(benchmark: str, n_train: int, n_heldout: int):
-    from antipersist_lib.partitions import Partition
+    from antipersist_lib.envs.partitions import Partition
     from antipersist_lib.records import Task
 
     def tasks(split: str, n: int) -> tuple[Task, ...]:
@@ -328,7 +328,7 @@ def users_setup(tmp_path, monkeypatch, clean_urls):
     import types
 
     from antipersist_lib.envs.appworld import build_appworld_partition
-    from antipersist_lib.partitions import save_partition
+    from antipersist_lib.envs.partitions import save_partition
 
     for var, url in PAPER_URLS.items():
         monkeypatch.setenv(var, url)
@@ -370,7 +370,7 @@ def is_default_run(spec) -> bool:
 
 @pytest.mark.parametrize("path", GRID_FILES, ids=lambda p: p.stem)
 def test_grid_files_load_with_the_papers_design(users_setup, path):
-    from antipersist_lib import ablations as ab
+    from antipersist_lib.analysis import ablations as ab
 
     grid = load_grid(path)
     backbones, benchmarks, iterations, n_runs = DESIGN[path.stem]
@@ -435,7 +435,7 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
 def test_a_run_in_two_grid_files_has_one_identity(users_setup):
     """A run directory two files share (the default points, the main grid's runs) is defined the same
     in both, so the second file resumes it instead of being refused as a different configuration."""
-    from antipersist_lib.protocol import IDENTITY_KEYS
+    from antipersist_lib.runner.protocol import IDENTITY_KEYS
 
     seen: dict[Path, tuple[str, dict]] = {}
     shared = 0

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from antipersist_lib.ledger import CallRecord, Ledger, current_tags
-from antipersist_lib.llm import ChatReply, Endpoint, LLMClient, LLMRequestError, LLMUnavailableError
-from antipersist_lib.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
-from antipersist_lib.response_cache import ResponseCache, cache_key
+from antipersist_lib.serving.ledger import CallRecord, Ledger, current_tags
+from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient, LLMRequestError, LLMUnavailableError
+from antipersist_lib.serving.response_cache import ResponseCache, cache_key
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
 
 MSGS = [
     {"role": "system", "content": "You are an agent."},

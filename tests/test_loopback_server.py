@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from antipersist_lib.loopback_server import (
+from antipersist_lib.testing.loopback_server import (
     ROUTE_CHAT,
     ROUTE_EMBEDDINGS,
     FaultPlan,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib import ablations
-from antipersist_lib.main_job import load_profile, run_plan
+from antipersist_lib.analysis import ablations
+from antipersist_lib.runner.main_job import load_profile, run_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,8 +87,8 @@ def test_ablation_maps_match_the_ablations_profile():
 def test_table3_defaults_have_one_source():
     """The paper's Table 3 values live in anti_persistence.TABLE3; the protocol method, the select
     command and the ablation maps read them from there (changing TABLE3 changes all of them)."""
-    from antipersist_lib.anti_persistence import TABLE3
     from antipersist_lib.cli import build_parser
+    from antipersist_lib.core.anti_persistence import TABLE3
     from antipersist_lib.methods.anti_persistence import AntiPersistenceMethod
 
     paper_table3 = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.notebooks_runner import NotebookError, execute_all, notebook_paths
+from antipersist_lib.runner.notebooks_runner import NotebookError, execute_all, notebook_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = notebook_paths(ROOT)

@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 
-from antipersist_lib.outcome_log import (
+from antipersist_lib.memory.outcome_log import (
     FIELDS,
     INSTRUCTION_MAX_CHARS,
     FrozenStateError,

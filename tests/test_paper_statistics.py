@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from antipersist_lib import paper
-from antipersist_lib.statistics import holm, table7
+from antipersist_lib.analysis import paper
+from antipersist_lib.analysis.statistics import holm, table7
 
 
 def test_table1_has_every_cell_and_the_quoted_averages():

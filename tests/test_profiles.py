@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.profiles import agent_decoding, backbone_endpoint, embedding_endpoint, load_profile
+from antipersist_lib.serving.profiles import agent_decoding, backbone_endpoint, embedding_endpoint, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 URL_VARS = (

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.envs.alfworld import ALFWorldEnvironment, read_game
+from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.envs.scienceworld import ScienceWorldEnvironment
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.llm import Endpoint
-from antipersist_lib.loopback_server import LoopbackServer
-from antipersist_lib.outcome_log import FIELDS
-from antipersist_lib.partitions import load_partition
-from antipersist_lib.protocol import RunSpec, run_cell, training_schedule
-from antipersist_lib.rundir import ManifestMismatchError, RunDirectory, RunLockedError
+from antipersist_lib.memory.outcome_log import FIELDS
+from antipersist_lib.runner.protocol import RunSpec, run_cell, training_schedule
+from antipersist_lib.runner.rundir import ManifestMismatchError, RunDirectory, RunLockedError
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.plan_responder import PlanResponder
 
 N_TRAIN, N_HELD, PER_IT = 3, 2, 2
@@ -71,7 +71,7 @@ def engines(alfworld_data):
 
 
 def _partition(bench, tasks):
-    from antipersist_lib.partitions import Partition
+    from antipersist_lib.envs.partitions import Partition
 
     base = load_partition(bench)
     return Partition(bench, base.seed, base.drawn_with, tuple(tasks[:N_TRAIN]), tuple(tasks[N_TRAIN:]))
@@ -257,9 +257,9 @@ def test_evaluation_only_run_has_no_training_episode(tmp_path):
     summary's training fields are empty, not NaN."""
     import json
 
-    from antipersist_lib.llm import Endpoint
-    from antipersist_lib.loopback_server import LoopbackServer
-    from antipersist_lib.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.serving.llm import Endpoint
+    from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
 
     spec = RunSpec(

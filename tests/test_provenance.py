@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from antipersist_lib.abstraction_store import AbstractionStore, snapshot_path
-from antipersist_lib.provenance import audit_run, descendant_counts, label_abstractions, pooled_by_setting
+from antipersist_lib.analysis.provenance import audit_run, descendant_counts, label_abstractions, pooled_by_setting
+from antipersist_lib.memory.abstraction_store import AbstractionStore, snapshot_path
 
 
 def ep(it, parents, success, infra=False):

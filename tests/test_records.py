@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from antipersist_lib.abstraction_store import Abstraction
-from antipersist_lib.outcome_log import OutcomeRecord
+from antipersist_lib.memory.abstraction_store import Abstraction
+from antipersist_lib.memory.outcome_log import OutcomeRecord
+from antipersist_lib.memory.trajectory_memory import MemoryRecord
 from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Step, Task, Trajectory
-from antipersist_lib.trajectory_memory import MemoryRecord
 
 
 def through_json(obj):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib import prompts
-from antipersist_lib.agent import AgentConfig, run_episode
-from antipersist_lib.loopback_server import ROUTE_CHAT, ScriptedResponder
+from antipersist_lib.core import prompts
+from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.memory.outcome_log import FrozenStateError
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.methods.reflexion import (
     HEADER_OWN,
@@ -19,8 +19,8 @@ from antipersist_lib.methods.reflexion import (
     REFLECTION_SYSTEM,
     Reflexion,
 )
-from antipersist_lib.outcome_log import FrozenStateError
 from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder
 from antipersist_lib.testing.scripted_policy import errand_policy
 
 TRAIN = make_tasks("train", 12)

@@ -22,17 +22,17 @@ from typing import Any
 
 import pytest
 
-from antipersist_lib import doctor
 from antipersist_lib.cli import main as cli_main
-from antipersist_lib.environment import BenchmarkUnavailableError
 from antipersist_lib.envs import alfworld as alfworld_mod
 from antipersist_lib.envs import scienceworld as scienceworld_mod
+from antipersist_lib.envs.base import BenchmarkUnavailableError
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.llm import Endpoint, LLMUnavailableError
-from antipersist_lib.loopback_server import TRANSIENT_FAULT_KINDS, FaultPlan, LoopbackServer
-from antipersist_lib.protocol import RunSpec, run_cell
-from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner import doctor
+from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.rundir import RunDirectory
+from antipersist_lib.serving.llm import Endpoint, LLMUnavailableError
 from antipersist_lib.testing.errand_world import ErrandWorld
+from antipersist_lib.testing.loopback_server import TRANSIENT_FAULT_KINDS, FaultPlan, LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
 
 #: the two methods exercised end to end: the paper's method and a persistent-memory baseline
@@ -589,7 +589,7 @@ def test_api_key_never_reaches_an_executed_notebook_or_its_parameters(
 ) -> None:
     import shutil
 
-    from antipersist_lib.notebooks_runner import execute_all
+    from antipersist_lib.runner.notebooks_runner import execute_all
 
     var = "AP_SECRET_" + secrets.token_hex(4).upper()
     key = "sk-" + secrets.token_urlsafe(32)

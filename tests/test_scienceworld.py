@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from antipersist_lib.agent import AgentConfig, run_episode
+from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.envs.partitions import PAPER_COUNTS, PARTITION_SEED, load_partition
 from antipersist_lib.envs.scienceworld import ScienceWorldEnvironment, draw_scienceworld_variations
-from antipersist_lib.loopback_server import QueueResponder
-from antipersist_lib.partitions import PAPER_COUNTS, PARTITION_SEED, load_partition
+from antipersist_lib.testing.loopback_server import QueueResponder
 
 PART = load_partition("scienceworld")
 POOLS = PART.drawn_with["pools"]

@@ -15,15 +15,15 @@ import math
 import numpy as np
 import pytest
 
-from antipersist_lib.outcome_log import OutcomeLog, cost_adjusted_reward
-from antipersist_lib.records import MODES
-from antipersist_lib.selector import (
+from antipersist_lib.core.selector import (
     BRANCHES,
     ModeDecision,
     ModeSelector,
     SelectorConfig,
     select_mode,
 )
+from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward
+from antipersist_lib.records import MODES
 
 A = [1.0, 0.0]
 B = [0.8, 0.6]
@@ -580,7 +580,7 @@ def test_to_dict_is_json_serialisable_and_round_trips():
 def test_decisions_compare_within_rounding_but_not_beyond():
     """A log whose embeddings are one float32 ulp off (another CPU's rounding) gives the same
     decision up to the last digits; a different mode, branch or neighbour set is reported."""
-    from antipersist_lib.selector import decision_differences
+    from antipersist_lib.core.selector import decision_differences
 
     rng = np.random.default_rng(3)
     embs = rng.normal(size=(12, 64))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from antipersist_lib.similarity import EPS, EmbeddingMatrix, cosine, top_k
+from antipersist_lib.memory.similarity import EPS, EmbeddingMatrix, cosine, top_k
 
 
 def paper_sim(a, b):

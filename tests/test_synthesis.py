@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from antipersist_lib import prompts
-from antipersist_lib.loopback_server import ScriptedResponder
+from antipersist_lib.core import prompts
+from antipersist_lib.core.synthesis import synthesize
+from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
-from antipersist_lib.synthesis import synthesize
-from antipersist_lib.trajectory_memory import TrajectoryMemory
+from antipersist_lib.testing.loopback_server import ScriptedResponder
 
 TASK = Task(0, "errandworld", "bring_item", "bring the cup to the hall")
 

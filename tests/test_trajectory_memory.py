@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from antipersist_lib.outcome_log import FrozenStateError
+from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
-from antipersist_lib.trajectory_memory import MemoryRecord, TrajectoryMemory
 
 Q = np.array([1.0, 0.0])  # query embedding; a record at angle theta has similarity cos(theta)
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.environment import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.envs import make_env
+from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.envs.partitions import PARTITION_SEED, load_partition, save_partition
 from antipersist_lib.envs.webshop import (
     PAPER_N_GOALS,
     WebShopEnvironment,
@@ -28,7 +29,6 @@ from antipersist_lib.envs.webshop import (
     parse_page,
     parse_webshop_action,
 )
-from antipersist_lib.partitions import PARTITION_SEED, load_partition, save_partition
 from antipersist_lib.records import Task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"
@@ -474,7 +474,7 @@ def test_partition_reproducible_and_seed_dependent(goals_file, tmp_path):
 
 
 def test_missing_partition_names_the_file_and_the_command(tmp_path, monkeypatch):
-    from antipersist_lib import partitions
+    from antipersist_lib.envs import partitions
 
     monkeypatch.setattr(partitions, "partition_dirs", lambda: [tmp_path / "mine", tmp_path / "kit"])
     with pytest.raises(FileNotFoundError) as info:

@@ -11,7 +11,7 @@ import inspect
 from importlib import import_module
 from typing import Any
 
-from ..environment import Environment
+from antipersist_lib.envs.base import Environment
 
 #: benchmark name -> (module, adapter class)
 ADAPTERS: dict[str, tuple[str, str]] = {

@@ -29,9 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from ..partitions import PARTITION_SEED, Partition, save_partition
-from ..records import Task
+from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
+from antipersist_lib.envs.partitions import PARTITION_SEED, Partition, save_partition
+from antipersist_lib.records import Task
 
 BENCHMARK = "alfworld"
 #: one lock for every engine instance of the process: concurrent held-out workers each have an

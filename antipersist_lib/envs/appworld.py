@@ -45,9 +45,9 @@ from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any
 
-from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from ..partitions import PARTITION_SEED, Partition
-from ..records import Task
+from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
+from antipersist_lib.envs.partitions import PARTITION_SEED, Partition
+from antipersist_lib.records import Task
 
 log = logging.getLogger(__name__)
 

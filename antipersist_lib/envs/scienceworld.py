@@ -21,9 +21,9 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
-from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from ..partitions import PARTITION_SEED, Partition
-from ..records import Task
+from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
+from antipersist_lib.envs.partitions import PARTITION_SEED, Partition
+from antipersist_lib.records import Task
 
 log = logging.getLogger(__name__)
 

@@ -65,9 +65,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from ..environment import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from ..partitions import PAPER_COUNTS, PARTITION_SEED, Partition
-from ..records import Task
+from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
+from antipersist_lib.envs.partitions import PAPER_COUNTS, PARTITION_SEED, Partition
+from antipersist_lib.records import Task
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from .base import Method, MethodContext, TaskContext
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext
 
 METHODS: dict[str, tuple[str, str]] = {
     "react": ("antipersist_lib.methods.react", "ReAct"),

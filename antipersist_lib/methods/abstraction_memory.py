@@ -23,15 +23,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import prompts
-from ..abstraction_store import AbstractionStore, parents_of_records, snapshot_path
-from ..agent import EpisodeResult
-from ..jsonl import JsonlWriter
-from ..records import Task
-from ..synthesis import synthesize
-from ..trajectory_memory import Retrieved
-from .base import MethodContext, TaskContext, take_params
-from .trajectory_memory import TrajectoryMemoryMethod
+from antipersist_lib.core import prompts
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.synthesis import synthesize
+from antipersist_lib.jsonl import JsonlWriter
+from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records, snapshot_path
+from antipersist_lib.memory.trajectory_memory import Retrieved
+from antipersist_lib.methods.base import MethodContext, TaskContext, take_params
+from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
+from antipersist_lib.records import Task
 
 STORED_HEADER = "## Stored Guidance (abstraction memory)"
 
@@ -152,7 +152,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     def _judge(
         self, task: Task, text: str, h: list[Retrieved], iteration: int, position: int, tags: dict[str, Any]
     ) -> bool:
-        from ..synthesis import format_blocks
+        from antipersist_lib.core.synthesis import format_blocks
 
         reply = self.ctx.llm.chat(
             [

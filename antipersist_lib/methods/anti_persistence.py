@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from ..abstraction_store import AbstractionStore, snapshot_path, snapshot_paths
-from ..agent import EpisodeResult
-from ..anti_persistence import TABLE3, AntiPersistenceConfig, decide, record_attempt
-from ..outcome_log import OutcomeLog
-from ..records import MODES, SYNTHESIS_MODES, Task
-from ..selector import ModeSelector, decision_rng
-from ..synthesis import synthesize
-from ..trajectory_memory import TrajectoryMemory
-from .abstraction_memory import format_stored
-from .base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.anti_persistence import TABLE3, AntiPersistenceConfig, decide, record_attempt
+from antipersist_lib.core.selector import ModeSelector, decision_rng
+from antipersist_lib.core.synthesis import synthesize
+from antipersist_lib.memory.abstraction_store import AbstractionStore, snapshot_path, snapshot_paths
+from antipersist_lib.memory.outcome_log import OutcomeLog
+from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
+from antipersist_lib.methods.abstraction_memory import format_stored
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.records import MODES, SYNTHESIS_MODES, Task
 
 POLICIES = ("bandit", "fixed", "random")
 SKILLS_HEADER = "## Skills (frozen library)"

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..agent import EpisodeResult
-from ..embeddings import embed_text
-from ..records import Task
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.records import Task
+from antipersist_lib.serving.embeddings import embed_text
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import Task
-from .anti_persistence import format_skills, load_skill_library
-from .base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.methods.anti_persistence import format_skills, load_skill_library
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.records import Task
 
 
 class FrozenSkills(Method):

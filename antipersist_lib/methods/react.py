@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Method
+from antipersist_lib.methods.base import Method
 
 
 class ReAct(Method):

@@ -50,15 +50,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import prompts
-from ..abstraction_store import Abstraction, AbstractionStore, snapshot_path
-from ..agent import EpisodeResult
-from ..outcome_log import FrozenStateError
-from ..records import Task
-from ..similarity import cosine
-from ..synthesis import FormatLimits, format_record
-from ..trajectory_memory import MemoryRecord, TrajectoryMemory
-from .base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.core import prompts
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.synthesis import FormatLimits, format_record
+from antipersist_lib.memory.abstraction_store import Abstraction, AbstractionStore, snapshot_path
+from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.similarity import cosine
+from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.records import Task
 
 log = logging.getLogger(__name__)
 

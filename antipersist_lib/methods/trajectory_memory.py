@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..agent import EpisodeResult
-from ..anti_persistence import TABLE3
-from ..records import Task
-from ..synthesis import synthesize
-from ..trajectory_memory import TrajectoryMemory
-from .base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.anti_persistence import TABLE3
+from antipersist_lib.core.synthesis import synthesize
+from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.records import Task
 
 
 class TrajectoryMemoryMethod(Method):

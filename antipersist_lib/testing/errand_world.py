@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..environment import Environment, InfrastructureError, StepResult
-from ..records import Task
+from antipersist_lib.envs.base import Environment, InfrastructureError, StepResult
+from antipersist_lib.records import Task
 
 if TYPE_CHECKING:  # partitions imports this module at run time
-    from ..partitions import Partition
+    from antipersist_lib.envs.partitions import Partition
 
 ROOMS = ("attic", "garden", "hall", "kitchen")
 HOME = {"apple": "garden", "book": "attic", "cup": "kitchen", "lamp": "attic", "spoon": "kitchen", "ball": "garden"}
@@ -45,7 +45,7 @@ def make_tasks(split: str = "train", n: int = 12, benchmark: str = "errandworld"
 
 def partition(n_train: int = 12, n_heldout: int = 6) -> Partition:
     """The test world's fixed partition (generated, not stored)."""
-    from ..partitions import Partition
+    from antipersist_lib.envs.partitions import Partition
 
     return Partition(
         "errandworld",

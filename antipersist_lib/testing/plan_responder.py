@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .. import prompts
+from antipersist_lib.core import prompts
 
 AGENT_MARKER = prompts.AGENT_SYSTEM.splitlines()[0]
 

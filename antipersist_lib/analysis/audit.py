@@ -1,0 +1,166 @@
+"""Re-deriving a recorded mode decision from a run directory (``select --run``).
+
+A run records, for every Anti-Persistence episode, the selector's full decision. This module
+rebuilds what the selector saw at that moment and decides again:
+
+* the outcome log ``L_k`` as it was then: the first ``n`` entries of ``state/outcome_log.jsonl``
+  (the file is append-only), where ``n`` counts the logged training attempts before the episode
+  (training) or up to the end of that iteration's training (held-out);
+* the task embedding: for a training episode the one stored with its record in
+  ``state/trajectories.jsonl``; for a held-out episode it is asked of the run's response cache
+  (or given by the caller);
+* the hyperparameters from the manifest's ``method_config``, the random stream from
+  ``selector.decision_rng(seed, phase, iteration, position)``.
+
+Nothing is written: the log is opened read-only. The comparison tolerates last-bit float
+differences (``selector.decision_differences``), so a run recorded on another CPU still audits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from antipersist_lib.core.anti_persistence import TABLE3, AntiPersistenceConfig, decide
+from antipersist_lib.core.selector import PHASES, ModeSelector, decision_differences, decision_rng
+from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.memory.outcome_log import OutcomeLog
+from antipersist_lib.serving.embeddings import embed_text
+
+
+@dataclass
+class DecisionAudit:
+    """A recorded decision beside the one re-derived from the run's files."""
+
+    run_dir: str
+    phase: str
+    iteration: int
+    position: int
+    log_entries: int  # |L_k| the selector saw
+    recorded: dict[str, Any]
+    recomputed: dict[str, Any]
+
+    @property
+    def differences(self) -> list[str]:
+        return decision_differences(self.recorded, self.recomputed)
+
+    @property
+    def reproduces(self) -> bool:
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "phase": self.phase,
+            "iteration": self.iteration,
+            "position": self.position,
+            "log_entries": self.log_entries,
+            "reproduces": self.reproduces,
+            "differences": self.differences,
+            "recorded": self.recorded,
+            "recomputed": self.recomputed,
+        }
+
+
+def _episodes(run: Path, phase: str) -> list[dict[str, Any]]:
+    return [x.value for x in read_jsonl(run / f"episodes_{phase}.jsonl")]
+
+
+def find_episode(run: Path, phase: str, iteration: int, position: int) -> dict[str, Any]:
+    if phase not in PHASES:
+        raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
+    eps = _episodes(run, phase)
+    found = [r for r in eps if r["iteration"] == iteration and r["position"] == position]
+    if not found:
+        have = sorted({(r["iteration"], r["position"]) for r in eps})
+        raise ValueError(
+            f"{run}: no {phase} episode at iteration {iteration}, position {position}; recorded: {have[:40]}"
+        )
+    if "decision" not in found[0].get("meta", {}):
+        raise ValueError(
+            f"{run}: the {phase} episode at iteration {iteration}, position {position} carries no selector "
+            "decision (an infrastructure failure, or not an anti_persistence run)"
+        )
+    return found[0]
+
+
+def log_entries_seen(run: Path, phase: str, iteration: int, position: int) -> int:
+    """How many outcome-log entries existed when the decision was made."""
+    train = _episodes(run, "train")
+    if phase == "train":
+        return sum(
+            1 for r in train if (r["iteration"], r["position"]) < (iteration, position) and r["meta"].get("logged")
+        )
+    return sum(1 for r in train if r["iteration"] <= iteration and r["meta"].get("logged"))
+
+
+def _method_config(man: dict[str, Any]) -> tuple[AntiPersistenceConfig, str, str | None]:
+    params = {k: v for k, v in (man.get("method_config") or man.get("method_params") or {}).items() if k != "name"}
+    policy, fixed = params.get("policy", "bandit"), params.get("fixed_mode")
+    known = TABLE3.params()
+    return (
+        AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known}, fixed_mode=fixed),
+        policy,
+        fixed,
+    )
+
+
+def audit_decision(
+    run_dir: str | Path,
+    *,
+    phase: str,
+    iteration: int,
+    position: int,
+    embedding: Any = None,
+    cache_dir: str | Path | None = None,
+) -> DecisionAudit:
+    """Re-derive the decision recorded at (phase, iteration, position) of an anti_persistence run.
+
+    The task embedding: ``embedding`` if given; else, for training, the one stored in M_k; else
+    (held-out) the run's response cache under ``cache_dir`` answers the embedding request.
+    """
+    run = Path(run_dir)
+    if not (run / "manifest.json").is_file():
+        raise FileNotFoundError(f"{run} is not a run directory (no manifest.json)")
+    man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    if man.get("method") != "anti_persistence":
+        raise ValueError(f"{run}: decisions are recorded by anti_persistence runs; this one is {man.get('method')!r}")
+    rec = find_episode(run, phase, iteration, position)
+    if embedding is None and phase == "train":
+        k = rec["meta"]["update_index"]
+        stored = [x.value for x in read_jsonl(run / "state" / "trajectories.jsonl") if x.value.get("record_id") == k]
+        if not stored:
+            raise ValueError(f"{run}: state/trajectories.jsonl has no record {k} (the episode's update index)")
+        embedding = stored[0].get("embedding")
+    elif embedding is None:
+        if cache_dir is None:
+            raise ValueError(
+                "a held-out decision needs the task embedding: give cache_dir (the run's response cache) "
+                "or an embedding"
+            )
+        from antipersist_lib.analysis.walkthrough import replay_clients
+
+        _, embedder = replay_clients(run, cache_dir)
+        embedding = embedder.embed(embed_text(rec["task"]["instruction"], rec["trajectory"]["initial_observation"]))
+    n = log_entries_seen(run, phase, iteration, position)
+    full = OutcomeLog(run / "state" / "outcome_log.jsonl", read_only=True)
+    if len(full) < n:
+        raise ValueError(
+            f"{run}: state/outcome_log.jsonl has {len(full)} entries, fewer than the {n} the episode log implies"
+        )
+    cfg, policy, fixed = _method_config(man)
+    decision = decide(
+        ModeSelector(cfg.selector),
+        full.head(n),
+        None if embedding is None else np.asarray(embedding, dtype=np.float64),
+        iteration=iteration,
+        position=position,
+        rng=decision_rng(int(man["seed"]), phase, iteration, position),
+        policy=policy,
+        fixed_mode=fixed,
+    )
+    return DecisionAudit(str(run), phase, iteration, position, n, rec["meta"]["decision"], decision.to_dict())

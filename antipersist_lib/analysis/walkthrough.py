@@ -1,0 +1,368 @@
+"""One held-out task of a finished Anti-Persistence run, step by step (Appendix C).
+
+``walk(run_dir, llm=..., embedder=...)`` re-runs the chosen held-out task of the run's last
+iteration on a working copy of the run's final (frozen) state, exactly as the held-out
+evaluation did: the selector's audit (neighbourhood, per-mode estimates, bonuses, scores), the
+retrieved records, the temporary guidance, the execution, and then the proof that the guidance
+was discarded: the state files are byte-identical before and after, the guidance text occurs in
+no file of the run directory or the working copy, and the episode record has no field for it.
+
+Replay: every request of a run is in its response cache, so ``replay_clients(run_dir, cache_dir)``
+builds clients whose endpoint is unreachable: the walkthrough then runs without any model and
+fails loudly (naming the cache) if a request is not cached. Pointing ``llm``/``embedder`` at a
+live endpoint runs the same task afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib import tolerance
+from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.core.selector import PHASES, decision_differences
+from antipersist_lib.envs import make_env
+from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.methods import make_method
+from antipersist_lib.methods.base import MethodContext
+from antipersist_lib.records import Task
+from antipersist_lib.serving.embeddings import Embedder
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint, LLMClient, LLMUnavailableError
+from antipersist_lib.serving.response_cache import ResponseCache
+
+#: branches whose audit carries per-mode estimates, most informative first
+BRANCH_PREFERENCE = ("local_ucb", "global_best", "epsilon", "warmup", "round_robin", "fixed", "random", "no_embedding")
+UNREACHABLE = "http://127.0.0.1:9/v1"  # discard port: nothing answers, so a cache miss fails at once
+
+
+@dataclass
+class DiscardProof:
+    """What the run keeps after the task, and where the guidance text is found (nowhere)."""
+
+    phase: str
+    state_hashes_before: dict[str, str]
+    state_hashes_after: dict[str, str]
+    appended: dict[str, list[dict[str, Any]]]  # state file -> records the task added (training only)
+    files_searched: int
+    files_containing_guidance: list[str]
+    record_fields: list[str]
+    appended_matches_run: (
+        bool  # the records the replay added equal the ones the run wrote there (floats within rounding)
+    )
+
+    @property
+    def state_unchanged(self) -> bool:
+        return self.state_hashes_before == self.state_hashes_after
+
+    @property
+    def discarded(self) -> bool:
+        """Guidance in no file, no field for it, and (held-out) no state change at all."""
+        frozen_ok = self.state_unchanged if self.phase == "heldout" else True
+        return frozen_ok and not self.files_containing_guidance and "guidance" not in self.record_fields
+
+
+@dataclass
+class Walkthrough:
+    run_dir: str
+    phase: str
+    task: Task
+    iteration: int
+    position: int
+    update_index: int | None
+    decision: dict[str, Any]
+    recorded_decision: dict[str, Any]
+    neighbours: list[dict[str, Any]]
+    retrieved: list[dict[str, Any]]
+    guidance: str
+    synthesis_calls: int
+    steps: list[dict[str, Any]]
+    outcome: dict[str, Any]
+    recorded_outcome: dict[str, Any]
+    discard: DiscardProof
+
+    def decision_differences(self) -> list[str]:
+        """Where the replayed decision differs from the recorded one (empty when it reproduces).
+
+        Same mode, branch, neighbour ids and counts; floats within rounding tolerance, because the
+        cosines were computed on the recording machine's CPU and may differ here in the last bit.
+        """
+        return decision_differences(self.recorded_decision, self.decision)
+
+    @property
+    def reproduces_recorded_decision(self) -> bool:
+        return not self.decision_differences()
+
+    def per_mode(self) -> list[dict[str, Any]]:
+        """One row per mode: neighbourhood count, estimate, bonus, UCB score (None where the branch had none)."""
+        d = self.decision
+        return [
+            {
+                "mode": m,
+                "count": d["counts"].get(m),
+                "estimate": d["estimates"].get(m),
+                "bonus": d["bonuses"].get(m),
+                "score": d["scores"].get(m),
+                "chosen": m == d["mode"],
+            }
+            for m in d["counts"]
+        ]
+
+
+def _hashes(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _files_containing(text: str, roots: list[Path]) -> tuple[int, list[str]]:
+    needle = text.strip().encode("utf-8")
+    n, hits = 0, []
+    if not needle:
+        return 0, []
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                n += 1
+                data = p.read_bytes()
+                if needle in data or json.dumps(text.strip())[1:-1].encode("utf-8") in data:
+                    hits.append(str(p))
+    return n, hits
+
+
+def choose_episode(run_dir: str | Path, position: int | None = None, phase: str = "train") -> dict[str, Any]:
+    """An episode of the last iteration of ``phase``: ``position`` if given, else the one whose
+    decision is most informative (UCB first), then one that synthesized guidance, then the lowest position."""
+    if phase not in PHASES:
+        raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
+    run = Path(run_dir)
+    held = [x.value for x in read_jsonl(run / f"episodes_{phase}.jsonl")]
+    if not held:
+        raise ValueError(f"{run}: no {phase} episodes recorded")
+    last = max(r["iteration"] for r in held)
+    cands = [r for r in held if r["iteration"] == last and "decision" in r.get("meta", {})]
+    if not cands:
+        raise ValueError(f"{run}: the held-out episodes carry no selector decision (is this an anti_persistence run?)")
+    if position is not None:
+        found = [r for r in cands if r["position"] == position]
+        if not found:
+            raise ValueError(
+                f"{run}: no {phase} episode at position {position} in iteration {last}; "
+                f"positions: {sorted(r['position'] for r in cands)}"
+            )
+        return found[0]
+    rank = {b: i for i, b in enumerate(BRANCH_PREFERENCE)}
+    return min(
+        cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), not r["calls"]["synthesis"], r["position"])
+    )
+
+
+def replay_clients(
+    run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None
+) -> tuple[LLMClient, Embedder]:
+    """Clients with the run's own endpoint settings (so cache keys match) but an unreachable
+    address: every answer must come from the response cache under ``cache_dir``."""
+    from antipersist_lib.runner.protocol import _slug
+
+    man = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    ledger = ledger or Ledger()
+    chat = Endpoint(**{**man["endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
+    emb = Endpoint(**{**man["embedding_endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
+    cache_root = Path(cache_dir)
+    for ep in (chat, emb):
+        if not (cache_root / _slug(ep.model)).is_dir():
+            raise FileNotFoundError(
+                f"no response cache for model {ep.model!r} under {cache_root} "
+                "(replay needs the cache the run wrote; use a live endpoint instead)"
+            )
+    llm = LLMClient(chat, ledger=ledger, cache=ResponseCache(cache_root / _slug(chat.model)), seed=int(man["seed"]))
+    embedder = Embedder(emb, ledger=ledger, cache=ResponseCache(cache_root / _slug(emb.model)))
+    return llm, embedder
+
+
+def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
+    """Copy the run's state as it was before training update ``rec``: the first k records of M_k
+    and the outcome-log entries of the updates before it (both files are append-only)."""
+    k = int(rec["meta"]["update_index"])
+    train = sorted(
+        (x.value for x in read_jsonl(run / "episodes_train.jsonl")), key=lambda r: (r["iteration"], r["position"])
+    )
+    logged = sum(
+        1
+        for r in train
+        if (r["iteration"], r["position"]) < (rec["iteration"], rec["position"]) and r["meta"].get("logged")
+    )
+    for name, keep in (("trajectories.jsonl", k), ("outcome_log.jsonl", logged)):
+        lines = (run / "state" / name).read_bytes().splitlines(keepends=True)
+        if len(lines) < keep:
+            raise ValueError(
+                f"{run}: state/{name} has {len(lines)} records, fewer than the {keep} the episode log implies"
+            )
+        (work / "state" / name).write_bytes(b"".join(lines[:keep]))
+
+
+def walk(
+    run_dir: str | Path,
+    *,
+    llm: Any,
+    embedder: Any,
+    work_dir: str | Path,
+    position: int | None = None,
+    phase: str = "train",
+    env: Any = None,
+) -> Walkthrough:
+    """Re-run one episode of the run's last iteration on a copy of the state it saw.
+
+    ``phase="train"`` (Appendix C): the state before that training update; the task's raw
+    trajectory enters M_k and its mode and reward enter L_k. ``phase="heldout"``: the final,
+    frozen state; nothing may change.
+    """
+    run = Path(run_dir)
+    if not (run / "manifest.json").exists():
+        raise FileNotFoundError(
+            f"{run} is not a run directory (no manifest.json); point run_dir at an anti_persistence run"
+        )
+    man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    if man["method"] != "anti_persistence":
+        raise ValueError(f"{run}: the walkthrough needs an anti_persistence run, this one is {man['method']!r}")
+    rec = choose_episode(run, position, phase)
+    task = Task.from_dict(rec["task"])
+    work = Path(work_dir)
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(run / "state", work / "state")
+    if phase == "train":
+        _state_before(run, rec, work)
+    before = _hashes(work / "state")
+    sizes = {
+        name: len((work / "state" / name).read_bytes().splitlines())
+        for name in ("trajectories.jsonl", "outcome_log.jsonl")
+    }
+    method = make_method(
+        man["method"],
+        MethodContext(llm, embedder, work / "state", int(man["seed"]), man["benchmark"], fsync=False),
+        **man.get("method_params", {}),
+    )
+    if phase == "heldout":
+        method.freeze()  # held-out: nothing may be written
+    own_env = env is None
+    env = env or make_env(man["benchmark"], **man.get("benchmark_options", {}))
+    try:
+        obs = env.reset(task)
+        ctx = method.prepare(task, obs, phase=phase, iteration=rec["iteration"], position=rec["position"])
+        guidance = ctx.blocks[-1] if ctx.blocks else ""
+        agent = AgentConfig(**man["agent"])
+        ep = run_episode(
+            env,
+            task,
+            llm,
+            context_blocks=ctx.blocks,
+            config=agent,
+            initial_observation=obs,
+            tags={"phase": phase, "iteration": rec["iteration"], "task": task.key},
+        )
+        if phase == "train":
+            method.learn(task, ctx, ep, iteration=rec["iteration"], position=rec["position"])
+    finally:
+        method.close()
+        if own_env:
+            env.close()
+    from antipersist_lib.runner.protocol import _episode_record
+
+    record = _episode_record(task, phase, rec["iteration"], rec["position"], ctx, ep, {})
+    decision = ctx.meta["decision"]
+    log = [x.value for x in read_jsonl(work / "state" / "outcome_log.jsonl")]
+    weights = decision["weights"] or [None] * len(decision["neighbours"])
+    neighbours = [
+        {
+            "log_index": i,
+            "similarity": s,
+            "weight": w,
+            "mode": log[i]["mode"],
+            "reward": log[i]["reward"],
+            "instruction": log[i].get("instruction", ""),
+        }
+        for i, s, w in zip(decision["neighbours"], decision["similarities"], weights)
+    ]
+    memory = {r.value["record_id"]: r.value for r in read_jsonl(work / "state" / "trajectories.jsonl")}
+    retrieved = [
+        {
+            "record_id": i,
+            "instruction": memory[i]["task"]["instruction"],
+            "success": memory[i]["outcome"]["success"],
+            "steps": len(memory[i]["trajectory"]["steps"]),
+        }
+        for i in ctx.meta["retrieved_ids"]
+        if i in memory
+    ]
+    after = _hashes(work / "state")
+    appended, matches = {}, True
+    for name, n in sizes.items():
+        new = [x.value for x in read_jsonl(work / "state" / name)][n:]
+        matches &= tolerance.close([x.value for x in read_jsonl(run / "state" / name)][n : n + len(new)], new)
+        appended[name] = [
+            {k: (f"<{len(v)} floats>" if k == "embedding" else v) for k, v in r.items() if k != "trajectory"}
+            for r in new
+        ]
+    n, hits = _files_containing(guidance, [run, work]) if ctx.synthesis_calls else (0, [])
+    proof = DiscardProof(phase, before, after, appended, n, hits, sorted(record) + sorted(record["meta"]), matches)
+    del ctx  # the guidance's last holder besides the copy returned to the reader
+    return Walkthrough(
+        str(run),
+        phase,
+        task,
+        rec["iteration"],
+        rec["position"],
+        rec["meta"].get("update_index"),
+        decision,
+        rec["meta"]["decision"],
+        neighbours,
+        retrieved,
+        guidance,
+        record["calls"]["synthesis"],
+        [dataclasses.asdict(s) for s in ep.trajectory.steps],
+        ep.outcome.to_dict(),
+        rec["outcome"],
+        proof,
+    )
+
+
+def walk_with(
+    mode: str,
+    run_dir: str | Path,
+    *,
+    cache_dir: str | Path | None,
+    work_dir: str | Path,
+    position: int | None = None,
+    phase: str = "train",
+) -> Walkthrough:
+    """The notebook's entry point: ``mode="load"`` replays from the run's response cache (no
+    model); ``mode="run"`` starts the embedded default backbone and embedder and asks them."""
+    if mode == "load":
+        if cache_dir is None:
+            raise ValueError("mode 'load' replays from a response cache: give cache_dir")
+        llm, embedder = replay_clients(run_dir, cache_dir)
+        try:
+            return walk(run_dir, llm=llm, embedder=embedder, work_dir=work_dir, position=position, phase=phase)
+        except LLMUnavailableError as exc:
+            raise LLMUnavailableError(
+                f"replay: a request of this walkthrough is not in the response cache {cache_dir} "
+                f"(was it written by this run, with this kit's prompts?); use mode 'run' to ask a model. ({exc})"
+            ) from None
+    if mode == "run":
+        from antipersist_lib.serving.embedded import EmbeddedBackbone, EmbeddedEmbedder
+
+        man = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+        with EmbeddedBackbone(log_path=Path(work_dir).parent / "llama_server.log") as bb, EmbeddedEmbedder() as em:
+            ledger = Ledger()
+            llm = LLMClient(bb.endpoint, ledger=ledger, seed=int(man["seed"]))
+            embedder = Embedder(em.endpoint, ledger=ledger)
+            return walk(run_dir, llm=llm, embedder=embedder, work_dir=work_dir, position=position, phase=phase)
+    raise ValueError(f"mode must be 'load' (replay the recorded run) or 'run' (embedded backbone), got {mode!r}")

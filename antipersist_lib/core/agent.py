@@ -1,0 +1,156 @@
+"""The ReAct-style agent loop shared by every method.
+
+One model turn = one action = one step of the budget (50 by default; an episode that reaches
+the budget without finishing is a failure). Replies are parsed by ``actions.parse_action``;
+a reply without a usable command is an invalid step. ReAct ``think: ...`` pseudo-actions are
+answered with ``OK.`` without touching the engine and also use a step, as in the original ReAct
+setup. An exception from the engine ends the episode as an infrastructure failure (recorded,
+never counted as the agent's failure); an unreachable LLM endpoint propagates, so the run stops
+and can be resumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from antipersist_lib.core import prompts
+from antipersist_lib.core.actions import ParsedAction, parse_action
+from antipersist_lib.envs.base import Environment, InfrastructureError
+from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+NO_COMMAND_OBSERVATION = "No command found in your reply. Answer with one line 'Action: <command>'."
+THINK_OBSERVATION = "OK."
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The acting LLM's settings. Decoding (temperature, top_p) belongs to the backbone: a backbone
+    profile sets it (``params/backbones/*.yaml``), a run's ``agent:`` block may override it, and
+    the manifest records what was used. ``top_p=None`` sends no top_p (the server's default)."""
+
+    max_steps: int = 50
+    max_tokens: int = 1024  # per action (Table 3)
+    temperature: float = 0.0
+    history_turns: int | None = None  # keep only the last N turns in the prompt (None = all)
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not 0 <= self.temperature <= 2
+        ):
+            raise ValueError(f"temperature must be a number in [0, 2], got {self.temperature!r}")
+        if self.top_p is not None and (
+            isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1
+        ):
+            raise ValueError(f"top_p must be null or a number in (0, 1], got {self.top_p!r}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.history_turns is not None and self.history_turns < 1:
+            raise ValueError(f"history_turns must be >= 1 or None, got {self.history_turns}")
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    trajectory: Trajectory
+    outcome: EpisodeOutcome
+    llm_calls: int  # execution calls made in this episode
+
+
+def _window(messages: list[dict[str, str]], history_turns: int | None) -> list[dict[str, str]]:
+    """System + first user message + the last ``history_turns`` (assistant, user) pairs."""
+    if history_turns is None or len(messages) <= 2 + 2 * history_turns:
+        return messages
+    return messages[:2] + messages[-2 * history_turns :]
+
+
+def run_episode(
+    env: Environment,
+    task: Task,
+    llm: Any,
+    *,
+    context_blocks: Iterable[str] = (),
+    config: AgentConfig = AgentConfig(),
+    initial_observation: str | None = None,
+    tags: dict[str, Any] | None = None,
+) -> EpisodeResult:
+    """Run one episode of ``task`` on ``env`` with the given context in the system prompt.
+
+    Pass ``initial_observation`` when the caller has already reset the environment (Anti-
+    Persistence needs the observation to embed the task before choosing a mode).
+    """
+    if initial_observation is None:
+        try:
+            initial_observation = env.reset(task)
+        except Exception as exc:  # the engine could not even load the task
+            log.warning("engine failed to load %s: %s", task.key, exc)
+            return EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
+    system = prompts.agent_system_prompt(env.action_help, context_blocks)
+    messages: list[dict[str, str]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": prompts.AGENT_TASK.format(observation=initial_observation)},
+    ]
+    steps: list[Step] = []
+    calls = 0
+    done = False
+    error: str | None = None
+    for t in range(config.max_steps):
+        reply = llm.chat(
+            _window(messages, config.history_turns),
+            purpose="execution",
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            tags={**(tags or {}), "step": t},
+        )
+        calls += 1
+        parsed = parse_action(reply.text)
+        if env.raw_actions:  # block actions (code): the adapter extracts what to run
+            block = env.normalize_action(reply.text).strip()
+            parsed = ParsedAction(block or None, "")
+        reward = 0.0
+        if parsed.action is None:
+            observation, valid, action = NO_COMMAND_OBSERVATION, False, ""
+        elif parsed.is_think:
+            observation, valid, action = THINK_OBSERVATION, True, parsed.action
+        else:
+            action = parsed.action if env.raw_actions else env.normalize_action(parsed.action)
+            try:
+                res = env.step(action)
+            except Exception as exc:
+                kind = "engine" if isinstance(exc, InfrastructureError) else "unexpected engine"
+                error = f"{kind} failure at step {t}: {exc!r}"
+                log.warning("%s: %s", task.key, error)
+                steps.append(Step(action, "", 0.0, True, False, reply.text))
+                break
+            observation, valid, reward, done = res.observation, res.valid, res.reward, res.done
+        steps.append(Step(action, observation, reward, done, valid, reply.text))
+        messages.append({"role": "assistant", "content": reply.text})
+        messages.append({"role": "user", "content": prompts.AGENT_OBSERVATION.format(observation=observation)})
+        if done:
+            break
+    trajectory = Trajectory(initial_observation, tuple(steps))
+    if error is not None:
+        outcome = EpisodeOutcome(False, 0.0, len(steps), trajectory.n_invalid, False, True, error)
+    else:
+        try:
+            success, score = bool(env.success), float(env.score)
+        except Exception as exc:
+            outcome = EpisodeOutcome(False, 0.0, len(steps), trajectory.n_invalid, False, True, f"score: {exc!r}")
+        else:
+            outcome = EpisodeOutcome(
+                success=success,
+                score=score,
+                n_steps=len(steps),
+                n_invalid=trajectory.n_invalid,
+                over_budget=not done and len(steps) >= config.max_steps,
+            )
+    return EpisodeResult(trajectory, outcome, calls)

@@ -1,0 +1,183 @@
+"""Every prompt the kit sends, in one place, so users can read, diff and version them.
+
+The agent prompt is shared by every method (the paper holds the agent prompt fixed across
+methods, D.2); method-specific context is appended to its system message. The three synthesis
+prompts implement the mode definitions of Appendix B.1-B.2 (the paper prints only their
+interfaces; the wording here is the kit's own). Each run records ``prompt_hashes()`` in its
+manifest, so a changed prompt is visible in every result it touches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+# ---------------------------------------------------------------------------------------------
+# The agent (ReAct-style, one action per turn)
+# ---------------------------------------------------------------------------------------------
+
+AGENT_SYSTEM = """\
+You are an agent that completes tasks in a text-based environment, one command at a time.
+
+Each turn you see the latest observation. Answer in this format:
+Thought: <one short sentence about what to do next and why>
+Action: <exactly one command>
+
+Only the first Action line is executed. Use object and place names exactly as the observations
+write them. If a command changes nothing, do not repeat it; try something else.
+{action_help}"""
+
+AGENT_TASK = """\
+{observation}
+
+Begin. Reply with a Thought line and an Action line."""
+
+AGENT_OBSERVATION = "Observation: {observation}"
+
+
+def agent_system_prompt(action_help: str = "", context_blocks: Iterable[str] = ()) -> str:
+    """The agent's system message: the fixed prompt, the benchmark's command syntax, then any
+    method context (retrieved records, synthesized guidance, stored abstractions)."""
+    text = AGENT_SYSTEM.format(action_help=("\n" + action_help.strip() + "\n") if action_help.strip() else "")
+    blocks = [b.strip() for b in context_blocks if b and b.strip()]
+    if blocks:
+        text = text.rstrip() + "\n\n" + "\n\n".join(blocks)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthesis prompts (phi), temperature 0, 1024 tokens
+# ---------------------------------------------------------------------------------------------
+
+SYNTHESIS_SYSTEM = (
+    "You write short, concrete guidance for an agent that acts in a text environment. "
+    "You only see earlier episodes; the agent will act on the new task right after reading you."
+)
+
+IMITATION_PROMPT = """\
+New task:
+{instruction}
+
+Successful episodes from earlier, similar tasks:
+{success_text}
+
+From these successes, extract the behavioural patterns the agent can reuse on the new task:
+- action sequences that worked, written as command templates with placeholders for objects
+  and places (e.g. "go to <place>", "take <object> from <place>");
+- the observation that told the agent each step had worked, or that it should switch steps;
+- when each pattern applies and how to adapt it to the new task.
+Do not copy an episode line by line, and do not turn names or locations that belonged only to
+an earlier episode into rules. Answer with at most 8 bullet points and nothing else."""
+
+STRATEGIC_PROMPT = """\
+New task:
+{instruction}
+
+Successful episodes from earlier, similar tasks:
+{success_text}
+
+Distil one strategy for the new task from these successes:
+1. Sub-goals, in the order the agent should reach them.
+2. How to find and use what each sub-goal needs (where to look first, which commands work).
+3. How to recover when a command fails or the expected object is not where it was expected.
+Keep what transfers to the new task; leave out details that were true only in an earlier
+episode (particular object numbers, rooms, or products). Answer with the numbered plan only,
+at most 12 lines."""
+
+CORRECTIVE_PROMPT = """\
+New task:
+{instruction}
+
+Failed episodes from earlier, similar tasks:
+{failure_text}
+
+A successful episode for contrast:
+{success_text}
+
+Find what went wrong in the failed episodes: the failure modes, the decision points where the
+agent went astray, and errors that recur across episodes. Use the successful episode, if there
+is one, to see what the right move was at those points. Write avoidance rules for the new task,
+each on its own line in the form
+Do NOT <action or habit> because <observed consequence>. Instead: <what to do>.
+("Instead" may be omitted when no better move is evident.) At most 8 rules, nothing else."""
+
+NO_SUCCESS_REFERENCE = "(no successful reference available)"
+
+SYNTHESIS_PROMPTS: dict[str, str] = {
+    "imitation": IMITATION_PROMPT,
+    "strategic": STRATEGIC_PROMPT,
+    "corrective": CORRECTIVE_PROMPT,
+}
+
+# ---------------------------------------------------------------------------------------------
+# Injection wrappers (headers from Appendix B.1-B.2)
+# ---------------------------------------------------------------------------------------------
+
+GUIDANCE_HEADERS: dict[str, str] = {
+    "imitation": "## Behavioral Patterns (imitation)",
+    "strategic": "## Task-Specific Strategy (strategic reflection)",
+    "corrective": "## Avoidance Rules (corrective reflection)",
+}
+
+FACTUAL_HEADER = "## Past Episodes (factual records)"
+FACTUAL_PREAMBLE = (
+    "Records of earlier episodes on similar tasks, with their observed outcomes. They are what "
+    "happened, not advice: an episode marked FAILURE shows what did not work."
+)
+
+
+def wrap_guidance(mode: str, text: str) -> str:
+    """Put synthesized guidance under its mode's header (empty text gives an empty block)."""
+    text = text.strip()
+    return f"{GUIDANCE_HEADERS[mode]}\n{text}" if text else ""
+
+
+def wrap_factual(record_blocks: Sequence[str]) -> str:
+    """The `none` mode's context: retrieved records verbatim, no inferred rules, no LLM call."""
+    blocks = [b for b in record_blocks if b.strip()]
+    if not blocks:
+        return ""
+    return FACTUAL_HEADER + "\n" + FACTUAL_PREAMBLE + "\n\n" + "\n\n".join(blocks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hashes for run manifests
+# ---------------------------------------------------------------------------------------------
+
+
+def _all_prompts() -> dict[str, str]:
+    return {
+        "agent_system": AGENT_SYSTEM,
+        "agent_task": AGENT_TASK,
+        "agent_observation": AGENT_OBSERVATION,
+        "synthesis_system": SYNTHESIS_SYSTEM,
+        "imitation": IMITATION_PROMPT,
+        "strategic": STRATEGIC_PROMPT,
+        "corrective": CORRECTIVE_PROMPT,
+        "no_success_reference": NO_SUCCESS_REFERENCE,
+        "factual_header": FACTUAL_HEADER + "\n" + FACTUAL_PREAMBLE,
+        **{f"header_{m}": h for m, h in GUIDANCE_HEADERS.items()},
+    }
+
+
+def register_prompt(name: str, template: str) -> None:
+    """Methods with prompts of their own (Reflexion, ExpeL, AutoRefine) register them so the
+    run manifest hashes them too."""
+    _EXTRA[name] = template
+
+
+_EXTRA: dict[str, str] = {}
+
+
+def prompt_texts() -> dict[str, str]:
+    """Every prompt template by name: the kit's own and every method's (ExpeL, Reflexion, AutoRefine,
+    the abstraction judge), so a manifest hashes them all whichever method ran."""
+    from antipersist_lib.methods import import_all  # the method modules import this one: import them lazily
+
+    import_all()
+    return dict(sorted({**_all_prompts(), **_EXTRA}.items()))
+
+
+def prompt_hashes() -> dict[str, str]:
+    """sha256 (first 16 hex digits) of every prompt template, by name."""
+    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for name, text in prompt_texts().items()}

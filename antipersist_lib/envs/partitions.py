@@ -1,0 +1,141 @@
+"""Fixed task partitions (paper Table 4, Appendix D.1), stored as data files in the kit.
+
+Every method, seed and iteration uses the same training and held-out tasks, so the partitions
+are drawn once with a fixed seed by the ``build_*`` functions of the benchmark adapters and
+committed under ``antipersist_lib/data/partitions/<benchmark>.json``. The file records how it
+was drawn (seed, engine version, source split) and its tasks in order; ``partition_hash`` goes
+into every run manifest so results can be matched to the exact task set.
+
+File format::
+
+    {"benchmark": ..., "seed": 42, "drawn_with": {...}, "notes": "...",
+     "splits": {"train": [Task.to_dict(), ...], "heldout": [...]}}
+
+``task_id`` is the task's index in its benchmark's task pool: WebShop's goal index (its
+``fixed_{i}`` session); for ALFWorld, ScienceWorld and AppWorld, whose pools have no single index,
+the task's position in its split list. ``env_args`` holds what the adapter needs to load it.
+
+WebShop's and AppWorld's partitions are built by the user from their own install
+(``BUILD_COMMANDS``). ``ANTIPERSIST_PARTITIONS`` names a folder searched before the kit's own
+``data/partitions`` (and written to by ``save_partition``), e.g. when the kit is installed
+read-only; a run records the partition's hash either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.records import Task
+
+SPLITS = ("train", "heldout")
+#: Table 4 counts, checked by the tests against the committed files.
+PAPER_COUNTS: dict[str, dict[str, int]] = {
+    "alfworld": {"train": 180, "heldout": 134},
+    "webshop": {"train": 200, "heldout": 100},
+    "scienceworld": {"train": 150, "heldout": 60},
+}
+PARTITION_SEED = 42
+
+
+@dataclass(frozen=True)
+class Partition:
+    benchmark: str
+    seed: int
+    drawn_with: dict[str, Any]
+    train: tuple[Task, ...]
+    heldout: tuple[Task, ...]
+    notes: str = ""
+
+    def split(self, name: str) -> tuple[Task, ...]:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
+        return self.train if name == "train" else self.heldout
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.benchmark,
+            "seed": self.seed,
+            "drawn_with": self.drawn_with,
+            "notes": self.notes,
+            "splits": {s: [t.to_dict() for t in self.split(s)] for s in SPLITS},
+        }
+
+    @property
+    def hash(self) -> str:
+        return partition_hash(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Partition:
+        try:
+            splits = d["splits"]
+            return cls(
+                benchmark=str(d["benchmark"]),
+                seed=int(d["seed"]),
+                drawn_with=dict(d.get("drawn_with", {})),
+                train=tuple(Task.from_dict(t) for t in splits["train"]),
+                heldout=tuple(Task.from_dict(t) for t in splits["heldout"]),
+                notes=str(d.get("notes", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed partition file: {exc!r}") from exc
+
+
+def partition_hash(p: Partition) -> str:
+    """sha256 (16 hex digits) of the canonical JSON of both splits' tasks."""
+    body = json.dumps({s: [t.to_dict() for t in p.split(s)] for s in SPLITS}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+
+#: how to (re)build each benchmark's partition file
+BUILD_COMMANDS = {
+    "webshop": "python -m antipersist_lib partition webshop --goals <your WebShop instruction file (human_goals.json or items_human_ins.json)>",
+    "appworld": "python -m antipersist_lib partition appworld",
+    "alfworld": "python -m antipersist_lib partition alfworld",
+    "scienceworld": "python -m antipersist_lib partition scienceworld",
+}
+
+
+def partition_dirs() -> list[Path]:
+    """Where partition files are looked for, in order: ``$ANTIPERSIST_PARTITIONS``, then the kit's."""
+    kit = Path(str(resources.files("antipersist_lib") / "data" / "partitions"))
+    env = os.environ.get("ANTIPERSIST_PARTITIONS")
+    return [Path(env), kit] if env else [kit]
+
+
+def partition_path(benchmark: str) -> Path:
+    """The first existing ``<benchmark>.json`` of ``partition_dirs()``, else where it would be written."""
+    dirs = partition_dirs()
+    return next(
+        (d / f"{benchmark}.json" for d in dirs if (d / f"{benchmark}.json").exists()), dirs[0] / f"{benchmark}.json"
+    )
+
+
+def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -> Partition:
+    """The committed partition of ``benchmark`` (or one at ``path``); a missing file raises
+    FileNotFoundError naming the file and the command that builds it."""
+    if benchmark == "errandworld" and path is None:
+        from antipersist_lib.testing.errand_world import partition as errand_partition
+
+        return errand_partition()
+    p = Path(path) if path is not None else partition_path(benchmark)
+    if not p.exists():
+        where = " or ".join(str(d / f"{benchmark}.json") for d in partition_dirs()) if path is None else str(p)
+        build = f" Build it with `{BUILD_COMMANDS[benchmark]}`." if benchmark in BUILD_COMMANDS else ""
+        raise FileNotFoundError(f"no partition file for {benchmark!r} at {where}.{build}")
+    part = Partition.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    if part.benchmark != benchmark:
+        raise ValueError(f"{p} holds the partition of {part.benchmark!r}, not {benchmark!r}")
+    return part
+
+
+def save_partition(part: Partition, path: str | os.PathLike[str] | None = None) -> Path:
+    p = Path(path) if path is not None else partition_dirs()[0] / f"{part.benchmark}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(part.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return p

@@ -1,0 +1,342 @@
+"""Abstraction store S_k: persistent rules, skills, insights and summaries (for the baselines).
+
+Anti-Persistence keeps S_k empty; the compared methods (abstraction memory, joint memory,
+ExpeL, AutoRefine, Reflexion, the persist-instead-of-discard ablation) store abstractions here.
+
+Provenance follows Appendix A: every abstraction has an immutable identifier, and its content
+never changes. Rewriting or merging creates a *new* identifier (``derived_from`` names the
+old ones, which are retired, not erased). ``parents`` is the historical parent set
+P(s) = union of P(m) over the records m used to synthesize s: the persistent abstractions that
+were in context when those trajectories were generated. Scoring metadata (injection and success
+counts, votes) is mutable and kept apart from the immutable content.
+
+On disk the store is an append-only event log (``events.jsonl``: add / retire / stats events),
+replayed on load, plus atomic per-iteration snapshots for analysis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Abstraction:
+    """One immutable stored abstraction."""
+
+    abstraction_id: str
+    text: str
+    kind: str  # "rule", "skill", "insight", "reflection", "guidance", ...
+    parents: tuple[str, ...] = ()  # P(s), sorted identifiers
+    created_iteration: int = 0
+    derived_from: tuple[str, ...] = ()  # identifiers this one rewrites or merges
+    source_records: tuple[int, ...] = ()  # memory record ids H it was synthesized from
+    task_type: str | None = None
+    name: str | None = None
+    embedding: tuple[float, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["parents"] = list(self.parents)
+        d["derived_from"] = list(self.derived_from)
+        d["source_records"] = list(self.source_records)
+        d["embedding"] = None if self.embedding is None else list(self.embedding)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Abstraction:
+        emb = d.get("embedding")
+        return cls(
+            abstraction_id=str(d["abstraction_id"]),
+            text=str(d["text"]),
+            kind=str(d["kind"]),
+            parents=tuple(str(p) for p in d.get("parents", [])),
+            created_iteration=int(d.get("created_iteration", 0)),
+            derived_from=tuple(str(p) for p in d.get("derived_from", [])),
+            source_records=tuple(int(r) for r in d.get("source_records", [])),
+            task_type=d.get("task_type"),
+            name=d.get("name"),
+            embedding=None if emb is None else tuple(float(x) for x in emb),
+        )
+
+
+@dataclass
+class AbstractionStats:
+    """Mutable scoring metadata (AutoRefine's n_inj / n_succ, ExpeL's votes, ...)."""
+
+    n_injected: int = 0
+    n_success: int = 0
+    votes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+STAT_FIELDS = ("n_injected", "n_success", "votes")
+
+
+class AbstractionStore:
+    """S_k with immutable identifiers and an append-only history.
+
+    ``AbstractionStore(directory)`` replays ``directory/events.jsonl``; ``AbstractionStore(None)``
+    is in memory only. Identifiers are ``{prefix}-{n:06d}``, never reused.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, *, prefix: str = "abs", fsync: bool = True
+    ) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.prefix = prefix
+        self._all: dict[str, Abstraction] = {}  # every abstraction ever created (history)
+        self._active: dict[str, None] = {}  # insertion-ordered set of current members of S_k
+        self._stats: dict[str, AbstractionStats] = {}
+        self._retired_reason: dict[str, str] = {}
+        self._frozen = False
+        self._next = 0
+        if self.directory is not None:
+            for line in read_jsonl(self.directory / "events.jsonl"):
+                try:
+                    self._apply(line.value)
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning(
+                        "%s:%d: skipping invalid store event: %s", self.directory / "events.jsonl", line.lineno, exc
+                    )
+        self._writer = JsonlWriter(self.directory / "events.jsonl", fsync=fsync) if self.directory is not None else None
+
+    # -- event log -------------------------------------------------------------------------
+
+    def _apply(self, ev: dict[str, Any]) -> None:
+        op = ev["op"]
+        if op == "add":
+            a = Abstraction.from_dict(ev["abstraction"])
+            if a.abstraction_id in self._all:
+                raise ValueError(f"identifier {a.abstraction_id} already exists; identifiers are immutable")
+            self._all[a.abstraction_id] = a
+            self._active[a.abstraction_id] = None
+            self._stats[a.abstraction_id] = AbstractionStats()
+            try:
+                n = int(a.abstraction_id.rsplit("-", 1)[1])
+                self._next = max(self._next, n + 1)
+            except (IndexError, ValueError):
+                pass
+        elif op == "retire":
+            aid = ev["id"]
+            if aid not in self._all:
+                raise ValueError(f"cannot retire unknown abstraction {aid}")
+            self._active.pop(aid, None)
+            self._retired_reason[aid] = str(ev.get("reason", ""))
+        elif op == "stats":
+            aid = ev["id"]
+            if aid not in self._stats:
+                raise ValueError(f"stats for unknown abstraction {aid}")
+            st = self._stats[aid]
+            for k, v in ev.get("delta", {}).items():
+                if k not in STAT_FIELDS:
+                    raise ValueError(f"unknown stats field {k!r}")
+                setattr(st, k, getattr(st, k) + int(v))
+            st.extra.update(ev.get("extra", {}))
+        else:
+            raise ValueError(f"unknown event op {op!r}")
+
+    def _emit(self, ev: dict[str, Any]) -> None:
+        if self._frozen:
+            raise FrozenStateError("the abstraction store is frozen (held-out evaluation may not write it)")
+        self._apply(ev)
+        if self._writer is not None:
+            self._writer.append(ev)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def new_id(self) -> str:
+        return f"{self.prefix}-{self._next:06d}"
+
+    def add(
+        self,
+        text: str,
+        *,
+        kind: str,
+        parents: Iterable[str] = (),
+        created_iteration: int = 0,
+        derived_from: Iterable[str] = (),
+        source_records: Iterable[int] = (),
+        task_type: str | None = None,
+        name: str | None = None,
+        embedding: Sequence[float] | np.ndarray | None = None,
+    ) -> Abstraction:
+        """Admit a new abstraction to S_k under a fresh identifier."""
+        if not text.strip():
+            raise ValueError("an abstraction needs non-empty text")
+        a = Abstraction(
+            abstraction_id=self.new_id(),
+            text=text,
+            kind=kind,
+            parents=tuple(sorted(set(parents))),
+            created_iteration=created_iteration,
+            derived_from=tuple(derived_from),
+            source_records=tuple(int(r) for r in source_records),
+            task_type=task_type,
+            name=name,
+            embedding=None if embedding is None else tuple(float(x) for x in np.asarray(embedding).reshape(-1)),
+        )
+        self._emit({"op": "add", "abstraction": a.to_dict()})
+        return a
+
+    def retire(self, abstraction_id: str, reason: str = "") -> None:
+        """Remove from S_k; the object stays in the history so provenance can still name it."""
+        if abstraction_id not in self._active:
+            raise KeyError(f"{abstraction_id} is not in the store")
+        self._emit({"op": "retire", "id": abstraction_id, "reason": reason})
+
+    def rewrite(
+        self, abstraction_id: str, new_text: str, *, created_iteration: int, parents: Iterable[str] = (), **kw: Any
+    ) -> Abstraction:
+        """Replace one abstraction by a new object (new identifier); the old one is retired."""
+        old = self.get(abstraction_id)
+        if abstraction_id not in self._active:
+            raise KeyError(f"{abstraction_id} is not in the store")
+        kw.setdefault("kind", old.kind)
+        kw.setdefault("task_type", old.task_type)
+        kw.setdefault("name", old.name)
+        new = self.add(
+            new_text,
+            parents=set(old.parents) | set(parents),
+            created_iteration=created_iteration,
+            derived_from=(abstraction_id,),
+            **kw,
+        )
+        self.retire(abstraction_id, reason=f"rewritten as {new.abstraction_id}")
+        return new
+
+    def merge(
+        self, abstraction_ids: Sequence[str], new_text: str, *, created_iteration: int, kind: str, **kw: Any
+    ) -> Abstraction:
+        """Merge several abstractions into one new object; the inputs are retired."""
+        olds = [self.get(a) for a in abstraction_ids]
+        parents = set().union(*(set(o.parents) for o in olds)) if olds else set()
+        new = self.add(
+            new_text,
+            kind=kind,
+            parents=parents,
+            created_iteration=created_iteration,
+            derived_from=tuple(abstraction_ids),
+            **kw,
+        )
+        for a in abstraction_ids:
+            if a in self._active:
+                self.retire(a, reason=f"merged into {new.abstraction_id}")
+        return new
+
+    def update_stats(
+        self, abstraction_id: str, *, extra: dict[str, Any] | None = None, **delta: int
+    ) -> AbstractionStats:
+        if abstraction_id not in self._all:
+            raise KeyError(abstraction_id)
+        for k in delta:
+            if k not in STAT_FIELDS:
+                raise ValueError(f"unknown stats field {k!r}; expected one of {STAT_FIELDS}")
+        self._emit({"op": "stats", "id": abstraction_id, "delta": dict(delta), "extra": dict(extra or {})})
+        return self._stats[abstraction_id]
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    def unfreeze(self) -> None:
+        self._frozen = False
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def __contains__(self, abstraction_id: object) -> bool:
+        return abstraction_id in self._active
+
+    def __iter__(self) -> Iterator[Abstraction]:
+        return (self._all[a] for a in self._active)
+
+    def active(self) -> list[Abstraction]:
+        return list(self)
+
+    def get(self, abstraction_id: str) -> Abstraction:
+        """Any abstraction ever created, including retired ones."""
+        try:
+            return self._all[abstraction_id]
+        except KeyError:
+            raise KeyError(f"unknown abstraction {abstraction_id}") from None
+
+    def history(self) -> list[Abstraction]:
+        return list(self._all.values())
+
+    def stats(self, abstraction_id: str) -> AbstractionStats:
+        return self._stats[abstraction_id]
+
+    def retired_reason(self, abstraction_id: str) -> str | None:
+        return self._retired_reason.get(abstraction_id)
+
+    def search(
+        self, embedding: np.ndarray, *, k: int, task_type: str | None = None, kinds: Iterable[str] | None = None
+    ) -> list[tuple[Abstraction, float]]:
+        """Top-k active abstractions with an embedding, by cosine similarity."""
+        kinds_set = set(kinds) if kinds is not None else None
+        cands = [
+            a
+            for a in self
+            if a.embedding is not None
+            and (task_type is None or a.task_type in (None, task_type))
+            and (kinds_set is None or a.kind in kinds_set)
+        ]
+        if not cands or k <= 0:
+            return []
+        mat = EmbeddingMatrix()
+        for a in cands:
+            mat.append(np.asarray(a.embedding))
+        sims = mat.similarities(embedding)
+        return [(cands[i], float(sims[i])) for i in top_k(sims, k)]
+
+    def snapshot(self, path: str | os.PathLike[str], **meta: Any) -> None:
+        """Write the current S_k (active objects and their stats) atomically as JSON."""
+        atomic_write_json(
+            path,
+            {
+                **meta,
+                "active": [{**self._all[a].to_dict(), "stats": asdict(self._stats[a])} for a in self._active],
+                "n_created": len(self._all),
+            },
+        )
+
+
+def snapshot_path(directory: str | os.PathLike[str], iteration: int) -> Path:
+    """Where a method writes S_k after iteration ``iteration`` (one name for every method, so the
+    provenance audit and frozen-layer loading find any method's snapshots)."""
+    return Path(directory) / f"abstractions_iter_{iteration:02d}.json"
+
+
+def snapshot_paths(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """A run directory's abstraction snapshots in iteration order."""
+    return sorted((Path(run_dir) / "snapshots").glob("abstractions_iter_*.json"))
+
+
+def parents_of_records(records: Iterable[Any]) -> tuple[str, ...]:
+    """P(H) = union of P(m) over the records m in H (Appendix A.1)."""
+    out: set[str] = set()
+    for m in records:
+        out.update(getattr(m, "parents", ()))
+    return tuple(sorted(out))

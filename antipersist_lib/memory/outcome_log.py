@@ -1,0 +1,292 @@
+"""The outcome log L_k of Anti-Persistence (paper Section 3.2 and Appendix B.5).
+
+One append-only JSONL file, one seven-field record per eligible training attempt:
+``embedding, mode, reward, raw_success, task_type, task_id, instruction``. Nothing else is
+written, in particular no guidance text: the log records *which* mode was used and how it went,
+never *what* was synthesized. Logical timestamps are not stored; on load they are the ranks of
+the valid records in file order (0, 1, 2, ...), and each append gets the next rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from antipersist_lib.jsonl import JsonlWriter, read_jsonl
+from antipersist_lib.memory.similarity import EmbeddingMatrix
+from antipersist_lib.records import MODES
+
+log = logging.getLogger(__name__)
+
+INSTRUCTION_MAX_CHARS = 500
+FIELDS = ("embedding", "mode", "reward", "raw_success", "task_type", "task_id", "instruction")
+
+
+def cost_adjusted_reward(y: float, kappa: int, lam: float) -> float:
+    """r = clip(y - lambda * kappa, -1, 1): the bandit reward (kappa = realised synthesis calls)."""
+    if kappa < 0:
+        raise ValueError(f"kappa must be >= 0, got {kappa}")
+    if lam < 0:
+        raise ValueError(f"lambda must be >= 0, got {lam}")
+    return float(min(1.0, max(-1.0, y - lam * kappa)))
+
+
+class SkipReason(str, Enum):
+    """Why an attempt is not logged (the three skip rules of B.5)."""
+
+    FIRST_UPDATE = "first_update"  # k = 0: memory was empty, every mode is plain ReAct
+    EMBEDDING_FAILED = "embedding_failed"  # no embedding: the record could never be retrieved
+    INFRASTRUCTURE_FAILURE = "infrastructure_failure"  # outcome not attributable to the mode
+
+
+def skip_reason(update_index: int, embedding: Any, infra_failure: bool) -> SkipReason | None:
+    """Apply the skip rules in the paper's order; None means the attempt is eligible."""
+    if update_index == 0:
+        return SkipReason.FIRST_UPDATE
+    if embedding is None:
+        return SkipReason.EMBEDDING_FAILED
+    if infra_failure:
+        return SkipReason.INFRASTRUCTURE_FAILURE
+    return None
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """One entry of L_k. ``timestamp`` is assigned by position, never read from the file."""
+
+    embedding: tuple[float, ...]
+    mode: str
+    reward: float
+    raw_success: bool
+    task_type: str
+    task_id: int
+    instruction: str
+    timestamp: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "embedding": [float(x) for x in self.embedding],
+            "mode": self.mode,
+            "reward": float(self.reward),
+            "raw_success": bool(self.raw_success),
+            "task_type": self.task_type,
+            "task_id": int(self.task_id),
+            "instruction": self.instruction[:INSTRUCTION_MAX_CHARS],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, timestamp: int = -1) -> OutcomeRecord:
+        """Validate one stored line; raises ValueError naming the bad field."""
+        if not isinstance(d, dict):
+            raise ValueError("record is not a JSON object")
+        missing = [f for f in FIELDS if f not in d]
+        if missing:
+            raise ValueError(f"missing field(s) {missing}")
+        emb = d["embedding"]
+        # vectorised checks (a 4096-d record): element types in one pass over type objects, then
+        # finiteness on the float64 array; booleans are numbers to Python but not to this schema
+        if not isinstance(emb, list) or not emb or not set(map(type, emb)) <= {int, float}:
+            raise ValueError("field 'embedding' must be a non-empty list of numbers")
+        try:
+            vec = np.array(emb, dtype=np.float64)
+        except OverflowError:  # an integer too large for a float (a damaged line)
+            raise ValueError("field 'embedding' has non-finite values") from None
+        if not np.isfinite(vec).all():
+            raise ValueError("field 'embedding' has non-finite values")
+        if d["mode"] not in MODES:
+            raise ValueError(f"field 'mode' is {d['mode']!r}, not one of {MODES}")
+        reward = d["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not -1.0 <= reward <= 1.0:
+            raise ValueError(f"field 'reward' must be a number in [-1, 1], got {reward!r}")
+        if not isinstance(d["raw_success"], bool):
+            raise ValueError("field 'raw_success' must be true or false")
+        if not isinstance(d["task_type"], str):
+            raise ValueError("field 'task_type' must be a string")
+        if isinstance(d["task_id"], bool) or not isinstance(d["task_id"], int):
+            raise ValueError("field 'task_id' must be an integer")
+        if not isinstance(d["instruction"], str):
+            raise ValueError("field 'instruction' must be a string")
+        return cls(
+            embedding=tuple(vec.tolist()),
+            mode=d["mode"],
+            reward=float(reward),
+            raw_success=d["raw_success"],
+            task_type=d["task_type"],
+            task_id=d["task_id"],
+            instruction=d["instruction"][:INSTRUCTION_MAX_CHARS],
+            timestamp=timestamp,
+        )
+
+
+class FrozenStateError(RuntimeError):
+    """Raised when something tries to write state that held-out evaluation has frozen."""
+
+
+class OutcomeLog:
+    """L_k: append-only, reloadable, with the embeddings held as one matrix for KNN lookups.
+
+    ``OutcomeLog(path)`` streams an existing file in order, skipping malformed lines (invalid
+    JSON, torn writes, records failing the schema, a wrong embedding dimension) with a logged
+    warning. ``OutcomeLog(None)`` keeps the log in memory only. ``read_only=True`` is for audits:
+    the file must exist, is never created, repaired or appended to, and ``append`` raises.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.read_only = read_only
+        if read_only and (self.path is None or not self.path.is_file()):
+            raise FileNotFoundError(
+                f"no outcome log at {self.path} (an audit reads an existing outcome_log.jsonl; it never creates one)"
+            )
+        self._records: list[OutcomeRecord] = []
+        self._matrix = EmbeddingMatrix()
+        self._mode_idx: list[int] = []
+        self._rewards: list[float] = []
+        self._cols: tuple[np.ndarray, np.ndarray] | None = None
+        self._exact: list[np.ndarray] = []
+        self._frozen = False
+        self.skipped_lines = 0
+        if self.path is not None:
+            self._load()
+        self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None and not read_only else None
+
+    def _load(self) -> None:
+        assert self.path is not None
+        n_lines = 0
+        for line in read_jsonl(self.path):
+            n_lines += 1
+            try:
+                rec = OutcomeRecord.from_dict(line.value, timestamp=len(self._records))
+                self._add(rec)
+            except ValueError as exc:
+                self.skipped_lines += 1
+                log.warning("%s:%d: skipping invalid outcome-log record: %s", self.path, line.lineno, exc)
+        # lines that were not even JSON were already skipped (and warned about) by read_jsonl
+        if self.path.exists():
+            with open(self.path, "rb") as fh:
+                physical = sum(1 for raw in fh if raw.strip())
+            self.skipped_lines = physical - len(self._records)
+
+    def _add(self, rec: OutcomeRecord) -> None:
+        vec = np.asarray(rec.embedding, dtype=np.float64)
+        self._matrix.append(vec)  # raises ValueError on a dimension mismatch
+        # kept as a compact float64 row (exact values, 8 bytes per number) instead of a tuple of
+        # Python floats (32 bytes per number); ``log[i]`` rebuilds the full record on access
+        self._exact.append(vec)
+        self._records.append(dataclasses.replace(rec, embedding=()))
+        self._mode_idx.append(MODES.index(rec.mode))
+        self._rewards.append(rec.reward)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        *,
+        embedding: Sequence[float] | np.ndarray,
+        mode: str,
+        reward: float,
+        raw_success: bool,
+        task_type: str,
+        task_id: int,
+        instruction: str,
+    ) -> OutcomeRecord:
+        """Append one eligible attempt; the caller applies ``skip_reason`` first."""
+        if self._frozen:
+            raise FrozenStateError("the outcome log is frozen (held-out evaluation may not write it)")
+        if self.read_only:
+            raise FrozenStateError(f"the outcome log {self.path} was opened read-only (for an audit)")
+        rec = OutcomeRecord.from_dict(
+            {
+                "embedding": [float(x) for x in np.asarray(embedding, dtype=np.float64).reshape(-1)],
+                "mode": mode,
+                "reward": float(reward),
+                "raw_success": bool(raw_success),
+                "task_type": task_type,
+                "task_id": int(task_id),
+                "instruction": instruction[:INSTRUCTION_MAX_CHARS],
+            },
+            timestamp=len(self._records),
+        )
+        if self._matrix.dim is not None and len(rec.embedding) != self._matrix.dim:
+            raise ValueError(f"embedding has dimension {len(rec.embedding)}, the log holds {self._matrix.dim}")
+        if self._writer is not None:
+            self._writer.append(rec.to_dict())
+        self._add(rec)
+        return rec
+
+    def freeze(self) -> None:
+        self._frozen = True
+
+    def unfreeze(self) -> None:
+        self._frozen = False
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def head(self, n: int) -> OutcomeLog:
+        """An in-memory copy of the first ``n`` entries: the log as it was after n appends (audits)."""
+        if not 0 <= n <= len(self):
+            raise ValueError(f"head({n}) of an outcome log with {len(self)} entries")
+        out = OutcomeLog(None)
+        for i in range(n):
+            out._add(self[i])
+        return out
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[OutcomeRecord]:
+        return (self[i] for i in range(len(self._records)))
+
+    def __getitem__(self, i: int) -> OutcomeRecord:
+        i = range(len(self._records))[i]  # negative indices and IndexError as for a list
+        return dataclasses.replace(self._records[i], embedding=tuple(self._exact[i].tolist()))
+
+    @property
+    def matrix(self) -> EmbeddingMatrix:
+        return self._matrix
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mode index, reward) arrays, rebuilt only after appends (the selector reads them per task)."""
+        cols = self._cols
+        if cols is None or len(cols[0]) != len(self._mode_idx):
+            cols = (np.asarray(self._mode_idx, dtype=np.int64), np.asarray(self._rewards, dtype=np.float64))
+            cols[0].flags.writeable = False
+            cols[1].flags.writeable = False
+            self._cols = cols
+        return cols
+
+    @property
+    def modes(self) -> np.ndarray:
+        """Mode index (into MODES) of every record, in timestamp order (read-only)."""
+        return self._columns()[0]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """Cost-adjusted rewards in timestamp order (read-only)."""
+        return self._columns()[1]
+
+    @property
+    def timestamps(self) -> np.ndarray:
+        return np.arange(len(self._records), dtype=np.int64)
+
+    def mode_counts(self) -> dict[str, int]:
+        counts = np.bincount(self.modes, minlength=len(MODES)) if self._records else np.zeros(len(MODES), int)
+        return {m: int(counts[i]) for i, m in enumerate(MODES)}

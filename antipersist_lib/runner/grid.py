@@ -1,0 +1,462 @@
+"""Scale-out: a grid of runs (methods x benchmarks x seeds x backbones) from one params file.
+
+Every run is one task: on Ray (``executor: ray``; a user's cluster by ``ray_address``, a local
+instance by default), on a local process pool (``executor: process``) or in this process
+(``executor: serial``). Each task calls ``protocol.run_cell``, which writes its own run directory
+and resumes it if it exists, so a grid is resumable per run: run the same command again and
+finished runs return at once, interrupted ones continue where their journal says. Results are the
+run directories themselves (under ``out_root``; on a cluster it must be a shared filesystem) plus
+one ``grid_<name>.json`` summary the driver writes.
+
+One server per model: each backbone profile names its own base-URL variable (``base_url_env``,
+e.g. ``ANTIPERSIST_URL_QWEN3_CODER_NEXT``), so three vLLM servers serve one grid. Two backbones of
+different models resolving to the same URL are refused (a vLLM server serves one model) unless
+the file sets ``shared_server: true`` (a router serving every model behind one URL).
+
+Before any run starts (and any model call), every benchmark's partition must load and AppWorld
+must be installed if the grid uses it; the refusal names the missing file and the command that
+builds it.
+
+Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
+backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
+response cache is keyed by model name, so a run may resume on another replica). Held-out
+concurrency inside each run (``heldout_concurrency``) keeps each server busy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.methods import METHODS, validate_method_params
+from antipersist_lib.runner.main_job import VARIANT_KEYS
+from antipersist_lib.runner.protocol import RunSpec
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.profiles import (
+    DECODING_KEYS,
+    GLOBAL_URL_ENV,
+    PROFILE_KEYS,
+    endpoint_from_profile,
+    load_profile,
+    read_mapping,
+    validate_profile,
+)
+
+EXECUTORS = ("ray", "process", "serial")
+GRID_KEYS = {
+    "name",
+    "methods",
+    "variants",
+    "benchmarks",
+    "seeds",
+    "backbones",
+    "embedding",
+    "endpoints",
+    "embedding_endpoints",
+    "iterations",
+    "train_per_iteration",
+    "max_steps",
+    "heldout_concurrency",
+    "heldout_limit",
+    "train_pool_limit",
+    "agent",
+    "method_params",
+    "benchmark_options",
+    "out_root",
+    "cache_dir",
+    "executor",
+    "ray_address",
+    "max_parallel",
+    "cpus_per_run",
+    "shared_server",
+}
+#: environment variables a Ray worker needs to see like the driver (never API keys: set those on the
+#: nodes); ``forwarded_env`` adds the base-URL variables the grid's profiles name
+FORWARDED_ENV = (
+    "ALFWORLD_DATA",
+    "ANTIPERSIST_PARAMS",
+    "ANTIPERSIST_PARTITIONS",
+    "APPWORLD_ROOT",
+    "ANTIPERSIST_BASE_URL",
+    "ANTIPERSIST_EMBED_BASE_URL",
+    "JAVA_HOME",
+)
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One task of the grid: the run's spec and the endpoints it talks to."""
+
+    spec: RunSpec
+    endpoint: Endpoint
+    embed_endpoint: Endpoint
+
+
+@dataclass
+class Grid:
+    name: str
+    runs: list[GridRun]
+    executor: str = "process"
+    ray_address: str | None = None
+    max_parallel: int = 2
+    cpus_per_run: float = 1.0
+    out_root: str = "outputs/runs"
+    url_env: tuple[str, ...] = ()  # the base-URL variables named by the grid's endpoints
+
+
+def forwarded_env(grid: Grid) -> dict[str, str]:
+    """The driver's values of ``FORWARDED_ENV`` and of the grid's base-URL variables, for workers."""
+    return {k: os.environ[k] for k in (*FORWARDED_ENV, *grid.url_env) if k in os.environ}
+
+
+@dataclass
+class RunOutcome:
+    run_dir: str
+    method: str
+    run_name: str
+    benchmark: str
+    backbone: str
+    seed: int
+    status: str  # "ok" | "failed"
+    seconds: float
+    iterations: int = 0
+    heldout_success_final: float | None = None
+    mean_calls_final: float | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+    endpoint: Endpoint
+    url_env: str | None  # the profile's own base-URL variable (base_url_env)
+
+
+def _endpoint(entry: Any, kind: str, where: str) -> _Named:
+    """A profile name (``params/<kind>/NAME.yaml``) or an inline mapping with the profile fields."""
+    if isinstance(entry, str):
+        data = load_profile(kind, entry)
+        return _Named(entry, endpoint_from_profile(data, kind), data.get("base_url_env"))
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - PROFILE_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown endpoint field(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
+        for key in ("name", "model", "base_url"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
+        decoding = sorted(set(entry) & set(DECODING_KEYS))
+        if decoding:
+            raise ValueError(
+                f"{where}: {decoding} are read from backbone profile files only; "
+                "for an inline endpoint set them under the grid's agent: mapping"
+            )
+        validate_profile(entry, where)
+        return _Named(entry["name"], endpoint_from_profile(entry, kind), entry.get("base_url_env"))
+    raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
+
+
+def _check_one_model_per_url(p: Path, served: list[tuple[str, _Named, list[str]]]) -> None:
+    """Refuse two endpoints of different models on one base URL (one vLLM server, one model)."""
+    seen: dict[str, tuple[str, _Named]] = {}
+    for what, named, urls in served:
+        for url in urls:
+            key = url.rstrip("/")
+            if key in seen and seen[key][1].endpoint.model != named.endpoint.model:
+                other_what, other = seen[key]
+                variables = " and ".join(
+                    f"${n.url_env}" if n.url_env else f"{n.name}'s base_url" for n in (other, named)
+                )
+                global_set = [f"${v}" for v in GLOBAL_URL_ENV.values() if os.environ.get(v)]
+                unset = (
+                    f" (and unset {' and '.join(global_set)}: it sets every profile's URL at once)"
+                    if global_set
+                    else ""
+                )
+                raise ValueError(
+                    f"{p}: {other_what} {other.name!r} ({other.endpoint.model}) and {what} {named.name!r} "
+                    f"({named.endpoint.model}) both resolve to base URL {url}, but a vLLM server serves one model. "
+                    f"Start one server per model and point each at its own URL: set {variables}"
+                    f"{unset}; or set `shared_server: true` in {p.name} if a router at that URL serves every model."
+                )
+            seen.setdefault(key, (what, named))
+
+
+def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> None:
+    """Every benchmark known, installed (AppWorld) and with a loadable partition whose training
+    pool holds ``train_per_iteration`` tasks, before any call."""
+    from antipersist_lib.envs import BENCHMARKS
+
+    per_iteration, limit = data.get("train_per_iteration", 50), data.get("train_pool_limit")
+    for b in benchmarks:
+        if b not in BENCHMARKS:
+            raise ValueError(f"{p}: benchmarks: unknown {b!r}; expected one of {BENCHMARKS}")
+        try:
+            if b == "appworld":
+                from antipersist_lib.envs.appworld import require_appworld
+
+                require_appworld()
+            part = load_partition(b)
+        except Exception as exc:  # missing file, malformed file, missing package: all refuse the grid
+            raise ValueError(f"{p}: benchmark {b!r} cannot run: {exc}") from None
+        pool = len(part.train[:limit] if isinstance(limit, int) else part.train)
+        if isinstance(per_iteration, int) and per_iteration > pool:
+            raise ValueError(f"{p}: train_per_iteration={per_iteration} exceeds {b!r}'s training pool of {pool} tasks")
+
+
+def _list(data: dict[str, Any], key: str, path: Path, default: list[Any] | None = None) -> list[Any]:
+    value = data.get(key, default)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{path}: {key!r} must be a non-empty list")
+    return value
+
+
+def load_grid(path: str | os.PathLike[str]) -> Grid:
+    """Read and validate a grid file; every error names the file and the field, before any call."""
+    p = Path(path)
+    data = read_mapping(p, GRID_KEYS)
+    methods = data.get("methods") or []
+    variants = data.get("variants") or {}
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"{p}: methods: unknown method {m!r}; expected one of {tuple(METHODS)}")
+    if not isinstance(variants, dict):
+        raise ValueError(f"{p}: variants must be a mapping of run names to {{method, params}}")
+    for vname, v in variants.items():
+        if not isinstance(v, dict) or v.get("method") not in METHODS or set(v) - VARIANT_KEYS:
+            raise ValueError(f"{p}: variant {vname!r} needs {{method: one of {tuple(METHODS)}, params: {{...}}}}")
+    if not methods and not variants:
+        raise ValueError(f"{p}: nothing to run; give methods and/or variants")
+    executor = data.get("executor", "process")
+    if executor not in EXECUTORS:
+        raise ValueError(f"{p}: executor is {executor!r}, expected one of {EXECUTORS}")
+    for key in ("max_parallel",):
+        if key in data and (not isinstance(data[key], int) or data[key] < 1):
+            raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
+    backbones = [_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))]
+    emb = _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    replicas = data.get("endpoints") or {}
+    if not isinstance(replicas, dict):
+        raise ValueError(f"{p}: endpoints must map a backbone name to a list of base URLs")
+    for bname, urls in replicas.items():
+        if bname not in {b.name for b in backbones}:
+            raise ValueError(f"{p}: endpoints names backbone {bname!r}, which is not in backbones")
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
+            raise ValueError(f"{p}: endpoints[{bname!r}] must be a non-empty list of base URLs")
+    emb_urls = data.get("embedding_endpoints") or [emb.endpoint.base_url]
+    if not isinstance(data.get("shared_server", False), bool):
+        raise ValueError(f"{p}: shared_server must be true or false, got {data['shared_server']!r}")
+    if not data.get("shared_server", False):
+        _check_one_model_per_url(
+            p,
+            [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
+            + [("embedding", emb, emb_urls)],
+        )
+    benchmarks = _list(data, "benchmarks", p)
+    _check_benchmarks(p, benchmarks, data)
+    shared = data.get("method_params") or {}
+    plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
+    plan += [
+        (n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})})
+        for n, v in variants.items()
+    ]
+    for run_name, method, mparams in plan:
+        try:
+            validate_method_params(method, mparams)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{p}: run {run_name!r} ({method}): {exc}") from None
+    out_root = str(Path(data.get("out_root", "outputs/runs")).resolve())
+    cache_dir = data.get("cache_dir", "outputs/cache")
+    cache_dir = str(Path(cache_dir).resolve()) if cache_dir else None
+    runs: list[GridRun] = []
+    counters: dict[str, int] = {}
+    for bname, ep in ((b.name, b.endpoint) for b in backbones):
+        for bench in benchmarks:
+            for run_name, method, mparams in plan:
+                for seed in _list(data, "seeds", p, [42]):
+                    spec = RunSpec.from_dict(
+                        {
+                            "method": method,
+                            "benchmark": bench,
+                            "backbone": bname,
+                            "embedding": emb.name,
+                            "seed": seed,
+                            "iterations": data.get("iterations", 10),
+                            "train_per_iteration": data.get("train_per_iteration", 50),
+                            "max_steps": data.get("max_steps", 50),
+                            "heldout_concurrency": data.get("heldout_concurrency", 8),
+                            "heldout_limit": data.get("heldout_limit"),
+                            "train_pool_limit": data.get("train_pool_limit"),
+                            "agent": dict(data.get("agent") or {}),
+                            "method_params": mparams,
+                            "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
+                            "out_root": out_root,
+                            "cache_dir": cache_dir,
+                            "name": run_name,
+                            "progress": False,
+                        }
+                    )
+                    k = counters.get(bname, 0)
+                    counters[bname] = k + 1
+                    urls = replicas.get(bname) or [ep.base_url]
+                    runs.append(
+                        GridRun(
+                            spec,
+                            dataclasses.replace(ep, base_url=urls[k % len(urls)]),
+                            dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)]),
+                        )
+                    )
+    return Grid(
+        name=str(data.get("name", p.stem)),
+        runs=runs,
+        executor=executor,
+        ray_address=data.get("ray_address"),
+        max_parallel=int(data.get("max_parallel", 2)),
+        cpus_per_run=float(data.get("cpus_per_run", 1.0)),
+        out_root=out_root,
+        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n.url_env)),
+    )
+
+
+def run_one(run: GridRun) -> RunOutcome:
+    """One grid task (runs in a worker): run or resume the cell; failures are reported, not raised."""
+    from antipersist_lib.runner.protocol import run_cell
+
+    spec = run.spec
+    started = time.monotonic()
+    base = dict(
+        run_dir=str(spec.run_dir()),
+        method=spec.method,
+        run_name=spec.run_name,
+        benchmark=spec.benchmark,
+        backbone=spec.backbone,
+        seed=spec.seed,
+    )
+    try:
+        summaries = run_cell(spec, endpoint=run.endpoint, embed_endpoint=run.embed_endpoint)
+    except Exception as exc:  # noqa: BLE001 - one failing run must not stop the grid
+        return RunOutcome(
+            **base,
+            status="failed",
+            seconds=round(time.monotonic() - started, 2),
+            error=f"{type(exc).__name__}: {exc}",
+            extra={"traceback": traceback.format_exc(limit=5)},
+        )
+    last = summaries[-1] if summaries else None
+    return RunOutcome(
+        **base,
+        status="ok",
+        seconds=round(time.monotonic() - started, 2),
+        iterations=len(summaries),
+        heldout_success_final=None if last is None else last.heldout_success,
+        mean_calls_final=None if last is None else last.mean_calls,
+    )
+
+
+def _run_serial(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    out = []
+    for r in grid.runs:
+        out.append(run_one(r))
+        on_done(out[-1])
+    return out
+
+
+def _run_process(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    out = []
+    # spawn: a fresh interpreter per worker (the engines start threads and JVMs; fork would copy them)
+    with ProcessPoolExecutor(max_workers=grid.max_parallel, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(run_one, r) for r in grid.runs]
+        for fut in as_completed(futures):
+            out.append(fut.result())
+            on_done(out[-1])
+    return out
+
+
+def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError(
+            "executor 'ray' needs the ray package: pip install -e '.[scale]' (or use executor: process)"
+        ) from exc
+    env = forwarded_env(grid)
+    started_here = not ray.is_initialized()
+    if started_here:
+        kw: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False}
+        if grid.ray_address:
+            kw["address"] = grid.ray_address
+        else:
+            kw.update(num_cpus=max(grid.max_parallel, int(grid.cpus_per_run + 0.999)), include_dashboard=False)
+        ray.init(**kw)
+    try:
+        remote = ray.remote(num_cpus=grid.cpus_per_run, max_retries=0)(run_one)
+        pending = [remote.remote(r) for r in grid.runs]
+        out = []
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            out.append(ray.get(done[0]))
+            on_done(out[-1])
+        return out
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_grid(grid: Grid, *, executor: str | None = None, verbose: bool = True) -> list[RunOutcome]:
+    """Run every run of the grid; write ``grid_<name>.json`` under ``out_root``; return the outcomes
+    in grid order. Re-running resumes each run."""
+    executor = executor or grid.executor
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor is {executor!r}, expected one of {EXECUTORS}")
+    total = len(grid.runs)
+    counter = {"n": 0}
+
+    def on_done(o: RunOutcome) -> None:
+        counter["n"] += 1
+        if verbose:
+            what = (
+                f"held-out {100 * o.heldout_success_final:.1f}%"
+                if o.status == "ok" and o.heldout_success_final is not None
+                else o.error
+            )
+            print(
+                f"[{counter['n']}/{total}] {o.status:6s} {o.benchmark}/{o.backbone}/{o.run_name}/seed{o.seed} ({o.seconds:.1f} s): {what}",
+                flush=True,
+            )
+
+    t0 = time.monotonic()
+    outcomes = {"ray": _run_ray, "process": _run_process, "serial": _run_serial}[executor](grid, on_done)
+    order = {r.spec.run_dir().as_posix(): i for i, r in enumerate(grid.runs)}
+    outcomes.sort(key=lambda o: order.get(Path(o.run_dir).as_posix(), 0))
+    failed = [o for o in outcomes if o.status != "ok"]
+    summary = {
+        "grid": grid.name,
+        "executor": executor,
+        "runs": len(outcomes),
+        "failed": len(failed),
+        "wall_s": round(time.monotonic() - t0, 2),
+        "outcomes": [dataclasses.asdict(o) for o in outcomes],
+    }
+    Path(grid.out_root).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(grid.out_root) / f"grid_{grid.name}.json", summary)
+    if verbose and failed:
+        print(
+            f"{len(failed)} of {total} runs failed; their run directories are kept: run the same command again to resume them."
+        )
+    return outcomes
+
+
+def to_json(outcomes: list[RunOutcome]) -> str:
+    return json.dumps([dataclasses.asdict(o) for o in outcomes], indent=1)

@@ -1,0 +1,235 @@
+"""The README's main command: a small but complete experiment on the embedded default.
+
+Starts the embedded backbone and embedder, runs every (benchmark, method, seed) of a profile
+(``params/main/smoke.yaml``) through the real protocol, writes the run directories and a results
+table that names the backbone and says how far it is from the paper's, and prints where
+everything is. Everything it writes is labelled with the backbone that produced it.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
+from antipersist_lib.methods import METHODS
+from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.serving.embedded import (
+    BACKBONE_NAME,
+    EMBEDDER_MODEL,
+    WEAK_MODEL_NOTE,
+    EmbeddedBackbone,
+    EmbeddedEmbedder,
+)
+from antipersist_lib.serving.llm import LLMUnavailableError
+from antipersist_lib.serving.profiles import read_mapping
+
+PROFILE_KEYS = {
+    "methods",
+    "variants",
+    "benchmarks",
+    "seeds",
+    "iterations",
+    "train_per_iteration",
+    "heldout_limit",
+    "train_pool_limit",
+    "max_steps",
+    "heldout_concurrency",
+    "agent",
+    "method_params",
+    "backbone",
+    "benchmark_options",
+    "notebooks",
+}
+VARIANT_KEYS = {"method", "params"}
+BACKBONE_LABEL = "embedded-gemma-3-270m"
+MAX_BACKBONE_RESTARTS = 3
+
+
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """Read a main-job profile; unknown keys, methods or benchmarks are named in the error."""
+    p = Path(path)
+    data = read_mapping(p, PROFILE_KEYS)
+    for m in data.get("methods", []):
+        if m not in METHODS:
+            raise ValueError(f"profile {p}: unknown method {m!r}; expected one of {tuple(METHODS)}")
+    for m in data.get("method_params", {}) or {}:
+        if m not in METHODS:
+            raise ValueError(f"profile {p}: method_params names unknown method {m!r}")
+    variants = data.get("variants") or {}
+    if not isinstance(variants, dict):
+        raise ValueError(f"profile {p}: variants must be a mapping of run names to {{method, params}}")
+    for name, v in variants.items():
+        if not isinstance(v, dict) or "method" not in v:
+            raise ValueError(f"profile {p}: variant {name!r} needs a mapping with a 'method' key")
+        extra = sorted(set(v) - VARIANT_KEYS)
+        if extra:
+            raise ValueError(
+                f"profile {p}: variant {name!r} has unknown key(s) {extra}; allowed: {sorted(VARIANT_KEYS)}"
+            )
+        if v["method"] not in METHODS:
+            raise ValueError(
+                f"profile {p}: variant {name!r}: unknown method {v['method']!r}; expected one of {tuple(METHODS)}"
+            )
+        if name in data.get("methods", []):
+            raise ValueError(f"profile {p}: variant name {name!r} collides with a method's run folder")
+    nbs = data.get("notebooks")
+    if nbs is not None:
+        from antipersist_lib.runner.notebooks_runner import notebook_paths
+
+        known = [n.stem for n in notebook_paths()]
+        bad = [n for n in nbs if n not in known] if isinstance(nbs, list) else [nbs]
+        if bad:
+            raise ValueError(f"profile {p}: notebooks lists unknown notebook(s) {bad}; known: {known}")
+    if not data.get("methods") and not variants:
+        raise ValueError(f"profile {p}: nothing to run; give methods and/or variants")
+    return data
+
+
+def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(run folder name, method, method params) for every method and named variant of a profile.
+
+    A variant is one method with its own parameters (an ablation or sweep point); its params are
+    layered over the profile's ``method_params`` for that method.
+    """
+    shared = prof.get("method_params") or {}
+    plan = [(m, m, dict(shared.get(m, {}) or {})) for m in prof.get("methods", [])]
+    for name, v in (prof.get("variants") or {}).items():
+        plan.append((name, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})}))
+    return plan
+
+
+def run_main(
+    profile_path: str | Path = "params/main/smoke.yaml",
+    *,
+    out: str | Path = "outputs/main",
+    execute_notebooks: bool = True,
+) -> dict[str, Any]:
+    prof = load_profile(profile_path)
+    name = Path(profile_path).stem
+    out = Path(out) / name
+    out.mkdir(parents=True, exist_ok=True)
+    bb_opts = prof.get("backbone", {}) or {}
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    restarts: list[dict[str, Any]] = []
+    specs = []
+    for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
+        for run_name, method, mparams in run_plan(prof):
+            for seed in prof.get("seeds", [42]):
+                specs.append(
+                    RunSpec(
+                        method=method,
+                        benchmark=bench,
+                        backbone=BACKBONE_LABEL,
+                        embedding=EMBEDDER_MODEL,
+                        seed=int(seed),
+                        iterations=int(prof.get("iterations", 2)),
+                        train_per_iteration=int(prof.get("train_per_iteration", 2)),
+                        max_steps=int(prof.get("max_steps", 4)),
+                        heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
+                        heldout_limit=prof.get("heldout_limit"),
+                        train_pool_limit=prof.get("train_pool_limit"),
+                        agent=dict(prof.get("agent", {}) or {}),
+                        method_params=mparams,
+                        benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
+                        name=run_name,
+                        out_root=str(out / "runs"),
+                        cache_dir=str(out / "cache"),
+                    )
+                )
+    # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
+    # for that core stalls every similarity product (measured: 24 ms vs 0.7 ms at 500 records).
+    with (
+        threadpool_limits(limits=1),
+        EmbeddedBackbone(
+            threads=int(bb_opts.get("threads", 1)),
+            n_ctx=int(bb_opts.get("n_ctx", 4096)),
+            log_path=out / "llama_server.log",
+        ) as bb,
+        EmbeddedEmbedder() as em,
+    ):
+        print(f"embedded backbone up: {BACKBONE_NAME} at {bb.base_url}; embedder {EMBEDDER_MODEL} at {em.base_url}")
+        print(f"note: {WEAK_MODEL_NOTE}")
+        for spec in specs:
+            started = time.monotonic()
+            for attempt in range(MAX_BACKBONE_RESTARTS + 1):
+                try:
+                    summaries = run_cell(spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint)
+                    break
+                except LLMUnavailableError:
+                    code = bb.exit_code
+                    if code is None or attempt == MAX_BACKBONE_RESTARTS:
+                        raise  # the server is alive (or keeps dying): stop, resumable
+                    print(f"the embedded llama.cpp server exited with code {code}; restarting it and resuming the run")
+                    restarts.append({"run": str(spec.run_dir()), "exit_code": code})
+                    bb.restart()
+            last = summaries[-1]
+            rows.append(
+                {
+                    "backbone": BACKBONE_NAME,
+                    "benchmark": spec.benchmark,
+                    "run": spec.name,
+                    "method": spec.method,
+                    "seed": spec.seed,
+                    "iterations": len(summaries),
+                    "heldout_success_final": last.heldout_success,
+                    "heldout_n": last.heldout_n,
+                    "mean_calls_per_task": last.mean_calls,
+                    "mean_steps": last.mean_steps,
+                    "train_success": last.train_success,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "run_dir": str(spec.run_dir()),
+                }
+            )
+    wall = time.monotonic() - t0
+    with open(out / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [
+        f"# Main job ({name}) on the embedded default",
+        "",
+        f"> {WEAK_MODEL_NOTE}",
+        "",
+        "| benchmark | run | held-out success (final it.) | n | calls/task | steps | run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
+            f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |"
+        )
+    lines += [
+        "",
+        f"Wall time of the experiment: {wall / 60:.1f} min (backbone {BACKBONE_NAME}, embedder {EMBEDDER_MODEL}).",
+    ]
+    atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
+    summary = {
+        "profile": str(profile_path),
+        "backbone": BACKBONE_NAME,
+        "embedder": EMBEDDER_MODEL,
+        "note": WEAK_MODEL_NOTE,
+        "wall_s": round(wall, 1),
+        "backbone_restarts": restarts,
+        "rows": rows,
+    }
+    atomic_write_json(out / "results.json", summary)
+    if not execute_notebooks:
+        return summary
+    from antipersist_lib.paths import repo_root
+    from antipersist_lib.runner.notebooks_runner import execute_all
+
+    runs_root = (out / "runs").resolve()
+    try:
+        runs_root = runs_root.relative_to(repo_root())
+    except ValueError:
+        pass
+    executed = execute_all("smoke", only=prof.get("notebooks"), overrides={"runs_root": str(runs_root), "mode": "load"})
+    summary["notebooks"] = [str(e.output) for e in executed]
+    atomic_write_json(out / "results.json", summary)
+    return summary

@@ -1,0 +1,526 @@
+"""The paper's self-improvement protocol (Section 4.1, Appendix D.1) for one Table-1 cell.
+
+For iterations 1..K: sample ``train_per_iteration`` training tasks without replacement in an
+order fixed by the seed (the same for every method), run them sequentially — each updates the
+method's memory — then run the method's end-of-iteration update, freeze all state and evaluate
+the full held-out set. Held-out episodes may retrieve but never write; they run concurrently
+(frozen state makes them independent), each worker with its own engine instance, so a vLLM
+server is kept busy. Everything is written to a resumable run directory (``rundir.py``).
+
+``run_cell(RunSpec(...))`` is what the command line and the notebooks call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from antipersist_lib.core import prompts
+from antipersist_lib.core.agent import AgentConfig, EpisodeResult, run_episode
+from antipersist_lib.envs import BENCHMARKS, make_env
+from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment
+from antipersist_lib.envs.partitions import Partition, load_partition
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.methods import METHODS, make_method, method_class
+from antipersist_lib.methods.base import Method, MethodContext, TaskContext
+from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Task, Trajectory
+from antipersist_lib.runner.rundir import RunDirectory, heldout_done
+from antipersist_lib.serving.embeddings import Embedder
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.versions import git_commit, package_versions
+
+log = logging.getLogger(__name__)
+
+#: AgentConfig fields a run's ``agent:`` block may set (max_steps is the run's own field)
+AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns")
+
+#: manifest fields that must match for a run to be resumed
+IDENTITY_KEYS = (
+    "method",
+    "method_params",
+    "benchmark",
+    "benchmark_options",
+    "backbone",
+    "embedding",
+    "seed",
+    "train_per_iteration",
+    "max_steps",
+    "agent",
+    "partition_hash",
+    "train_pool_limit",
+    "heldout_limit",
+)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run (one cell of Table 1, or one ablation point)."""
+
+    method: str
+    benchmark: str
+    backbone: str  # profile name (params/backbones) or a label when ``endpoint`` is given
+    seed: int = 42
+    iterations: int = 10
+    train_per_iteration: int = 50
+    max_steps: int = 50
+    heldout_concurrency: int = 8
+    heldout_limit: int | None = None  # evaluate only the first N held-out tasks (smoke runs)
+    train_pool_limit: int | None = None  # draw training tasks from the first N only (smoke runs)
+    method_params: dict[str, Any] = field(default_factory=dict)
+    benchmark_options: dict[str, Any] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
+    embedding: str = "qwen3-embedding-8b"  # profile name (params/embeddings) or a label
+    out_root: str = "outputs/runs"
+    cache_dir: str | None = "outputs/cache"  # None disables the response cache
+    name: str | None = None  # run folder name (default: method + a hash of non-default params)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method: unknown {self.method!r}; expected one of {tuple(METHODS)}")
+        if self.benchmark not in BENCHMARKS:
+            raise ValueError(f"benchmark: unknown {self.benchmark!r}; expected one of {BENCHMARKS}")
+        for f in ("seed",):
+            if not isinstance(getattr(self, f), int) or isinstance(getattr(self, f), bool):
+                raise ValueError(f"{f} must be an integer, got {getattr(self, f)!r}")
+        for f in ("iterations", "max_steps", "heldout_concurrency"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{f} must be an integer >= 1, got {v!r}")
+        v = self.train_per_iteration  # 0: evaluation only (e.g. F.1's frozen skill libraries)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"train_per_iteration must be an integer >= 0, got {v!r}")
+        for f in ("heldout_limit", "train_pool_limit"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
+        for f in ("method_params", "benchmark_options", "agent"):
+            if not isinstance(getattr(self, f), dict):
+                raise ValueError(f"{f} must be a mapping, got {type(getattr(self, f)).__name__}")
+        unknown = sorted(set(self.agent) - set(AGENT_KEYS))
+        if unknown:
+            raise ValueError(f"agent: unknown field(s) {unknown}; allowed: {', '.join(AGENT_KEYS)}")
+
+    @property
+    def run_name(self) -> str:
+        if self.name:
+            return self.name
+        if not self.method_params:
+            return self.method
+        digest = hashlib.sha256(json.dumps(self.method_params, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.method}-{digest}"
+
+    def run_dir(self) -> Path:
+        return Path(self.out_root) / self.benchmark / self.backbone / self.run_name / f"seed{self.seed}"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        """Build from a params mapping; unknown keys are an error naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown run setting(s) {unknown}; allowed: {sorted(names)}")
+        missing = [k for k in ("method", "benchmark", "backbone") if k not in d]
+        if missing:
+            raise ValueError(f"missing run setting(s) {missing}")
+        return cls(**d)
+
+
+def training_schedule(n_pool: int, iterations: int, per_iteration: int, seed: int) -> list[list[int]]:
+    """Per iteration, ``per_iteration`` pool indices sampled without replacement, in a seeded
+    order that depends only on the seed and the iteration (so every method sees the same)."""
+    if per_iteration > n_pool:
+        raise ValueError(f"train_per_iteration={per_iteration} exceeds the training pool of {n_pool} tasks")
+    return [
+        [int(i) for i in np.random.default_rng([seed, it]).permutation(n_pool)[:per_iteration]]
+        for it in range(1, iterations + 1)
+    ]
+
+
+@dataclass
+class IterationSummary:
+    iteration: int
+    heldout_success: float
+    heldout_n: int
+    mean_steps: float
+    mean_calls: float
+    mean_execution_calls: float
+    mean_synthesis_calls: float
+    mean_other_calls: float
+    infra_failures: int
+    mode_frequencies: dict[str, float]
+    synthesis_mode_usage: float | None
+    train_success: float
+    train_n: int
+    train_mode_frequencies: dict[str, float]
+
+
+def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: list[dict[str, Any]]) -> IterationSummary:
+    """Held-out success and cost (Table 1, Table 6), trajectory length (Figure 2b), and mode
+    frequencies (Figure 8) / synthesis-mode usage (Figure 7) for one iteration."""
+
+    def mean(xs: list[float]) -> float:
+        return float(np.mean(xs)) if xs else float("nan")
+
+    def freqs(recs: list[dict[str, Any]]) -> dict[str, float]:
+        modes = [r["meta"].get("mode") for r in recs if r["meta"].get("mode")]
+        return {m: (modes.count(m) / len(modes)) for m in MODES} if modes else {}
+
+    h = [r for r in heldout if r["iteration"] == iteration]
+    t = [r for r in train if r["iteration"] == iteration]
+    hf = freqs(h)
+    return IterationSummary(
+        iteration=iteration,
+        heldout_success=mean([float(r["outcome"]["success"]) for r in h]),
+        heldout_n=len(h),
+        mean_steps=mean([r["outcome"]["n_steps"] for r in h]),
+        mean_calls=mean([r["calls"]["total"] for r in h]),
+        mean_execution_calls=mean([r["calls"]["execution"] for r in h]),
+        mean_synthesis_calls=mean([r["calls"]["synthesis"] for r in h]),
+        mean_other_calls=mean([r["calls"]["other"] for r in h]),
+        infra_failures=sum(1 for r in h if r["outcome"]["infra_failure"]),
+        mode_frequencies=hf,
+        synthesis_mode_usage=(sum(hf.get(m, 0.0) for m in SYNTHESIS_MODES) if hf else None),
+        train_success=mean([float(r["outcome"]["success"]) for r in t]),
+        train_n=len(t),
+        train_mode_frequencies=freqs(t),
+    )
+
+
+class _Progress:
+    """A tqdm bar when tqdm is installed and progress is on; silent otherwise."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, leave=False)
+            except ImportError:
+                pass
+
+    def update(self, n: int = 1) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _episode_record(
+    task: Task, phase: str, iteration: int, position: int, ctx: TaskContext, ep: EpisodeResult, stats: dict[str, int]
+) -> dict[str, Any]:
+    meta = {k: v for k, v in ctx.meta.items() if not k.startswith("_")}  # private keys never reach disk
+    return {
+        "phase": phase,
+        "iteration": iteration,
+        "position": position,
+        "task": task.to_dict(),
+        "meta": meta,
+        "parents": list(ctx.parents),
+        "embedding_ok": ctx.embedding is not None,
+        "outcome": ep.outcome.to_dict(),
+        "calls": {
+            "execution": ep.llm_calls,
+            "synthesis": ctx.synthesis_calls,
+            "other": ctx.other_calls,
+            "total": ep.llm_calls + ctx.synthesis_calls + ctx.other_calls,
+        },
+        "engine_steps": stats,
+        "trajectory": ep.trajectory.to_dict(),
+    }
+
+
+class Runner:
+    """Runs one ``RunSpec``; ``run()`` returns the per-iteration summaries."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        *,
+        endpoint: Endpoint | None = None,
+        embed_endpoint: Endpoint | None = None,
+        env_factory: Callable[[], Environment] | None = None,
+        partition: Partition | None = None,
+        fsync: bool = True,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        from antipersist_lib.serving.profiles import agent_decoding, backbone_endpoint, embedding_endpoint
+
+        self.spec = spec
+        self.endpoint = endpoint or backbone_endpoint(spec.backbone)
+        self.embed_endpoint = embed_endpoint or embedding_endpoint(spec.embedding)
+        self.env_factory = env_factory or (lambda: make_env(spec.benchmark, **spec.benchmark_options))
+        self.partition = partition or load_partition(spec.benchmark)
+        self.fsync = fsync
+        self.on_event = on_event or (lambda kind, data: None)
+        method_class(spec.method)  # fail early on import problems
+        # decoding is the backbone's (its profile's temperature/top_p); the run's agent block wins
+        self.agent_config = AgentConfig(max_steps=spec.max_steps, **{**agent_decoding(spec.backbone), **spec.agent})
+        train = (
+            list(self.partition.train)[: spec.train_pool_limit] if spec.train_pool_limit else list(self.partition.train)
+        )
+        self.train_pool = train
+        self.heldout = (
+            list(self.partition.heldout)[: spec.heldout_limit] if spec.heldout_limit else list(self.partition.heldout)
+        )
+        self.schedule = training_schedule(len(train), spec.iterations, spec.train_per_iteration, spec.seed)
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _manifest(self, env: Environment, method: Method) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "kit": "antipersist",
+            "method": s.method,
+            "method_params": s.method_params,
+            "method_config": method.describe(),
+            "benchmark": s.benchmark,
+            "benchmark_options": s.benchmark_options,
+            "engine": env.engine_info(),
+            "partition_hash": self.partition.hash,
+            "partition_seed": self.partition.seed,
+            "train_pool_limit": s.train_pool_limit,
+            "heldout_limit": s.heldout_limit,
+            "n_train_pool": len(self.train_pool),
+            "n_heldout": len(self.heldout),
+            "backbone": s.backbone,
+            "endpoint": self.endpoint.describe(),
+            "embedding": s.embedding,
+            "embedding_endpoint": self.embed_endpoint.describe(),
+            "seed": s.seed,
+            "iterations": s.iterations,
+            "train_per_iteration": s.train_per_iteration,
+            "max_steps": s.max_steps,
+            "agent": dataclasses.asdict(self.agent_config),
+            "heldout_concurrency": s.heldout_concurrency,
+            "prompt_hashes": prompts.prompt_hashes(),
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> list[IterationSummary]:
+        spec = self.spec
+        rd = RunDirectory(spec.run_dir())
+        method: Method | None = None
+        envs: list[Environment] = []
+        try:
+            journal = rd.read_journal()
+            state_paths = [rd.state_dir / f for f in method_class(spec.method).state_files] + [
+                rd.path / "episodes_train.jsonl"
+            ]
+            rd.recover(state_paths, journal.last_state)
+            ledger = Ledger(rd.path / "calls.jsonl")
+            cache = ResponseCache(Path(spec.cache_dir) / _slug(self.endpoint.model)) if spec.cache_dir else None
+            embed_cache = (
+                ResponseCache(Path(spec.cache_dir) / _slug(self.embed_endpoint.model)) if spec.cache_dir else None
+            )
+            llm = LLMClient(self.endpoint, ledger=ledger, cache=cache, seed=spec.seed)
+            embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
+            method = make_method(
+                spec.method,
+                MethodContext(llm, embedder, rd.state_dir, spec.seed, spec.benchmark, self.fsync),
+                **spec.method_params,
+            )
+            train_env = self.env_factory()
+            envs.append(train_env)
+            resumed = rd.check_or_write_manifest(self._manifest(train_env, method), IDENTITY_KEYS)
+            if resumed:
+                self.on_event("resume", {"run_dir": str(rd.path), "train_done": len(journal.train_done)})
+            train_writer = JsonlWriter(rd.path / "episodes_train.jsonl", fsync=self.fsync)
+            held_path = rd.path / "episodes_heldout.jsonl"
+            held_writer = JsonlWriter(held_path, fsync=self.fsync)
+            held_finished = heldout_done(held_path)
+            summaries: list[IterationSummary] = []
+
+            for it in range(1, spec.iterations + 1):
+                # training: sequential, each episode updates memory, then a journal commit
+                order = self.schedule[it - 1]
+                bar = _Progress(len(order), f"{spec.method} it{it} train", spec.progress)
+                for pos, idx in enumerate(order):
+                    if (it, pos) in journal.train_done:
+                        bar.update()
+                        continue
+                    task = self.train_pool[idx]
+                    rec = self._train_episode(method, train_env, task, it, pos)
+                    train_writer.append(rec)
+                    rd.commit({"kind": "train", "iteration": it, "position": pos}, state_paths)
+                    journal.train_done.add((it, pos))
+                    bar.update()
+                    self.on_event("train_episode", rec)
+                bar.close()
+                if it not in journal.iterations_ended:
+                    method.end_iteration(it)
+                    method.snapshot(it, rd.snapshot_dir)
+                    rd.commit({"kind": "iteration_end", "iteration": it}, state_paths)
+                    journal.iterations_ended.add(it)
+                    self.on_event("iteration_end", {"iteration": it})
+
+                # held-out: frozen, concurrent, only missing episodes
+                method.freeze()
+                try:
+                    todo = [(j, t) for j, t in enumerate(self.heldout) if (it, j) not in held_finished]
+                    self._evaluate(method, todo, it, held_writer, held_finished, envs)
+                finally:
+                    method.unfreeze()
+                summary = self._summaries(rd)
+                summaries = summary
+                cur = next(s for s in summary if s.iteration == it)
+                self.on_event("evaluation", dataclasses.asdict(cur))
+                if spec.progress:
+                    print(
+                        f"[{spec.benchmark}/{spec.backbone}/{spec.run_name}/seed{spec.seed}] iteration {it}: "
+                        f"held-out success {100 * cur.heldout_success:5.1f}% (n={cur.heldout_n}), "
+                        f"{cur.mean_calls:.2f} calls/task, {cur.mean_steps:.1f} steps",
+                        flush=True,
+                    )
+            train_writer.close()
+            held_writer.close()
+            ledger.close()
+            return summaries
+        finally:
+            if method is not None:
+                method.close()
+            for e in envs:
+                try:
+                    e.close()
+                except Exception:
+                    pass
+            rd.close()
+
+    def _train_episode(self, method: Method, env: Environment, task: Task, it: int, pos: int) -> dict[str, Any]:
+        try:
+            obs = env.reset(task)
+        except BenchmarkUnavailableError:
+            raise  # engine or data missing (no Java, no game files): stop with the fix, record nothing
+        except Exception as exc:  # the engine could not load the task: recorded, not learned from
+            log.warning("training task %s could not be loaded: %r", task.key, exc)
+            ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
+            return _episode_record(task, "train", it, pos, TaskContext(), ep, {})
+        ctx = method.prepare(task, obs, phase="train", iteration=it, position=pos)
+        ep = run_episode(
+            env,
+            task,
+            method.ctx.llm,
+            context_blocks=ctx.blocks,
+            config=self.agent_config,
+            initial_observation=obs,
+            tags={"phase": "train", "iteration": it, "task": task.key},
+        )
+        stats = dataclasses.asdict(env.episode_stats)
+        before = ctx.synthesis_calls
+        method.learn(task, ctx, ep, iteration=it, position=pos)
+        rec = _episode_record(task, "train", it, pos, ctx, ep, stats)
+        rec["calls"]["post_episode_synthesis"] = ctx.synthesis_calls - before
+        rec["calls"]["synthesis"] = before
+        rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
+        return rec
+
+    def _evaluate(
+        self,
+        method: Method,
+        todo: list[tuple[int, Task]],
+        it: int,
+        writer: JsonlWriter,
+        finished: set[tuple[int, int]],
+        envs: list[Environment],
+    ) -> None:
+        if not todo:
+            return
+        local = threading.local()
+        lock = threading.Lock()
+
+        def env_for_thread() -> Environment:
+            if getattr(local, "env", None) is None:
+                local.env = self.env_factory()
+                with lock:
+                    envs.append(local.env)
+            return local.env
+
+        def one(j: int, task: Task) -> dict[str, Any]:
+            env = env_for_thread()
+            try:
+                obs = env.reset(task)
+            except BenchmarkUnavailableError:
+                raise  # as in training: a missing engine or data stops the run
+            except Exception as exc:
+                ep = EpisodeResult(
+                    Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0
+                )
+                return _episode_record(task, "heldout", it, j, TaskContext(), ep, {})
+            ctx = method.prepare(task, obs, phase="heldout", iteration=it, position=j)
+            ep = run_episode(
+                env,
+                task,
+                method.ctx.llm,
+                context_blocks=ctx.blocks,
+                config=self.agent_config,
+                initial_observation=obs,
+                tags={"phase": "heldout", "iteration": it, "task": task.key},
+            )
+            return _episode_record(task, "heldout", it, j, ctx, ep, dataclasses.asdict(env.episode_stats))
+
+        bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress)
+        workers = min(self.spec.heldout_concurrency, len(todo))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heldout") as pool:
+            futures = [pool.submit(one, j, t) for j, t in todo]
+            try:
+                for fut in as_completed(futures):
+                    rec = fut.result()
+                    writer.append(rec)
+                    finished.add((it, rec["position"]))
+                    bar.update()
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+        bar.close()
+
+    def _summaries(self, rd: RunDirectory) -> list[IterationSummary]:
+        train = [x.value for x in read_jsonl(rd.path / "episodes_train.jsonl")]
+        held = [x.value for x in read_jsonl(rd.path / "episodes_heldout.jsonl")]
+        its = sorted({r["iteration"] for r in held})
+        out = [summarize_iteration(i, held, train) for i in its]
+        atomic_write_json(
+            rd.path / "summary.json",
+            {
+                "run": str(rd.path),
+                "method": self.spec.method,
+                "benchmark": self.spec.benchmark,
+                "backbone": self.spec.backbone,
+                "seed": self.spec.seed,
+                "iterations": [_finite(dataclasses.asdict(s)) for s in out],
+            },
+        )
+        return out
+
+
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in d.items()}
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+
+
+def run_cell(spec: RunSpec, **kw: Any) -> list[IterationSummary]:
+    """Run (or resume) one cell; see ``Runner`` for the keyword arguments."""
+    return Runner(spec, **kw).run()

@@ -1,0 +1,211 @@
+"""A run directory: one (method, backbone, benchmark, seed) cell, resumable after any crash.
+
+Layout::
+
+    manifest.json            what ran: method + hyperparameters, backbone, embedder, engine
+                             versions, partition hash, seed, prompt hashes, packages, git commit
+    journal.jsonl            commit points: one line per finished training episode and per
+                             finished end-of-iteration update, each with the line counts of
+                             every state file at that moment
+    episodes_train.jsonl     one record per training episode
+    episodes_heldout.jsonl   one record per held-out episode (kept apart, never read by methods)
+    calls.jsonl              the LLM call ledger (every call made, including those of episodes
+                             interrupted by a crash: they were paid for)
+    state/                   the method's own stores (trajectories, outcome log, abstractions)
+    snapshots/               per-iteration abstraction-store snapshots (atomic JSON)
+    summary.json             per-iteration metrics (rewritten atomically after each evaluation)
+    run.lock                 held while a process works on the run
+
+Crash safety: training writes go to the state files first, then the episode record, then the
+journal line. On resume every state file is cut back to the line counts of the last journal
+line, so a half-finished episode leaves no trace and is run again; finished episodes are never
+lost or duplicated. Held-out episodes are independent (frozen state), so each finished one is
+kept and only missing ones are run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds this run directory."""
+
+
+class ManifestMismatchError(ValueError):
+    """The run directory belongs to a different configuration."""
+
+
+def count_lines(path: Path) -> int:
+    """Complete (newline-terminated) lines in a file; 0 when it does not exist."""
+    if not path.exists():
+        return 0
+    n = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            n += chunk.count(b"\n")
+    return n
+
+
+def truncate_lines(path: Path, n: int) -> int:
+    """Cut ``path`` back to its first ``n`` complete lines; returns the number of lines dropped
+    (a torn final fragment counts as one)."""
+    if not path.exists():
+        return 0
+    offset = kept = dropped = 0
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if kept < n and raw.endswith(b"\n"):
+                offset += len(raw)
+                kept += 1
+            else:
+                dropped += 1
+    if dropped == 0:
+        return 0
+    with open(path, "r+b") as fh:
+        fh.truncate(offset)
+        fh.flush()
+        os.fsync(fh.fileno())
+    log.warning("%s: dropped %d uncommitted line(s) left by an interrupted run", path, dropped)
+    return dropped
+
+
+@dataclass
+class JournalState:
+    """What the journal says is committed."""
+
+    train_done: set[tuple[int, int]] = field(default_factory=set)  # (iteration, position)
+    iterations_ended: set[int] = field(default_factory=set)
+    last_state: dict[str, int] = field(default_factory=dict)
+
+
+class RunDirectory:
+    """Owns one run directory for the lifetime of a process (exclusive lock)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.state_dir = self.path / "state"
+        self.snapshot_dir = self.path / "snapshots"
+        self.state_dir.mkdir(exist_ok=True)
+        self.snapshot_dir.mkdir(exist_ok=True)
+        self._lock_fh = open(self.path / "run.lock", "a+")
+        try:
+            fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_fh.seek(0)
+            holder = self._lock_fh.read().strip() or "unknown"
+            self._lock_fh.close()
+            raise RunLockedError(
+                f"run directory {self.path} is in use by another process ({holder}); "
+                "wait for it to finish or stop it before resuming"
+            ) from None
+        self._lock_fh.seek(0)
+        self._lock_fh.truncate()
+        self._lock_fh.write(f"pid {os.getpid()}\n")
+        self._lock_fh.flush()
+        self._journal: JsonlWriter | None = None
+
+    # -- manifest ---------------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def check_or_write_manifest(self, manifest: dict[str, Any], identity_keys: Iterable[str]) -> bool:
+        """Write the manifest of a new run, or check that a resumed run has the same identity.
+
+        Returns True when resuming. Fields outside ``identity_keys`` (versions, commit, time)
+        may differ between sessions; their latest values are kept in ``resumed`` entries.
+        """
+        if self.manifest_path.exists():
+            old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            diffs = [k for k in identity_keys if _canon(old.get(k)) != _canon(manifest.get(k))]
+            if diffs:
+                details = "; ".join(f"{k}: stored {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
+                raise ManifestMismatchError(
+                    f"{self.path} holds a run with a different configuration ({details}). "
+                    "Use another output directory or run name, or delete the old run."
+                )
+            old.setdefault("resumed", []).append(
+                {k: manifest.get(k) for k in ("versions", "git_commit", "started_at") if k in manifest}
+            )
+            atomic_write_json(self.manifest_path, old)
+            return True
+        atomic_write_json(self.manifest_path, manifest)
+        return False
+
+    # -- journal ----------------------------------------------------------------------------
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / "journal.jsonl"
+
+    def read_journal(self) -> JournalState:
+        st = JournalState()
+        for line in read_jsonl(self.journal_path):
+            e = line.value
+            if not isinstance(e, dict) or "kind" not in e:
+                continue
+            if e["kind"] == "train":
+                st.train_done.add((int(e["iteration"]), int(e["position"])))
+            elif e["kind"] == "iteration_end":
+                st.iterations_ended.add(int(e["iteration"]))
+            if isinstance(e.get("state"), dict):
+                st.last_state = {str(k): int(v) for k, v in e["state"].items()}
+        return st
+
+    def state_vector(self, files: Iterable[Path]) -> dict[str, int]:
+        return {str(p.relative_to(self.path)): count_lines(p) for p in files}
+
+    def recover(self, files: Iterable[Path], committed: dict[str, int]) -> int:
+        """Cut every state file back to its committed line count (0 when never committed)."""
+        dropped = 0
+        for p in files:
+            rel = str(p.relative_to(self.path))
+            dropped += truncate_lines(p, committed.get(rel, 0))
+        return dropped
+
+    def commit(self, entry: dict[str, Any], files: Iterable[Path]) -> None:
+        if self._journal is None:
+            self._journal = JsonlWriter(self.journal_path)
+        self._journal.append({**entry, "state": self.state_vector(files)})
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+        try:
+            fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+            self._lock_fh.close()
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> RunDirectory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def heldout_done(path: Path) -> set[tuple[int, int]]:
+    """(iteration, position) of every finished held-out episode."""
+    return {
+        (int(x.value["iteration"]), int(x.value["position"]))
+        for x in read_jsonl(path)
+        if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value
+    }
+
+
+def _canon(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, default=str)

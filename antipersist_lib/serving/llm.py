@@ -1,0 +1,411 @@
+"""The one chat client for every backbone: vLLM, llama.cpp's server, the loopback test server.
+
+Why one client: retries, caching and call accounting must behave identically whatever serves
+the model, so the paper's call counts and the kit's resume guarantees do not depend on the
+backend. The openai SDK's own retries are switched off (``max_retries=0``) so that every retry
+is made, and counted, here.
+
+Retry policy (shared with ``embeddings.Embedder`` through ``_call_with_retries``): timeouts,
+connection errors, 408/409/429, any status >= 500, unparseable bodies and empty replies are
+transient and retried with exponential backoff and seeded jitter; other 4xx statuses
+(400/401/403/404/422...) are permanent and raised at once as ``LLMRequestError``. When the
+retries are used up, ``LLMUnavailableError`` says which endpoint failed and that re-running the
+same command resumes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import openai
+
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.response_cache import ResponseCache, cache_key
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Sleep = Callable[[float], None]
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+_RETRYABLE_4XX = {408, 409, 429}
+
+
+class LLMError(RuntimeError):
+    """Base of the kit's endpoint errors; carries how many retries were spent."""
+
+    def __init__(self, message: str, *, retries: int = 0, last_error: str | None = None) -> None:
+        super().__init__(message)
+        self.retries = retries
+        self.last_error = last_error
+
+
+class LLMUnavailableError(LLMError):
+    """The endpoint kept failing transiently until the retry budget was spent."""
+
+
+class LLMRequestError(LLMError):
+    """The endpoint rejected the request (a 4xx other than 408/409/429); retrying cannot help."""
+
+
+class _TransientReplyError(Exception):
+    """A 200 response that is unusable (wrong shape, empty content): retry it."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a model is served. Holds the *name* of the API-key variable, never the key."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 30.0
+    context_length: int | None = None
+    #: "native": send system messages as they are; "merge": fold the system message into the
+    #: first user turn, for chat templates without a system role (Gemma's own template does this)
+    system_prompt: str = "native"
+
+    def __post_init__(self) -> None:
+        if self.system_prompt not in ("native", "merge"):
+            raise ValueError(f"Endpoint.system_prompt must be 'native' or 'merge', got {self.system_prompt!r}")
+        if not self.base_url:
+            raise ValueError("Endpoint.base_url is empty")
+        if not self.model:
+            raise ValueError("Endpoint.model is empty")
+        if self.timeout_s <= 0:
+            raise ValueError("Endpoint.timeout_s must be positive")
+        if self.max_retries < 0:
+            raise ValueError("Endpoint.max_retries must be >= 0")
+        if self.backoff_base_s < 0 or self.backoff_max_s < 0:
+            raise ValueError("Endpoint backoff times must be >= 0")
+
+    def api_key(self) -> str:
+        """Read at call time; "EMPTY" when unset, which vLLM and llama.cpp accept."""
+        return os.environ.get(self.api_key_env) or "EMPTY"
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest form: everything needed to reproduce the setup, and no secret."""
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "backoff_base_s": self.backoff_base_s,
+            "backoff_max_s": self.backoff_max_s,
+            "context_length": self.context_length,
+            "system_prompt": self.system_prompt,
+        }
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """A completed chat call; ``latency_s`` is wall time including retries and backoff."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    cached: bool
+    retries: int
+    finish_reason: str | None
+
+
+# -- shared plumbing (also used by embeddings.py) ----------------------------------------------
+
+
+def _make_openai_client(endpoint: Endpoint) -> openai.OpenAI:
+    """SDK client with its own retries off. Loopback hosts ignore proxy variables, since a
+    proxy can never reach a server on this machine's 127.0.0.1."""
+    kwargs: dict[str, Any] = {}
+    if (urlparse(endpoint.base_url).hostname or "") in _LOOPBACK_HOSTS:
+        kwargs["http_client"] = openai.DefaultHttpxClient(trust_env=False)
+    return openai.OpenAI(
+        base_url=endpoint.base_url, api_key=endpoint.api_key(), max_retries=0, timeout=endpoint.timeout_s, **kwargs
+    )
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(
+        exc, (openai.APIConnectionError, openai.APIResponseValidationError, json.JSONDecodeError, _TransientReplyError)
+    ):
+        return True  # APITimeoutError is an APIConnectionError
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500 or exc.status_code in _RETRYABLE_4XX
+    return False
+
+
+def _describe_error(exc: BaseException) -> str:
+    """One line naming the error and, for connection errors, the transport-level cause."""
+    if isinstance(exc, openai.APIStatusError):
+        text = f"HTTP {exc.status_code} {type(exc).__name__}: {exc.message}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+        cause = exc.__cause__
+        if isinstance(exc, openai.APIConnectionError) and cause is not None:
+            text = f"{text.rstrip('.')} ({type(cause).__name__}: {cause})"
+    return text.rstrip(".")
+
+
+class _Backoff:
+    """Exponential backoff with jitter from a seeded RNG, so test runs are reproducible."""
+
+    def __init__(self, base_s: float, max_s: float, seed: int | None, sleep: Sleep) -> None:
+        self.base_s = base_s
+        self.max_s = max_s
+        self.sleep = sleep
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before retry number ``attempt`` (0-based): in [d/2, d], d = base * 2^attempt."""
+        ceiling = min(self.max_s, self.base_s * (2 ** min(attempt, 32)))
+        with self._lock:
+            return ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
+
+
+def _call_with_retries(
+    attempt: Callable[[], T], *, endpoint: Endpoint, purpose: str, max_retries: int, backoff: _Backoff
+) -> tuple[T, int]:
+    """Run ``attempt`` until it succeeds; returns (result, retries used).
+
+    Raises ``LLMRequestError`` on a permanent error and ``LLMUnavailableError`` when the
+    retry budget is spent; both carry ``retries`` so the caller can account for them.
+    Anything that is not an endpoint error (a bug) propagates unchanged.
+    """
+    retries = 0
+    while True:
+        try:
+            return attempt(), retries
+        except Exception as exc:  # classified below; non-endpoint errors are re-raised
+            if isinstance(exc, openai.APIStatusError) and not _is_transient(exc):
+                raise LLMRequestError(
+                    f"{endpoint.base_url} (model {endpoint.model!r}) rejected the {purpose} request: "
+                    f"{_describe_error(exc)}. This is not retried: check the model name, API key "
+                    f"variable {endpoint.api_key_env!r} and request parameters.",
+                    retries=retries,
+                    last_error=_describe_error(exc),
+                ) from exc
+            if not _is_transient(exc):
+                raise
+            if retries >= max_retries:
+                raise LLMUnavailableError(
+                    f"LLM endpoint {endpoint.base_url} (model {endpoint.model!r}) is unavailable: "
+                    f"the {purpose} call failed after {retries} retries; last error: "
+                    f"{_describe_error(exc)}. Completed work is saved; once the endpoint is back, "
+                    f"re-run the same command to resume the run.",
+                    retries=retries,
+                    last_error=_describe_error(exc),
+                ) from exc
+            wait = backoff.delay(retries)
+            retries += 1
+            log.debug(
+                "%s call to %s failed (%s); retry %d/%d in %.2fs",
+                purpose,
+                endpoint.base_url,
+                _describe_error(exc),
+                retries,
+                max_retries,
+                wait,
+            )
+            backoff.sleep(wait)
+
+
+# -- chat client ---------------------------------------------------------------------------------
+
+
+def merge_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold leading system messages into the first user turn ("system\n\nuser"), the way
+    templates without a system role (Gemma's) present a system prompt."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    head = "\n\n".join(str(x) for x in system)
+    if rest and rest[0]["role"] == "user":
+        rest[0]["content"] = f"{head}\n\n{rest[0]['content']}"
+        return rest
+    return [{"role": "user", "content": head}] + rest
+
+
+def _plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if not messages:
+        raise ValueError("chat() needs at least one message")
+    out = []
+    for m in messages:
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise ValueError(f"a chat message needs 'role' and 'content': {m!r:.80}")
+        out.append(dict(m))
+    return out
+
+
+class LLMClient:
+    """Chat completions with retries, an optional response cache and a ledger entry per call.
+
+    Thread-safe: the SDK client, the cache (atomic files) and the ledger all tolerate
+    concurrent use, so held-out evaluation may call ``chat`` from many threads.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        ledger: Ledger,
+        cache: ResponseCache | None = None,
+        seed: int | None = None,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self.endpoint = endpoint
+        self.ledger = ledger
+        self.cache = cache
+        self.seed = seed
+        self._backoff = _Backoff(endpoint.backoff_base_s, endpoint.backoff_max_s, seed, sleep)
+        self._client = _make_openai_client(endpoint)
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        temperature: float,
+        max_tokens: int,
+        stop: Sequence[str] | str | None,
+        top_p: float | None,
+    ) -> dict[str, Any]:
+        """Exactly what is sent, minus the model; also the cache key's body."""
+        req: dict[str, Any] = {"messages": messages, "temperature": float(temperature), "max_tokens": int(max_tokens)}
+        if stop is not None:
+            req["stop"] = [stop] if isinstance(stop, str) else list(stop)
+        if top_p is not None:
+            req["top_p"] = float(top_p)
+        if self.seed is not None:
+            req["seed"] = int(self.seed)
+        return req
+
+    def _once(self, request: dict[str, Any]) -> dict[str, Any]:
+        resp = self._client.chat.completions.create(model=self.endpoint.model, **request)
+        try:
+            choice = resp.choices[0]
+            content = choice.message.content
+            finish = choice.finish_reason
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise _TransientReplyError(f"malformed chat response: {type(resp).__name__}") from exc
+        if not isinstance(content, str) or not content:
+            raise _TransientReplyError("empty reply content")
+        usage = getattr(resp, "usage", None)
+        return {
+            "text": content,
+            "finish_reason": finish if isinstance(finish, str) else None,
+            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        }
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        purpose: str,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        stop: Sequence[str] | str | None = None,
+        top_p: float | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> ChatReply:
+        plain = _plain_messages(messages)
+        if self.endpoint.system_prompt == "merge":
+            plain = merge_system(plain)
+        request = self._request(plain, temperature, max_tokens, stop, top_p)
+        key = cache_key({"kind": "chat", "model": self.endpoint.model, **request})
+        started = time.monotonic()
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None and isinstance(hit.get("text"), str) and hit["text"]:
+                reply = ChatReply(
+                    text=hit["text"],
+                    prompt_tokens=int(hit.get("prompt_tokens", 0)),
+                    completion_tokens=int(hit.get("completion_tokens", 0)),
+                    latency_s=time.monotonic() - started,
+                    cached=True,
+                    retries=0,
+                    finish_reason=hit.get("finish_reason"),
+                )
+                self._account(purpose, reply, tags)
+                return reply
+        try:
+            value, retries = _call_with_retries(
+                lambda: self._once(request),
+                endpoint=self.endpoint,
+                purpose=purpose,
+                max_retries=self.endpoint.max_retries,
+                backoff=self._backoff,
+            )
+        except LLMError as exc:
+            self.ledger.record(
+                purpose,
+                self.endpoint.model,
+                latency_s=time.monotonic() - started,
+                retries=exc.retries,
+                ok=False,
+                error=exc.last_error,
+                tags=tags,
+            )
+            raise
+        if self.cache is not None:
+            self.cache.put(key, value)
+        reply = ChatReply(
+            text=value["text"],
+            prompt_tokens=value["prompt_tokens"],
+            completion_tokens=value["completion_tokens"],
+            latency_s=time.monotonic() - started,
+            cached=False,
+            retries=retries,
+            finish_reason=value["finish_reason"],
+        )
+        self._account(purpose, reply, tags)
+        return reply
+
+    def _account(self, purpose: str, reply: ChatReply, tags: dict[str, Any] | None) -> None:
+        self.ledger.record(
+            purpose,
+            self.endpoint.model,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+            cached=reply.cached,
+            retries=reply.retries,
+            tags=tags,
+        )
+
+    def ping(self, *, retries: int = 0) -> list[str]:
+        """Model ids the endpoint serves (for ``doctor``); not recorded in the ledger."""
+
+        def once() -> list[str]:
+            page = self._client.models.list()
+            data = getattr(page, "data", None)
+            if not isinstance(data, list):
+                raise _TransientReplyError("malformed /models response")
+            return [str(m.id) for m in data]
+
+        ids, _ = _call_with_retries(
+            once, endpoint=self.endpoint, purpose="ping", max_retries=retries, backoff=self._backoff
+        )
+        return ids
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

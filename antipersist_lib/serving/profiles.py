@@ -1,0 +1,166 @@
+"""Named backbone and embedding profiles (``params/backbones/*.yaml``, ``params/embeddings/*.yaml``).
+
+A profile gives a base URL, a model name, a context length and the *name* of the environment
+variable that holds the API key (never the key). ``ANTIPERSIST_PARAMS`` points at another params
+folder.
+
+Base URL, first match wins: the variable the profile names in ``base_url_env`` (one per model,
+e.g. ``ANTIPERSIST_URL_LLAMA_4_SCOUT``), then the global ``ANTIPERSIST_BASE_URL`` (backbones) /
+``ANTIPERSIST_EMBED_BASE_URL`` (embeddings), which applies to every profile of its kind, then the
+profile's ``base_url``. A URL carrying credentials (``user:key@host``) is refused: keys are read
+from the variable named by ``api_key_env`` only, so they never reach a manifest.
+
+Backbone profiles may set the *agent's* decoding for that model (``temperature``, ``top_p``);
+``agent_decoding(name)`` returns them. The synthesis LLM is not affected (temperature 0).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from antipersist_lib.serving.llm import Endpoint
+
+ENDPOINT_KEYS = (
+    "api_key_env",
+    "context_length",
+    "timeout_s",
+    "max_retries",
+    "backoff_base_s",
+    "backoff_max_s",
+    "system_prompt",
+)
+DECODING_KEYS = ("temperature", "top_p")
+PROFILE_KEYS = {"name", "model", "base_url", "base_url_env", *ENDPOINT_KEYS, *DECODING_KEYS}
+#: the variable that overrides the base URL of every profile of a kind
+GLOBAL_URL_ENV = {"backbones": "ANTIPERSIST_BASE_URL", "embeddings": "ANTIPERSIST_EMBED_BASE_URL"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def read_mapping(path: str | os.PathLike[str], allowed: set[str] | None = None) -> dict[str, Any]:
+    """One YAML file holding a mapping; unreadable files, bad YAML, non-mappings and keys outside
+    ``allowed`` raise ValueError naming the file (and the keys)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a mapping of settings")
+    if allowed is not None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return data
+
+
+def params_dir() -> Path:
+    env = os.environ.get("ANTIPERSIST_PARAMS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "params"
+
+
+def available(kind: str) -> list[str]:
+    d = params_dir() / kind
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def validate_profile(data: dict[str, Any], where: str) -> None:
+    """Field types and ranges of a profile (a file's or a grid's inline endpoint); errors name
+    ``where`` and the field."""
+    for key in ("model", "base_url"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ValueError(f"{where}: field {key!r} must be a non-empty string")
+    if "context_length" in data and not (isinstance(data["context_length"], int) and data["context_length"] > 0):
+        raise ValueError(f"{where}: field 'context_length' must be a positive integer")
+    for key in ("timeout_s", "backoff_base_s", "backoff_max_s"):
+        if key in data and not _number(data[key]):
+            raise ValueError(f"{where}: field {key!r} must be a number, got {data[key]!r}")
+    if "max_retries" in data and (isinstance(data["max_retries"], bool) or not isinstance(data["max_retries"], int)):
+        raise ValueError(f"{where}: field 'max_retries' must be an integer, got {data['max_retries']!r}")
+    for key in ("name", "api_key_env", "system_prompt"):
+        if key in data and not isinstance(data[key], str):
+            raise ValueError(f"{where}: field {key!r} must be a string, got {data[key]!r}")
+    if "base_url_env" in data and not (
+        isinstance(data["base_url_env"], str) and _ENV_NAME.fullmatch(data["base_url_env"])
+    ):
+        raise ValueError(
+            f"{where}: field 'base_url_env' must name an environment variable (e.g. ANTIPERSIST_URL_MY_MODEL), "
+            f"got {data['base_url_env']!r}"
+        )
+    if "temperature" in data and not (_number(data["temperature"]) and 0 <= data["temperature"] <= 2):
+        raise ValueError(
+            f"{where}: field 'temperature' must be a number in [0, 2] (the agent's range), got {data['temperature']!r}"
+        )
+    if "top_p" in data and not (_number(data["top_p"]) and 0 < data["top_p"] <= 1):
+        raise ValueError(f"{where}: field 'top_p' must be a number in (0, 1], got {data['top_p']!r}")
+    _check_url(data["base_url"], f"{where}: field 'base_url'")
+    try:  # the ranges (positive timeout, known system_prompt form...) are the Endpoint's own rules
+        Endpoint(base_url=data["base_url"], model=data["model"], **{k: data[k] for k in ENDPOINT_KEYS if k in data})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+
+
+def _check_url(url: str, source: str) -> None:
+    parsed = urlparse(url)
+    if parsed.username or parsed.password:
+        raise ValueError(
+            f"{source} carries credentials ({parsed.hostname}); give the plain URL and put the key in the "
+            "environment variable named by the profile's api_key_env"
+        )
+
+
+def load_profile(kind: str, name: str) -> dict[str, Any]:
+    """Read and validate one profile; errors name the file and the field."""
+    path = params_dir() / kind / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(
+            f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind})"
+        )
+    data = read_mapping(path, PROFILE_KEYS)
+    validate_profile(data, str(path))
+    return data
+
+
+def resolve_base_url(data: dict[str, Any], kind: str) -> tuple[str, str]:
+    """(base URL, where it came from): the profile's own variable, else the global variable of
+    ``kind``, else the profile's ``base_url``."""
+    for var in (data.get("base_url_env"), GLOBAL_URL_ENV[kind]):
+        if var and os.environ.get(var):
+            url = os.environ[var]
+            _check_url(url, f"${var}")
+            return url, f"${var}"
+    return data["base_url"], "base_url"
+
+
+def endpoint_from_profile(data: dict[str, Any], kind: str = "backbones") -> Endpoint:
+    url, _ = resolve_base_url(data, kind)
+    return Endpoint(base_url=url, model=data["model"], **{k: data[k] for k in ENDPOINT_KEYS if k in data})
+
+
+def backbone_endpoint(name: str) -> Endpoint:
+    return endpoint_from_profile(load_profile("backbones", name), "backbones")
+
+
+def embedding_endpoint(name: str) -> Endpoint:
+    return endpoint_from_profile(load_profile("embeddings", name), "embeddings")
+
+
+def agent_decoding(backbone: str) -> dict[str, float]:
+    """The agent's decoding settings in a backbone profile: ``{"temperature": t, "top_p": p}`` with
+    only the keys the profile sets; ``{}`` when ``backbone`` has no profile file (the label of an
+    explicit endpoint). A run's own ``agent:`` settings take precedence over these."""
+    if not (params_dir() / "backbones" / f"{backbone}.yaml").exists():
+        return {}
+    data = load_profile("backbones", backbone)
+    return {k: float(data[k]) for k in DECODING_KEYS if k in data}

@@ -1,0 +1,198 @@
+"""Server saturation: does concurrent held-out evaluation keep a fixed-latency server busy?
+
+The kit's real path (``protocol.Runner`` -> ``_evaluate``'s thread pool -> ``run_episode`` ->
+``LLMClient``) runs ReAct on ErrandWorld, N held-out episodes of exactly S steps (the scripted
+reply is always ``look``, which never finishes a task), against the loopback server with a
+fixed per-call latency. Only ``_evaluate`` is timed (a subclass wraps it), so training, setup
+and summaries do not count.
+
+efficiency = ideal / measured, ideal = ceil(N / C) * S * latency: 1.0 means every worker
+always had a request in flight. The server runs in its own process, as a real model server
+would, so its request handling does not compete with the client for the GIL. Context rows:
+the one-at-a-time efficiency (1/C), the client's CPU per call and, at the highest C, its CPU
+busy fraction and a control that sends the same calls from bare ``http.client`` threads.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.runner.protocol import Runner, RunSpec
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.testing.errand_world import partition
+
+from . import row
+
+REPLY = "Thought: I look around.\nAction: look"
+CONCURRENCY = (1, 4, 16, 64)
+TARGETS = {16: 0.9, 64: 0.8}
+
+
+class _TimedRunner(Runner):
+    """A Runner that records the wall and process-CPU time of held-out evaluation only."""
+
+    def _evaluate(self, *args: Any, **kwargs: Any) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        super()._evaluate(*args, **kwargs)
+        self.eval_wall_s = time.perf_counter() - wall
+        self.eval_cpu_s = time.process_time() - cpu
+
+
+def _start_server(latency_s: float) -> tuple[subprocess.Popen[str], str]:
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perf.saturation", "--serve", str(latency_s)],
+        cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    url = proc.stdout.readline().strip() if proc.stdout else ""
+    if not url.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"loopback server process did not start (said {url!r})")
+    return proc, url
+
+
+def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, float]:
+    """(held-out wall seconds, client process CPU seconds) for one concurrency level."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ep = Endpoint(base_url=url, model="loopback", api_key_env="ANTIPERSIST_BENCH_KEY")
+        spec = RunSpec(
+            method="react",
+            benchmark="errandworld",
+            backbone="loopback",
+            embedding="loopback",
+            iterations=1,
+            train_per_iteration=1,
+            max_steps=steps,
+            heldout_concurrency=concurrency,
+            out_root=tmp,
+            cache_dir=None,
+            progress=False,
+        )
+        runner = _TimedRunner(spec, endpoint=ep, embed_endpoint=ep, partition=partition(n_train=1, n_heldout=n))
+        runner.run()
+        calls = [
+            x.value for x in read_jsonl(spec.run_dir() / "calls.jsonl") if x.value["tags"].get("phase") == "heldout"
+        ]
+    # the ideal assumes exactly N*S first-try calls; anything else would make the number meaningless
+    if len(calls) != n * steps or any(c["retries"] or c["cached"] for c in calls):
+        raise RuntimeError(
+            f"expected {n * steps} uncached first-try calls, the ledger has {len(calls)} "
+            f"({sum(c['retries'] for c in calls)} retries)"
+        )
+    return runner.eval_wall_s, runner.eval_cpu_s
+
+
+def raw_http(url: str, concurrency: int, n: int, steps: int) -> float:
+    """Control without the kit: ``concurrency`` threads post the same chat calls with bare
+    ``http.client`` (one kept-alive connection each); returns wall seconds. If this reaches the
+    ideal while the kit does not, the server is not the bottleneck."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    body = json.dumps({"model": "loopback", "messages": [{"role": "user", "content": "look"}]})
+
+    def worker(episodes: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        for _ in range(episodes * steps):
+            conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            conn.getresponse().read()
+        conn.close()
+
+    share = [n // concurrency + (i < n % concurrency) for i in range(min(concurrency, n))]
+    t = time.perf_counter()
+    with ThreadPoolExecutor(len(share)) as pool:
+        list(pool.map(worker, share))
+    return time.perf_counter() - t
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    n, steps, latency = (16, 3, 0.05) if quick else (64, 5, 0.05)
+    proc, url = _start_server(latency)
+    rows = []
+    try:
+        for c in CONCURRENCY:
+            wall, cpu = measure(url, c, n, steps)
+            ideal = math.ceil(n / c) * steps * latency
+            capped = f" ({n} workers: only {n} episodes)" if c > n else ""
+            setting = f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms{capped}"
+            tgt = (">=", TARGETS[c]) if c in TARGETS else None
+            rows.append(row("saturation", setting, ideal / wall, "efficiency", tgt))
+            rows.append(
+                row("saturation", f"C={c}: one-at-a-time efficiency (1/C)", ideal / (n * steps * latency), "efficiency")
+            )
+            rows.append(row("saturation", f"C={c}: client CPU per call", 1e3 * cpu / (n * steps), "ms"))
+        # at the highest concurrency (the loop's last c, wall, cpu): near 1.0 means the client
+        # process was on a CPU the whole time, i.e. CPU-bound under the GIL
+        rows.append(row("saturation", f"C={c}: client CPU busy fraction (CPU s / wall s)", cpu / wall, "fraction"))
+        control = math.ceil(n / c) * steps * latency / raw_http(url, c, n, steps)
+        rows.append(
+            row(
+                "saturation", f"C={c} control: same calls from bare http.client threads (no kit)", control, "efficiency"
+            )
+        )
+    finally:
+        _stop(proc)
+    if not quick:
+        rows += _model_like_latency()
+    return rows
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.stdin:
+        proc.stdin.close()  # the server process exits when its stdin closes
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _model_like_latency(n: int = 64, steps: int = 3, latency: float = 0.5) -> list[dict[str, Any]]:
+    """The same measurement at a latency closer to a real model call (a short vLLM reply takes
+    0.5-2 s): the client's few ms of CPU per call then no longer dominate."""
+    proc, url = _start_server(latency)
+    rows = []
+    try:
+        for c in (16, 64):
+            wall, _ = measure(url, c, n, steps)
+            ideal = math.ceil(n / c) * steps * latency
+            rows.append(
+                row(
+                    "saturation",
+                    f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms",
+                    ideal / wall,
+                    "efficiency",
+                    (">=", TARGETS[c]),
+                )
+            )
+    finally:
+        _stop(proc)
+    return rows
+
+
+def _serve(latency_s: float) -> None:
+    """Child-process entry: serve until stdin closes; the first stdout line is the base URL."""
+    from antipersist_lib.testing.loopback_server import LoopbackServer, ScriptedResponder
+
+    with LoopbackServer(ScriptedResponder(default=REPLY), latency_s=latency_s) as srv:
+        print(srv.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        _serve(float(sys.argv[2]))
+    else:
+        for r in run("--quick" in sys.argv):
+            print(r)
