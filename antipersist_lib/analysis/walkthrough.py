@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib import tolerance
+from antipersist_lib.analysis.audit import log_entries_seen
 from antipersist_lib.core.agent import AgentConfig, run_episode
 from antipersist_lib.core.selector import PHASES, decision_differences
 from antipersist_lib.envs import make_env
@@ -191,14 +192,7 @@ def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
     """Copy the run's state as it was before training update ``rec``: the first k records of M_k
     and the outcome-log entries of the updates before it (both files are append-only)."""
     k = int(rec["meta"]["update_index"])
-    train = sorted(
-        (x.value for x in read_jsonl(run / "episodes_train.jsonl")), key=lambda r: (r["iteration"], r["position"])
-    )
-    logged = sum(
-        1
-        for r in train
-        if (r["iteration"], r["position"]) < (rec["iteration"], rec["position"]) and r["meta"].get("logged")
-    )
+    logged = log_entries_seen(run, "train", rec["iteration"], rec["position"])
     for name, keep in (("trajectories.jsonl", k), ("outcome_log.jsonl", logged)):
         lines = (run / "state" / name).read_bytes().splitlines(keepends=True)
         if len(lines) < keep:
