@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--iteration",
         type=int,
         default=t3.round_robin_iterations + 1,
-        help="1-based iteration (round-robin up to %(default)s - 1)",
+        help="1-based iteration (default %(default)s: the first after round-robin)",
     )
     s.add_argument("--position", type=int, default=0, help="0-based position of the task within the iteration")
     s.add_argument("--seed", type=int, default=0, help="the run's seed")
