@@ -44,7 +44,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         return 0 if audit.reproduces else 1
     from dataclasses import replace
 
-    from antipersist_lib.core.anti_persistence import TABLE3
+    from antipersist_lib.core.config import TABLE3
     from antipersist_lib.core.selector import select_mode
     from antipersist_lib.memory.outcome_log import OutcomeLog
 
@@ -82,15 +82,15 @@ SELECTOR_FLAGS = (
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
-    from antipersist_lib.core import prompts
+    from antipersist_lib import methods
 
     if args.show:
-        texts = prompts.prompt_texts()
+        texts = methods.prompt_texts()
         if args.show not in texts:
             raise ValueError(f"no prompt named {args.show!r}; names: {sorted(texts)}")
         print(texts[args.show])
         return 0
-    for name, digest in prompts.prompt_hashes().items():
+    for name, digest in methods.prompt_hashes().items():
         print(f"{digest}  {name}")
     return 0
 
@@ -118,7 +118,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         if not args.goals:
             print("error: WebShop's partition needs --goals <instruction file>", file=sys.stderr)
             return 2
-        from antipersist_lib.envs.webshop import build_webshop_partition
+        from antipersist_lib.envs.webshop.goals import build_webshop_partition
 
         part = build_webshop_partition(args.goals, seed=args.seed)
     elif args.benchmark == "scienceworld":
@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=42)
     d.set_defaults(func=_cmd_demo)
 
-    from antipersist_lib.core.anti_persistence import TABLE3
+    from antipersist_lib.core.config import TABLE3
 
     t3 = TABLE3.selector
     s = sub.add_parser(
@@ -389,10 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from antipersist_lib.envs.base import BenchmarkUnavailableError
-        from antipersist_lib.runner.notebooks_runner import NotebookError
-        from antipersist_lib.runner.rundir import RunLockedError
-        from antipersist_lib.serving.llm import LLMError
+        from antipersist_lib.errors import BenchmarkUnavailableError, LLMError, NotebookError, RunLockedError
 
         if isinstance(exc, (BenchmarkUnavailableError, RunLockedError, NotebookError)):
             print(f"error: {exc}", file=sys.stderr)

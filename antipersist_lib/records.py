@@ -6,6 +6,8 @@ JSONL stores unchanged (tests assert ``from_dict(to_dict(x)) == x``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -149,3 +151,58 @@ class EpisodeOutcome:
             infra_failure=bool(d.get("infra_failure", False)),
             error=d.get("error"),
         )
+
+
+#: the two task splits of a partition
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A benchmark's fixed training and held-out tasks (paper Table 4; ``envs.partitions`` stores them)."""
+
+    benchmark: str
+    seed: int
+    drawn_with: dict[str, Any]
+    train: tuple[Task, ...]
+    heldout: tuple[Task, ...]
+    notes: str = ""
+
+    def split(self, name: str) -> tuple[Task, ...]:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
+        return self.train if name == "train" else self.heldout
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.benchmark,
+            "seed": self.seed,
+            "drawn_with": self.drawn_with,
+            "notes": self.notes,
+            "splits": {s: [t.to_dict() for t in self.split(s)] for s in SPLITS},
+        }
+
+    @property
+    def hash(self) -> str:
+        return partition_hash(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Partition:
+        try:
+            splits = d["splits"]
+            return cls(
+                benchmark=str(d["benchmark"]),
+                seed=int(d["seed"]),
+                drawn_with=dict(d.get("drawn_with", {})),
+                train=tuple(Task.from_dict(t) for t in splits["train"]),
+                heldout=tuple(Task.from_dict(t) for t in splits["heldout"]),
+                notes=str(d.get("notes", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed partition file: {exc!r}") from exc
+
+
+def partition_hash(p: Partition) -> str:
+    """sha256 (16 hex digits) of the canonical JSON of both splits' tasks."""
+    body = json.dumps({s: [t.to_dict() for t in p.split(s)] for s in SPLITS}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]

@@ -3,7 +3,7 @@
 Both stores hold ``size`` records with 4096-dimension random (near-)unit embeddings; per task
 the benchmark does what Anti-Persistence's ``prepare`` does before synthesis:
 ``ModeSelector.select`` (iteration 4, past round-robin and warmup) and then
-``TrajectoryMemory.retrieve`` in the chosen mode. Rewards favour ``corrective``, whose
+``TrajectoryStore.retrieve`` in the chosen mode. Rewards favour ``corrective``, whose
 retrieval is the most expensive (failures plus a contrast success: two searches), so the
 median task takes the most expensive path.
 
@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover
 
 from antipersist_lib.core.selector import ModeSelector
 from antipersist_lib.memory.outcome_log import OutcomeLog, OutcomeRecord
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.records import MODES, EpisodeOutcome, Step, Task, Trajectory
 
 from . import row
@@ -53,11 +53,11 @@ def _task(i: int) -> Task:
     return Task(i, "alfworld", TASK_TYPES[i % len(TASK_TYPES)], f"Your task is to: put a mug {i} in the desk.")
 
 
-def build(size: int, seed: int = 0) -> tuple[TrajectoryMemory, OutcomeLog]:
+def build(size: int, seed: int = 0) -> tuple[TrajectoryStore, OutcomeLog]:
     """M_k and L_k with ``size`` records each (in memory; see the module docstring)."""
     rng = np.random.default_rng(seed)
     pool = (rng.standard_normal(1 << 16) / np.sqrt(DIM)).tolist()  # norms are 1 +- ~1%
-    memory, log = TrajectoryMemory(None), OutcomeLog(None)
+    memory, log = TrajectoryStore(None), OutcomeLog(None)
     for i in range(size):
         emb = tuple(map(pool.__getitem__, rng.integers(len(pool), size=DIM).tolist()))
         task, success, mode = _task(i), bool((i // len(TASK_TYPES)) % 2), MODES[i % len(MODES)]
@@ -68,7 +68,7 @@ def build(size: int, seed: int = 0) -> tuple[TrajectoryMemory, OutcomeLog]:
 
 
 def per_task_seconds(
-    memory: TrajectoryMemory, log: OutcomeLog, tasks: int, seed: int = 1, warmup: int = 3
+    memory: TrajectoryStore, log: OutcomeLog, tasks: int, seed: int = 1, warmup: int = 3
 ) -> list[float]:
     """Wall time of select + retrieve for each of ``tasks`` random query tasks."""
     selector = ModeSelector()

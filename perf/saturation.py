@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from antipersist_lib.envs.errand_world import partition
 from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import Runner, RunSpec
 from antipersist_lib.serving.llm import Endpoint
-from antipersist_lib.testing.errand_world import partition
 
 from . import row
 
@@ -85,7 +86,7 @@ def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, floa
         runner = _TimedRunner(spec, endpoint=ep, embed_endpoint=ep, partition=partition(n_train=1, n_heldout=n))
         runner.run()
         calls = [
-            x.value for x in read_jsonl(spec.run_dir() / "calls.jsonl") if x.value["tags"].get("phase") == "heldout"
+            x.value for x in read_jsonl(RunDirectory(spec.run_dir()).calls_path) if x.value["tags"].get("phase") == "heldout"
         ]
     # the ideal assumes exactly N*S first-try calls; anything else would make the number meaningless
     if len(calls) != n * steps or any(c["retries"] or c["cached"] for c in calls):

@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pytest
 
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.abstraction_store import (
     STAT_FIELDS,
     Abstraction,
     AbstractionStore,
     parents_of_records,
 )
-from antipersist_lib.memory.outcome_log import FrozenStateError
-from antipersist_lib.memory.trajectory_memory import MemoryRecord
+from antipersist_lib.memory.trajectory_store import MemoryRecord
 from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from antipersist_lib.core.agent import NO_COMMAND_OBSERVATION, AgentConfig, run_episode
-from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.testing.loopback_server import QueueResponder
 
 TASK = make_tasks("train", 1)[0]  # bring the apple (lives in the garden) to the attic

@@ -26,8 +26,8 @@ from antipersist_lib.envs.alfworld import (
     read_game,
     resolve_alfworld_data,
 )
-from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.envs.partitions import PAPER_COUNTS, PARTITION_SEED, load_partition
+from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Task
 from antipersist_lib.testing.loopback_server import QueueResponder
 

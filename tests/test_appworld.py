@@ -20,8 +20,8 @@ from antipersist_lib.envs.appworld import (
     load_appworld_task_ids,
     sample_appworld_tasks,
 )
-from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.envs.partitions import PARTITION_SEED
+from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Task
 
 INSTALL_STEPS = ("pip install appworld", "appworld install", "appworld download data", "APPWORLD_ROOT")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from antipersist_lib.core.agent import EpisodeResult
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.methods import make_method
 from antipersist_lib.methods.autorefine import (
     EVOLVER_PREAMBLE_GENERIC,
@@ -32,6 +32,7 @@ from antipersist_lib.methods.autorefine import (
 )
 from antipersist_lib.methods.base import MethodContext, TaskContext
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS, ScriptedResponder
 
 DIM = 6
@@ -637,8 +638,8 @@ def test_seed_skills_and_snapshot(make_clients, tmp_path):
     assert got == [("search-thoroughly", "general", None, -1), ("rinse-in-sink", "task", "clean", -1)]
     ctx = m.prepare(task(0), "obs", phase="train", iteration=0, position=0)
     assert [m.store.get(i).name for i in ctx.parents] == ["search-thoroughly", "rinse-in-sink"]
-    m.snapshot(0, tmp_path / "snap")
-    snap = json.loads((tmp_path / "snap" / "abstractions_iter_00.json").read_text())
+    m.snapshot(0, RunDirectory(tmp_path / "run").snapshot_path(0))
+    snap = json.loads((tmp_path / "run" / "snapshots" / "abstractions_iter_00.json").read_text())
     assert (
         snap["method"] == "autorefine"
         and len(snap["active"]) == 2

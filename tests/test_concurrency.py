@@ -25,9 +25,10 @@ import textwrap
 import threading
 from pathlib import Path
 
+from antipersist_lib.errors import RunLockedError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
 from antipersist_lib.memory.abstraction_store import AbstractionStore
-from antipersist_lib.runner.rundir import RunDirectory, RunLockedError
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.testing.loopback_server import LoopbackServer
 
@@ -153,9 +154,10 @@ def test_ledger_numbers_concurrent_calls_uniquely_and_writes_whole_lines(tmp_pat
 
 OPEN_RUN = """
     import sys
-    from antipersist_lib.runner.rundir import RunDirectory, RunLockedError
+    from antipersist_lib.rundir import RunDirectory
+    from antipersist_lib.errors import RunLockedError
     try:
-        RunDirectory(sys.argv[1]).close()
+        RunDirectory(sys.argv[1]).open().close()
     except RunLockedError as exc:
         print(exc, file=sys.stderr)
         sys.exit(7)
@@ -164,7 +166,7 @@ OPEN_RUN = """
 
 def test_second_process_is_refused_with_a_clear_message_and_no_request(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "errandworld" / "loopback" / "react" / "seed42"
-    held = RunDirectory(run)
+    held = RunDirectory(run).open()
     try:
         other = _python(OPEN_RUN, str(run))
         assert other.returncode == 7, other.stderr
@@ -223,8 +225,8 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent("""
             import sys, time
-            from antipersist_lib.runner.rundir import RunDirectory
-            rd = RunDirectory(sys.argv[1])
+            from antipersist_lib.rundir import RunDirectory
+            rd = RunDirectory(sys.argv[1]).open()
             print("locked", flush=True)
             time.sleep(60)
         """),
@@ -237,7 +239,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         try:
-            RunDirectory(run)
+            RunDirectory(run).open()
             raise AssertionError("the lock of a live holder was not respected")
         except RunLockedError as exc:
             assert f"pid {holder.pid}" in str(exc)
@@ -246,7 +248,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     finally:
         if holder.poll() is None:  # pragma: no cover
             holder.kill()
-    RunDirectory(run).close()  # the kernel released the lock with the process
+    RunDirectory(run).open().close()  # the kernel released the lock with the process
 
 
 # -- atomic snapshots -------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import AgentConfig, run_episode
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.methods.expel import (
     HEADER_EXAMPLES,
@@ -22,7 +23,7 @@ from antipersist_lib.methods.expel import (
     InsightOp,
     parse_operations,
 )
-from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder
 from antipersist_lib.testing.scripted_policy import errand_policy
 
@@ -328,7 +329,7 @@ def test_state_survives_reconstruction(make_clients, tmp_path):
     state = [(a.to_dict(), m.votes(a.abstraction_id)) for a in m.insights()]
     hist = [a.to_dict() for a in m.store.history()]
     mem = [r.to_dict() for r in m.memory]
-    m.snapshot(2, tmp_path.parent / "snap")
+    m.snapshot(2, RunDirectory(tmp_path.parent).snapshot_path(2))
     m.close()
     assert set(ExpeL.state_files) <= set(digest(tmp_path))
 
@@ -338,7 +339,7 @@ def test_state_survives_reconstruction(make_clients, tmp_path):
     assert [r.to_dict() for r in m2.memory] == mem
     after = m2.prepare(held, obs, phase="heldout", iteration=2, position=0)
     assert (after.blocks, after.parents, after.meta) == (before.blocks, before.parents, before.meta)
-    snap = json.loads((tmp_path.parent / "snap" / "abstractions_iter_02.json").read_text())
+    snap = json.loads((tmp_path.parent / "snapshots" / "abstractions_iter_02.json").read_text())
     assert snap["iteration"] == 2 and [a["abstraction_id"] for a in snap["active"]] == [
         a[0]["abstraction_id"] for a in sorted(state, key=lambda s: s[0]["abstraction_id"])
     ]

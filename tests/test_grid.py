@@ -308,8 +308,7 @@ FROZEN_LAYER = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge/see
 
 
 def fake_partition(benchmark: str, n_train: int, n_heldout: int):
-    from antipersist_lib.envs.partitions import Partition
-    from antipersist_lib.records import Task
+    from antipersist_lib.records import Partition, Task
 
     def tasks(split: str, n: int) -> tuple[Task, ...]:
         return tuple(

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from antipersist_lib.errors import LLMRequestError, LLMUnavailableError
 from antipersist_lib.serving.ledger import CallRecord, Ledger, current_tags
-from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient, LLMRequestError, LLMUnavailableError
+from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
 

@@ -71,9 +71,9 @@ def test_ablation_maps_match_the_ablations_profile():
             method, params = plan[name]
             assert method == "anti_persistence"
             if name == ablations.DEFAULT_RUN:
-                from antipersist_lib.methods.anti_persistence import AntiPersistenceMethod
+                from antipersist_lib.methods.anti_persistence import AntiPersistence
 
-                assert AntiPersistenceMethod.DEFAULTS[key] == value  # the default point is the default setting
+                assert AntiPersistence.DEFAULTS[key] == value  # the default point is the default setting
                 continue
             assert params[key] == value
             assert {k: v for k, v in params.items() if k != key} == defaults  # one parameter changes at a time
@@ -88,8 +88,8 @@ def test_table3_defaults_have_one_source():
     """The paper's Table 3 values live in anti_persistence.TABLE3; the protocol method, the select
     command and the ablation maps read them from there (changing TABLE3 changes all of them)."""
     from antipersist_lib.cli import build_parser
-    from antipersist_lib.core.anti_persistence import TABLE3
-    from antipersist_lib.methods.anti_persistence import AntiPersistenceMethod
+    from antipersist_lib.core.config import TABLE3
+    from antipersist_lib.methods.anti_persistence import AntiPersistence
 
     paper_table3 = {
         "neighbourhood": 10,
@@ -109,7 +109,7 @@ def test_table3_defaults_have_one_source():
     t3 = TABLE3.params()
     assert {k: t3[k] for k in paper_table3} == paper_table3
     assert TABLE3.synthesis_temperature == 0.0
-    for key, value in AntiPersistenceMethod.DEFAULTS.items():
+    for key, value in AntiPersistence.DEFAULTS.items():
         if key in t3:
             assert value == t3[key], key
     for symbol, key in ablations.SWEEP_PARAMETERS.items():

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.runner.notebooks_runner import NotebookError, execute_all, notebook_paths
+from antipersist_lib.analysis import notebook
+from antipersist_lib.errors import NotebookError
+from antipersist_lib.runner.notebooks_runner import execute_all, notebook_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = notebook_paths(ROOT)
@@ -30,6 +32,9 @@ def test_notebook_shape(nb):
     assert data["cells"][0]["cell_type"] == "markdown" and text(data["cells"][0]).startswith("# ")
     src = "".join(text(c) for c in code)
     assert "sys.path" not in src, "no sys.path hacks"
+    assert "__import__" not in src, "no __import__: imports belong in the imports cell"
+    assert src.count("notebook.setup(") == 1, "one notebook.setup(...) call instead of a hand-written setup cell"
+    assert "repo_root()" not in src and ".mkdir(" not in src, "the setup is notebook.setup's job"
     for profile in ("smoke", "paper"):
         assert (ROOT / "params" / nb.stem / f"{profile}.yaml").exists(), f"missing params/{nb.stem}/{profile}.yaml"
 
@@ -55,3 +60,53 @@ def test_unknown_parameter_is_named(tmp_path):
 def test_unknown_notebook_name_is_named():
     with pytest.raises(NotebookError, match=r"unknown notebook\(s\) \['09_nope'\]"):
         execute_all("smoke", only=["09_nope"], root=ROOT)
+
+
+# --- notebook.setup: the one call that replaces the setup cell ------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["run", "lod"])
+def test_setup_rejects_a_mode_the_notebook_does_not_support_and_names_it(tmp_path, mode):
+    with pytest.raises(ValueError, match=rf"mode must be one of \('paper', 'load'\), got '{mode}': why not"):
+        notebook.setup(mode, output_dir="out", modes=("paper", "load"), why="why not", root=tmp_path)
+    assert not (tmp_path / "out").exists(), "nothing is created for a refused mode"
+
+
+def test_setup_rejects_unknown_supported_modes(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown notebook mode\(s\) \['replay'\]"):
+        notebook.setup("load", output_dir="out", modes=("load", "replay"), root=tmp_path)
+
+
+def test_setup_paper_mode_loads_nothing_and_creates_the_output_dir(tmp_path, capsys):
+    nb = notebook.setup("paper", output_dir="a/b", runs_root="does/not/exist", root=tmp_path)
+    assert nb.out == tmp_path / "a" / "b" and nb.out.is_dir() and nb.root == tmp_path
+    assert nb.runs.empty and not nb.embedded and nb.note == ""
+    assert capsys.readouterr().out == "paper numbers only\n"
+
+
+def test_setup_load_reads_the_runs_and_carries_the_weak_model_note(tmp_path, capsys):
+    from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
+
+    nb = notebook.setup("load", output_dir=tmp_path / "out", runs_root="tests/fixtures/runs/smoke", root=ROOT)
+    assert nb.out == tmp_path / "out" and nb.out.is_dir()
+    assert nb.runs["run"].nunique() == 10 and set(nb.runs["backbone"]) == {"embedded-gemma-3-270m"}
+    assert nb.embedded and nb.note == WEAK_MODEL_NOTE and nb.loaded_from == "tests/fixtures/runs/smoke"
+    out = capsys.readouterr().out
+    assert out.startswith("NOTE: " + WEAK_MODEL_NOTE) and "10 runs (20 run x iteration rows)" in out
+
+
+def test_setup_keeps_only_the_named_methods(tmp_path):
+    nb = notebook.setup(
+        "load", output_dir=tmp_path, runs_root="tests/fixtures/runs/smoke", methods=["react"], root=ROOT
+    )
+    assert set(nb.runs["method"]) == {"react"} and nb.runs["run"].nunique() == 2
+
+
+def test_setup_without_runs_root_loads_and_prints_nothing(tmp_path, capsys):
+    nb = notebook.setup("run", output_dir="o", modes=("load", "run"), root=tmp_path)
+    assert nb.runs.empty and nb.loaded_from is None and capsys.readouterr().out == ""
+
+
+def test_setup_run_mode_needs_a_profile(tmp_path):
+    with pytest.raises(ValueError, match="mode 'run' needs run_profile"):
+        notebook.setup("run", output_dir="o", runs_root="x", root=tmp_path)

@@ -8,10 +8,10 @@ import logging
 import numpy as np
 import pytest
 
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.outcome_log import (
     FIELDS,
     INSTRUCTION_MAX_CHARS,
-    FrozenStateError,
     OutcomeLog,
     OutcomeRecord,
     SkipReason,

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from antipersist_lib.core.actions import MAX_ACTION_CHARS, ParsedAction, clean_command, parse_action
 from antipersist_lib.core.agent import NO_COMMAND_OBSERVATION, AgentConfig, run_episode
+from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import INSTRUCTION_MAX_CHARS, OutcomeLog
 from antipersist_lib.methods.abstraction_memory import judge_accepts
@@ -38,7 +39,6 @@ from antipersist_lib.methods.autorefine import parse_rewrite, parse_skill_array
 from antipersist_lib.methods.expel import parse_operations
 from antipersist_lib.records import MODES
 from antipersist_lib.serving.ledger import Ledger
-from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
 
 # no example database: nothing is written into the checkout
 FAST = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,10 +12,11 @@ import pytest
 from antipersist_lib.envs.alfworld import ALFWorldEnvironment, read_game
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.envs.scienceworld import ScienceWorldEnvironment
+from antipersist_lib.errors import ManifestMismatchError, RunLockedError
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import FIELDS
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell, training_schedule
-from antipersist_lib.runner.rundir import ManifestMismatchError, RunDirectory, RunLockedError
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.plan_responder import PlanResponder
@@ -71,7 +72,7 @@ def engines(alfworld_data):
 
 
 def _partition(bench, tasks):
-    from antipersist_lib.envs.partitions import Partition
+    from antipersist_lib.records import Partition
 
     base = load_partition(bench)
     return Partition(bench, base.seed, base.drawn_with, tuple(tasks[:N_TRAIN]), tuple(tasks[N_TRAIN:]))
@@ -240,12 +241,12 @@ def test_run_spec_validation_names_the_field():
 
 
 def test_run_directory_lock_and_manifest_mismatch(tmp_path):
-    rd = RunDirectory(tmp_path / "run")
+    rd = RunDirectory(tmp_path / "run").open()
     with pytest.raises(RunLockedError, match="in use by another process"):
-        RunDirectory(tmp_path / "run")
+        RunDirectory(tmp_path / "run").open()
     assert rd.check_or_write_manifest({"method": "react", "seed": 1}, ["method", "seed"]) is False
     rd.close()
-    rd2 = RunDirectory(tmp_path / "run")
+    rd2 = RunDirectory(tmp_path / "run").open()
     assert rd2.check_or_write_manifest({"method": "react", "seed": 1, "versions": {}}, ["method", "seed"]) is True
     with pytest.raises(ManifestMismatchError, match="seed: stored 1, now 2"):
         rd2.check_or_write_manifest({"method": "react", "seed": 2}, ["method", "seed"])

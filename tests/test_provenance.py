@@ -7,7 +7,8 @@ import json
 import pytest
 
 from antipersist_lib.analysis.provenance import audit_run, descendant_counts, label_abstractions, pooled_by_setting
-from antipersist_lib.memory.abstraction_store import AbstractionStore, snapshot_path
+from antipersist_lib.memory.abstraction_store import AbstractionStore
+from antipersist_lib.rundir import RunDirectory
 
 
 def ep(it, parents, success, infra=False):
@@ -93,7 +94,7 @@ def test_audit_run_reads_a_run_directory(tmp_path):
     a = store.add("check the drawer first", kind="rule", parents=(), created_iteration=1, task_type="pick")
     b = store.add("open everything", kind="rule", parents=(a.abstraction_id,), created_iteration=1, task_type="pick")
     (run / "snapshots").mkdir(parents=True)
-    store.snapshot(snapshot_path(run / "snapshots", 1), iteration=1, method="abstraction_memory")
+    store.snapshot(RunDirectory(run).snapshot_path(1), iteration=1, method="abstraction_memory")
     store.close()
     (run / "manifest.json").write_text(
         json.dumps({"method": "abstraction_memory", "backbone": "m", "benchmark": "alfworld", "seed": 1})

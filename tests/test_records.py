@@ -8,7 +8,7 @@ import pytest
 
 from antipersist_lib.memory.abstraction_store import Abstraction
 from antipersist_lib.memory.outcome_log import OutcomeRecord
-from antipersist_lib.memory.trajectory_memory import MemoryRecord
+from antipersist_lib.memory.trajectory_store import MemoryRecord
 from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Step, Task, Trajectory
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import AgentConfig, run_episode
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.methods.reflexion import (
     HEADER_OWN,
@@ -19,7 +20,7 @@ from antipersist_lib.methods.reflexion import (
     REFLECTION_SYSTEM,
     Reflexion,
 )
-from antipersist_lib.testing.errand_world import ErrandWorld, make_tasks
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder
 from antipersist_lib.testing.scripted_policy import errand_policy
 
@@ -235,13 +236,13 @@ def test_frozen_writes_nothing(make_clients, tmp_path):
     with pytest.raises(FrozenStateError):
         m.learn(CUP, tctx, ep, iteration=2, position=0)
     m.prepare(HELD[3], ErrandWorld().reset(HELD[3]), phase="heldout", iteration=2, position=1)
-    m.snapshot(2, tmp_path.parent / "snap")  # analysis snapshots go elsewhere and are allowed
+    m.snapshot(2, RunDirectory(tmp_path.parent).snapshot_path(2))  # analysis snapshots go elsewhere and are allowed
     assert digest(tmp_path) == before
     assert c.ledger.count("reflection") == calls
     m.unfreeze()
     m.learn(CUP, tctx, ep, iteration=2, position=0)
     assert c.ledger.count("reflection") == calls + 1
-    snap = json.loads((tmp_path.parent / "snap" / "abstractions_iter_02.json").read_text())
+    snap = json.loads((tmp_path.parent / "snapshots" / "abstractions_iter_02.json").read_text())
     assert snap["iteration"] == 2 and len(snap["active"]) == 1
 
 

@@ -25,13 +25,13 @@ import pytest
 from antipersist_lib.cli import main as cli_main
 from antipersist_lib.envs import alfworld as alfworld_mod
 from antipersist_lib.envs import scienceworld as scienceworld_mod
-from antipersist_lib.envs.base import BenchmarkUnavailableError
+from antipersist_lib.envs.errand_world import ErrandWorld
+from antipersist_lib.errors import BenchmarkUnavailableError, LLMUnavailableError
 from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner import doctor
 from antipersist_lib.runner.protocol import RunSpec, run_cell
-from antipersist_lib.runner.rundir import RunDirectory
-from antipersist_lib.serving.llm import Endpoint, LLMUnavailableError
-from antipersist_lib.testing.errand_world import ErrandWorld
+from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import TRANSIENT_FAULT_KINDS, FaultPlan, LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
 
@@ -270,7 +270,7 @@ def test_dead_endpoint_stops_with_the_url_and_resume_equals_uninterrupted(
         else:  # iteration 1 committed (4 episodes + its end), its evaluation incomplete
             assert done_before == 5 and held_before < 4
         # the lock was released: the directory can be opened again at once
-        RunDirectory(run_b).close()
+        RunDirectory(run_b).open().close()
 
         srv.set_dead(False)
         dying.n = -1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.runner.rundir import count_lines, truncate_lines
+from antipersist_lib.rundir import count_lines, truncate_lines
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
 

@@ -9,15 +9,15 @@ import pytest
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.synthesis import synthesize
-from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
+from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 from antipersist_lib.testing.loopback_server import ScriptedResponder
 
 TASK = Task(0, "errandworld", "bring_item", "bring the cup to the hall")
 
 
-def memory_with(successes: int, failures: int) -> TrajectoryMemory:
-    m = TrajectoryMemory()
+def memory_with(successes: int, failures: int) -> TrajectoryStore:
+    m = TrajectoryStore()
     for i in range(successes + failures):
         ok = i < successes
         traj = Trajectory(

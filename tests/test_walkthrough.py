@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.analysis import walkthrough
-from antipersist_lib.serving.llm import LLMUnavailableError
+from antipersist_lib.errors import LLMUnavailableError
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "tests/fixtures/runs/walkthrough/alfworld/embedded-gemma-3-270m/anti_persistence/seed42"

@@ -18,17 +18,16 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.envs import make_env
-from antipersist_lib.envs.base import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.envs.partitions import PARTITION_SEED, load_partition, save_partition
-from antipersist_lib.envs.webshop import (
+from antipersist_lib.envs.webshop.client import WebShopEnvironment
+from antipersist_lib.envs.webshop.goals import (
     PAPER_N_GOALS,
-    WebShopEnvironment,
     build_webshop_partition,
     draw_webshop_split,
     load_webshop_goals,
-    parse_page,
-    parse_webshop_action,
 )
+from antipersist_lib.envs.webshop.pages import parse_page, parse_webshop_action
+from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webshop"

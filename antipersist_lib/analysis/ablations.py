@@ -7,7 +7,7 @@ that they agree with the profile, so a renamed variant cannot silently drop out 
 
 from __future__ import annotations
 
-from antipersist_lib.core.anti_persistence import TABLE3
+from antipersist_lib.core.config import TABLE3
 
 #: the default configuration (Table 3) that every sweep passes through
 DEFAULT_RUN = "anti_persistence"

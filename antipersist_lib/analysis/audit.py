@@ -18,17 +18,18 @@ differences (``selector.decision_differences``), so a run recorded on another CP
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from antipersist_lib.core.anti_persistence import TABLE3, AntiPersistenceConfig, decide
+from antipersist_lib.core.config import TABLE3, AntiPersistenceConfig
 from antipersist_lib.core.selector import PHASES, ModeSelector, decision_differences, decision_rng
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import OutcomeLog
+from antipersist_lib.methods.anti_persistence import decide
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import embed_text
 
 
@@ -67,7 +68,7 @@ class DecisionAudit:
 
 
 def _episodes(run: Path, phase: str) -> list[dict[str, Any]]:
-    return [x.value for x in read_jsonl(run / f"episodes_{phase}.jsonl")]
+    return RunDirectory(run).read_episodes(phase)
 
 
 def find_episode(run: Path, phase: str, iteration: int, position: int) -> dict[str, Any]:
@@ -98,15 +99,12 @@ def log_entries_seen(run: Path, phase: str, iteration: int, position: int) -> in
     return sum(1 for r in train if r["iteration"] <= iteration and r["meta"].get("logged"))
 
 
-def _method_config(man: dict[str, Any]) -> tuple[AntiPersistenceConfig, str, str | None]:
+def _method_config(man: dict[str, Any]) -> AntiPersistenceConfig:
+    """The run's configuration: its recorded ``method_config`` (older runs: ``method_params``);
+    names this version does not know are left out, Table 3 fills what is missing."""
     params = {k: v for k, v in (man.get("method_config") or man.get("method_params") or {}).items() if k != "name"}
-    policy, fixed = params.get("policy", "bandit"), params.get("fixed_mode")
     known = TABLE3.params()
-    return (
-        AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known}, fixed_mode=fixed),
-        policy,
-        fixed,
-    )
+    return AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known})
 
 
 def audit_decision(
@@ -124,15 +122,18 @@ def audit_decision(
     (held-out) the run's response cache under ``cache_dir`` answers the embedding request.
     """
     run = Path(run_dir)
-    if not (run / "manifest.json").is_file():
-        raise FileNotFoundError(f"{run} is not a run directory (no manifest.json)")
-    man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    man = RunDirectory(run).read_manifest()
     if man.get("method") != "anti_persistence":
         raise ValueError(f"{run}: decisions are recorded by anti_persistence runs; this one is {man.get('method')!r}")
+    cfg = _method_config(man)
     rec = find_episode(run, phase, iteration, position)
     if embedding is None and phase == "train":
         k = rec["meta"]["update_index"]
-        stored = [x.value for x in read_jsonl(run / "state" / "trajectories.jsonl") if x.value.get("record_id") == k]
+        stored = [
+            x.value
+            for x in read_jsonl(RunDirectory(run).state_path(RunDirectory.TRAJECTORIES))
+            if x.value.get("record_id") == k
+        ]
         if not stored:
             raise ValueError(f"{run}: state/trajectories.jsonl has no record {k} (the episode's update index)")
         embedding = stored[0].get("embedding")
@@ -145,14 +146,15 @@ def audit_decision(
         from antipersist_lib.analysis.walkthrough import replay_clients
 
         _, embedder = replay_clients(run, cache_dir)
-        embedding = embedder.embed(embed_text(rec["task"]["instruction"], rec["trajectory"]["initial_observation"]))
+        embedding = embedder.embed(
+            embed_text(rec["task"]["instruction"], rec["trajectory"]["initial_observation"], cfg.embed_prefix_chars)
+        )
     n = log_entries_seen(run, phase, iteration, position)
-    full = OutcomeLog(run / "state" / "outcome_log.jsonl", read_only=True)
+    full = OutcomeLog(RunDirectory(run).state_path(RunDirectory.OUTCOME_LOG), read_only=True)
     if len(full) < n:
         raise ValueError(
             f"{run}: state/outcome_log.jsonl has {len(full)} entries, fewer than the {n} the episode log implies"
         )
-    cfg, policy, fixed = _method_config(man)
     decision = decide(
         ModeSelector(cfg.selector),
         full.head(n),
@@ -160,7 +162,7 @@ def audit_decision(
         iteration=iteration,
         position=position,
         rng=decision_rng(int(man["seed"]), phase, iteration, position),
-        policy=policy,
-        fixed_mode=fixed,
+        policy=cfg.policy,
+        fixed_mode=cfg.fixed_mode,
     )
     return DecisionAudit(str(run), phase, iteration, position, n, rec["meta"]["decision"], decision.to_dict())

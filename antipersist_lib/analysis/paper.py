@@ -18,16 +18,6 @@ BACKBONE_LABELS = {
 }
 BENCHMARKS = ("alfworld", "webshop", "scienceworld")
 SETTINGS = tuple((b, k) for b in BACKBONES for k in BENCHMARKS)  # the paper's column order
-TABLE1_METHODS = (
-    "react",
-    "reflexion",
-    "expel",
-    "autorefine",
-    "trajectory_memory",
-    "abstraction_memory",
-    "joint_memory",
-    "anti_persistence",
-)
 METHOD_LABELS = {
     "react": "ReAct",
     "reflexion": "Reflexion",

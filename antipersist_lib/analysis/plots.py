@@ -116,6 +116,18 @@ def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: boo
     return fig
 
 
+def sweep_per_parameter(
+    df: pd.DataFrame, labels: dict[str, str], *, title: str, note: str = ""
+) -> dict[str, plt.Figure]:
+    """Figure 12: one ``sweep`` figure per swept parameter of a frame holding several (column
+    ``parameter``), since B and B_hat share no x axis. ``labels``: parameter -> axis label, in the
+    order wanted; ``title`` may name the parameter as ``{param}``."""
+    return {
+        prm: sweep(df[df["parameter"] == prm], param=label, title=title.format(param=prm), note=note)
+        for prm, label in labels.items()
+    }
+
+
 def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
     """Figure 7: held-out success (left axis) and synthesis-mode usage (right axis) vs lambda,
     one panel per (benchmark, source). ``df`` columns: value, success, synthesis_mode_usage, benchmark, source."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.memory.abstraction_store import snapshot_paths
+from antipersist_lib.rundir import RunDirectory
 
 N_MIN = 3
 DELTA = 0.05
@@ -97,7 +97,7 @@ def _mean(values: list[float]) -> float | None:
 
 def stored_abstractions(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Every abstraction ever added to the run's store (retired ones included), by id."""
-    events = run_dir / "state" / "abstractions" / "events.jsonl"
+    events = RunDirectory(run_dir).state_path(RunDirectory.ABSTRACTION_EVENTS)
     if not events.exists():
         raise FileNotFoundError(
             f"{run_dir}: no abstraction event log at {events.relative_to(run_dir)}; "
@@ -115,7 +115,7 @@ def stored_abstractions(run_dir: Path) -> dict[str, dict[str, Any]]:
 def available_by_iteration(run_dir: Path) -> dict[int, set[str]]:
     """iteration -> ids in the store during that iteration's held-out evaluation (snapshots)."""
     out = {}
-    for snap in snapshot_paths(run_dir):
+    for snap in RunDirectory(run_dir).snapshot_paths():
         data = json.loads(snap.read_text(encoding="utf-8"))
         out[int(data["iteration"])] = {a["abstraction_id"] for a in data.get("active", [])}
     return out
@@ -193,9 +193,9 @@ def audit_run(
 ) -> tuple[DescendantRates, list[AbstractionLabel]]:
     """Labels and descendant rates for one run directory."""
     run = Path(run_dir)
-    man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    man = RunDirectory(run).read_manifest()
     abstractions = stored_abstractions(run)
-    episodes = [x.value for x in read_jsonl(run / "episodes_heldout.jsonl")]
+    episodes = RunDirectory(run).read_episodes("heldout")
     labels = label_abstractions(
         abstractions, episodes, available_by_iteration(run), n_min=n_min, delta=delta, pool=pool
     )
@@ -216,7 +216,7 @@ def audit_runs(run_dirs: Iterable[str | Path], **kw: Any) -> list[DescendantRate
     """``audit_run`` over many runs; runs without an abstraction store are skipped."""
     out = []
     for run in run_dirs:
-        if (Path(run) / "state" / "abstractions" / "events.jsonl").exists():
+        if RunDirectory(run).state_path(RunDirectory.ABSTRACTION_EVENTS).exists():
             out.append(audit_run(run, **kw)[0])
     return out
 

@@ -9,14 +9,14 @@ final-iteration mean and std over seeds per (method, backbone, benchmark), in pe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.analysis import paper, provenance, statistics
 from antipersist_lib.records import MODES
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import summarize_iteration
 
 
@@ -34,12 +34,12 @@ def find_runs(roots: Any, *, base: str | Path | None = None) -> list[Path]:
             raise FileNotFoundError(
                 f"no run directories under {root}: run the experiment first or point runs_root elsewhere"
             )
-        out += sorted(p.parent for p in root.rglob("manifest.json"))
+        out += sorted(p.parent for p in root.rglob(RunDirectory.MANIFEST))
     return out
 
 
 def load_manifest(run: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run) / "manifest.json").read_text(encoding="utf-8"))
+    return RunDirectory(run).read_manifest()
 
 
 def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
@@ -47,8 +47,8 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
     rows = []
     for run in find_runs(roots, base=base):
         man = load_manifest(run)
-        held = [x.value for x in read_jsonl(run / "episodes_heldout.jsonl")]
-        train = [x.value for x in read_jsonl(run / "episodes_train.jsonl")]
+        held = RunDirectory(run).read_episodes("heldout")
+        train = RunDirectory(run).read_episodes("train")
         for it in sorted({r["iteration"] for r in held}):
             s = summarize_iteration(it, held, train)
             row = {
@@ -181,3 +181,250 @@ def manifest_table(df: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# --- the notebooks' tables: paper beside this run -------------------------------------------------
+# Each function below builds one table a notebook writes to CSV or plots, so the notebook itself
+# only configures (which runs, which ablation map), calls and shows.
+
+
+def mean_std_table(cells: pd.DataFrame, *, index: Any, columns: Any) -> pd.DataFrame:
+    """The paper's "mean ± std" cells (one decimal) pivoted like the printed table, so the CSV
+    reads as the paper does instead of as two numeric columns."""
+    text = cells["mean"].map("{:.1f}".format) + " ± " + cells["std"].map("{:.1f}".format)
+    return cells.assign(cell=text).pivot(index=index, columns=columns, values="cell")
+
+
+def paper_table1() -> pd.DataFrame:
+    """Table 1 as printed: methods in the paper's row order, (backbone, benchmark) columns."""
+    cells = paper_frame(paper.table1())
+    rows = list(dict.fromkeys(cells["method"]))  # the paper's row order (a pivot sorts by name)
+    return mean_std_table(cells, index="method", columns=["backbone", "benchmark"]).loc[rows]
+
+
+def paper_table2() -> pd.DataFrame:
+    """Table 2 as printed: one row per (backbone, benchmark), discard beside persist."""
+    return mean_std_table(paper_frame(paper.table2()), index=["backbone", "benchmark"], columns="variant")[
+        ["discard", "persist"]
+    ]
+
+
+def paper_table6() -> pd.DataFrame:
+    """Table 6: mean LLM calls per held-out task, method x (backbone, benchmark)."""
+    return paper_frame(paper.table6()).pivot(index="method", columns=["backbone", "benchmark"], values="mean")
+
+
+def beside_paper_mean(t1: pd.DataFrame) -> pd.DataFrame:
+    """``table1(runs)`` with the paper's Table 1 mean of the same (method, benchmark) averaged over
+    its three backbones: this run's backbone is none of them, so a per-backbone match does not exist."""
+    p1 = paper_frame(paper.table1())
+    avg = (
+        p1[["method", "benchmark", "mean"]]
+        .groupby(["method", "benchmark"])
+        .mean()
+        .rename(columns={"mean": "paper mean (avg over backbones)"})
+        .reset_index()
+    )
+    return t1.merge(avg, on=["method", "benchmark"], how="left")
+
+
+def table7_frame(comparisons: list[Any]) -> pd.DataFrame:
+    """``statistics.table7`` rows as a frame indexed by baseline (the paper's Table 7 layout)."""
+    return pd.DataFrame([c.to_dict() for c in comparisons]).set_index("baseline")
+
+
+def table7_of_runs(runs: pd.DataFrame) -> pd.DataFrame | None:
+    """Table 7's paired tests on this run's own final-iteration means (settings = backbone/benchmark);
+    None when there is no Anti-Persistence row or fewer than two methods or settings to pair."""
+    if runs.empty:
+        return None
+    cells = (
+        table1(runs)
+        .assign(setting=lambda d: d["backbone"] + "/" + d["benchmark"])
+        .pivot(index="method", columns="setting", values="mean")
+    )
+    if "anti_persistence" not in cells.index or len(cells.columns) < 2 or len(cells.index) < 2:
+        return None
+    return table7_frame(statistics.table7({m: cells.loc[m].tolist() for m in cells.index}))
+
+
+def figure3_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """Figure 3: one (calls, success) point per method, the paper's averaged over its nine settings
+    (Tables 6 and 1) and this run's over its final iterations."""
+    avg_calls = paper_frame(paper.table6()).groupby("method")["mean"].mean()
+    avg_success = paper_frame(paper.table1()).groupby("method")["mean"].mean()
+    points = pd.DataFrame(
+        {
+            "method": avg_calls.index,
+            "calls": avg_calls.values,
+            "success": avg_success.loc[avg_calls.index].values,
+            "source": "paper",
+        }
+    )
+    if not runs.empty:
+        fin = final_iteration(runs).groupby("method")[["calls", "success"]].mean().reset_index()
+        points = pd.concat([points, fin.assign(source="this run")], ignore_index=True)
+    return points
+
+
+def paper_final_success(methods: list[str]) -> pd.DataFrame:
+    """Figures 2 and 9: the paper prints its curves as images, so its Table 1 final-iteration values
+    of ``methods`` (column ``success``) are the only numbers to mark on them."""
+    p1 = paper_frame(paper.table1())
+    return p1[p1["method"].isin(methods)].rename(columns={"mean": "success"})
+
+
+def iteration_curves(runs: pd.DataFrame) -> pd.DataFrame:
+    """Figures 2 and 9: held-out success and mean trajectory length per iteration, averaged over
+    seeds per (benchmark, backbone, method); empty when no runs are loaded."""
+    if runs.empty:
+        return pd.DataFrame()
+    return runs.groupby(["benchmark", "backbone", "method", "iteration"])[["success", "steps"]].mean().reset_index()
+
+
+def beside_paper(cells: list[Any], mine: pd.DataFrame, *, key: str) -> pd.DataFrame:
+    """The paper's points and this run's in one tidy frame (columns source, benchmark, ``key``,
+    success, setting) for grouped bars: ``cells`` are ``paper.Cell`` records whose variant names the
+    point (a ``"<key>=" `` prefix is dropped), ``mine`` is ``variants(...)`` with label renamed to ``key``.
+    The setting ("paper: <backbone> / <benchmark>") keeps each backbone's bars apart."""
+    p = paper_frame(cells).rename(columns={"mean": "success"})
+    p[key] = p["variant"].str.removeprefix(f"{key}=")
+    cols = ["source", "benchmark", key, "success"]
+    both = pd.concat(
+        [
+            p.assign(source="paper: " + p["backbone"])[cols],
+            mine.assign(source="this run: " + mine["backbone"])[cols],
+        ],
+        ignore_index=True,
+    )
+    both["setting"] = both["source"] + " / " + both["benchmark"]
+    return both
+
+
+def discard_minus_persist(cells: list[Any]) -> pd.Series:
+    """Table 2's claim: the success gap discard - persist per (backbone, benchmark)."""
+    gaps = paper_frame(cells).pivot(index=["backbone", "benchmark"], columns="variant", values="mean")
+    return (gaps["discard"] - gaps["persist"]).rename("discard_minus_persist")
+
+
+def mode_facts(freq: pd.DataFrame) -> pd.DataFrame:
+    """Figure 8's statements checked on this run: how many modes each setting used and whether
+    'none' was used at all (``freq`` from ``mode_frequencies``)."""
+    return pd.DataFrame(
+        [
+            {
+                "backbone": r.backbone,
+                "benchmark": r.benchmark,
+                "modes used": int(sum(r[m] > 0 for m in ("none", "imitation", "strategic", "corrective"))),
+                "none used": bool(r["none"] > 0),
+            }
+            for _, r in freq.iterrows()
+        ]
+    )
+
+
+def paper_sweep(param: str) -> list[Any]:
+    """The paper's reported points of one sweep: gamma (Figure 5), lambda (Figure 7), B and B_hat
+    (Figure 12a and 12b)."""
+    sweeps = {
+        "gamma": paper.figure5_gamma,
+        "lambda": paper.figure7_lambda,
+        "B": lambda: [c for c in paper.figure12_budgets() if c.source == "Figure 12a"],
+        "B_hat": lambda: [c for c in paper.figure12_budgets() if c.source == "Figure 12b"],
+    }
+    if param not in sweeps:
+        raise ValueError(f"no paper sweep {param!r}; known: {sorted(sweeps)}")
+    return sweeps[param]()
+
+
+def sweep_frame(runs: pd.DataFrame, param: str, folders: dict[str, float]) -> pd.DataFrame:
+    """One sweep, tidy (source, benchmark, value, success, synthesis_mode_usage): the paper's points
+    (``paper_sweep(param)``; usage not reported, so None) and this run's, where ``folders`` maps each
+    run folder to its parameter value (``ablations.SWEEPS[param]``)."""
+    p = paper_frame(paper_sweep(param)).rename(columns={"mean": "success"})
+    p["value"] = p["variant"].str.split("=").str[1].astype(float)
+    p["source"] = "paper: " + p["backbone"]
+    p["synthesis_mode_usage"] = None
+    mine = variants(runs, {k: str(v) for k, v in folders.items()})
+    mine = mine.assign(value=mine["label"].astype(float), source="this run: " + mine["backbone"])
+    cols = ["source", "benchmark", "value", "success", "synthesis_mode_usage"]
+    return pd.concat([p[cols], mine[cols]], ignore_index=True)
+
+
+def figure12_frame(runs: pd.DataFrame, sweeps: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """Figure 12: the B and B_hat sweeps in one frame, told apart by the column ``parameter``."""
+    return pd.concat(
+        [sweep_frame(runs, prm, sweeps[prm]).assign(parameter=prm) for prm in ("B", "B_hat")], ignore_index=True
+    )
+
+
+def best_paper_point(param: str) -> pd.Series:
+    """The variant with the highest reported success per benchmark in the paper's sweep ``param``
+    (the paper's claim: the Table 3 defaults are the best points)."""
+    df = paper_frame(paper_sweep(param))
+    return df.loc[df.groupby("benchmark")["mean"].idxmax(), "variant"]
+
+
+def audit_abstractions(runs: pd.DataFrame, **kw: Any) -> tuple[list[Any], pd.DataFrame]:
+    """Figure 10's labels: ``provenance.audit_run`` (``kw``: n_min, delta, pool) for every loaded run
+    that has an abstraction store. Returns the runs' descendant rates and one row per stored
+    abstraction with its run, method and benchmark."""
+    audited, labels = [], []
+    for run in sorted(runs["run"].unique()) if not runs.empty else []:
+        try:
+            rates, labs = provenance.audit_run(run, **kw)
+        except FileNotFoundError:
+            continue  # methods without an abstraction store
+        audited.append(rates)
+        labels += [
+            {"run": rates.run, "method": rates.method, "benchmark": rates.benchmark, **lab.__dict__} for lab in labs
+        ]
+    return audited, pd.DataFrame(labels)
+
+
+def figure10_table(pooled: pd.DataFrame, ref: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Figure 10: the paper's one reported number (the largest gap; group rates not given, so None)
+    as the first row, then this run's pooled rates (``provenance.pooled_by_setting``)."""
+    ref = ref or paper.FIGURE10_LARGEST_GAP
+    paper_row = pd.DataFrame(
+        [
+            {
+                "variant": "abstraction_memory",
+                "method": "abstraction_memory",
+                "backbone": ref["backbone"],
+                "benchmark": ref["benchmark"],
+                "source": "paper",
+                "alpha_emp": None,
+                "alpha_0": None,
+                "gap": ref["gap"],
+            }
+        ]
+    )
+    return pd.concat([paper_row, pooled.assign(source="this run")], ignore_index=True)
+
+
+def figure10_settings(pooled: pd.DataFrame) -> pd.DataFrame:
+    """The pooled rates with a three-line ``setting`` label (run folder, backbone, benchmark) for
+    ``plots.provenance_rates``; one "(no runs)" setting with undefined rates when nothing was audited."""
+    if pooled.empty:
+        return pd.DataFrame({"setting": ["(no runs)"], "alpha_emp": [None], "alpha_0": [None]})
+    return pooled.assign(setting=pooled["variant"] + "\n" + pooled["backbone"] + "\n" + pooled["benchmark"])
+
+
+def figure11_panel(runs: pd.DataFrame, panel: str, folders: dict[str, str]) -> pd.DataFrame:
+    """One panel of Figure 11 (``panel``: "Figure 11a" or "Figure 11b"), tidy (source, condition,
+    success): the paper's conditions and this run's, ``folders`` mapping run folder -> condition.
+    The source names the benchmark because the paper's (AppWorld) may differ from this run's."""
+    p11 = paper_frame(paper.figure11()).rename(columns={"mean": "success"})
+    p = p11[p11["source"] == panel].assign(
+        source="paper: " + p11["backbone"] + " / " + p11["benchmark"], condition=p11["variant"]
+    )
+    mine = variants(runs, folders)
+    mine = mine.assign(source="this run: " + mine["backbone"] + " / " + mine["benchmark"], condition=mine["label"])
+    cols = ["source", "condition", "success"]
+    return pd.concat([p[cols], mine[cols]], ignore_index=True)
+
+
+def by_condition(panel: pd.DataFrame, folders: dict[str, str]) -> pd.DataFrame:
+    """A Figure 11 panel as conditions x sources, rows in the ablation map's order."""
+    return panel.pivot(index="condition", columns="source", values="success").loc[list(folders.values())]

@@ -28,13 +28,15 @@ from antipersist_lib.analysis.audit import log_entries_seen
 from antipersist_lib.core.agent import AgentConfig, run_episode
 from antipersist_lib.core.selector import PHASES, decision_differences
 from antipersist_lib.envs import make_env
+from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.methods import make_method
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
-from antipersist_lib.serving.llm import Endpoint, LLMClient, LLMUnavailableError
+from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.serving.response_cache import ResponseCache
 
 #: branches whose audit carries per-mode estimates, most informative first
@@ -144,7 +146,7 @@ def choose_episode(run_dir: str | Path, position: int | None = None, phase: str 
     if phase not in PHASES:
         raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
     run = Path(run_dir)
-    held = [x.value for x in read_jsonl(run / f"episodes_{phase}.jsonl")]
+    held = RunDirectory(run).read_episodes(phase)
     if not held:
         raise ValueError(f"{run}: no {phase} episodes recorded")
     last = max(r["iteration"] for r in held)
@@ -172,7 +174,7 @@ def replay_clients(
     address: every answer must come from the response cache under ``cache_dir``."""
     from antipersist_lib.runner.protocol import _slug
 
-    man = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    man = RunDirectory(run_dir).read_manifest()
     ledger = ledger or Ledger()
     chat = Endpoint(**{**man["endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
     emb = Endpoint(**{**man["embedding_endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
@@ -193,13 +195,13 @@ def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
     and the outcome-log entries of the updates before it (both files are append-only)."""
     k = int(rec["meta"]["update_index"])
     logged = log_entries_seen(run, "train", rec["iteration"], rec["position"])
-    for name, keep in (("trajectories.jsonl", k), ("outcome_log.jsonl", logged)):
-        lines = (run / "state" / name).read_bytes().splitlines(keepends=True)
+    for name, keep in ((RunDirectory.TRAJECTORIES, k), (RunDirectory.OUTCOME_LOG, logged)):
+        lines = RunDirectory(run).state_path(name).read_bytes().splitlines(keepends=True)
         if len(lines) < keep:
             raise ValueError(
                 f"{run}: state/{name} has {len(lines)} records, fewer than the {keep} the episode log implies"
             )
-        (work / "state" / name).write_bytes(b"".join(lines[:keep]))
+        RunDirectory(work).state_path(name).write_bytes(b"".join(lines[:keep]))
 
 
 def walk(
@@ -219,29 +221,31 @@ def walk(
     frozen state; nothing may change.
     """
     run = Path(run_dir)
-    if not (run / "manifest.json").exists():
+    src = RunDirectory(run)
+    if not src.is_run():
         raise FileNotFoundError(
-            f"{run} is not a run directory (no manifest.json); point run_dir at an anti_persistence run"
+            f"{run} is not a run directory (no {RunDirectory.MANIFEST}); point run_dir at an anti_persistence run"
         )
-    man = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    man = src.read_manifest()
     if man["method"] != "anti_persistence":
         raise ValueError(f"{run}: the walkthrough needs an anti_persistence run, this one is {man['method']!r}")
     rec = choose_episode(run, position, phase)
     task = Task.from_dict(rec["task"])
     work = Path(work_dir)
+    dst = RunDirectory(work)
     if work.exists():
         shutil.rmtree(work)
-    shutil.copytree(run / "state", work / "state")
+    shutil.copytree(src.state_dir, dst.state_dir)
     if phase == "train":
         _state_before(run, rec, work)
-    before = _hashes(work / "state")
+    before = _hashes(dst.state_dir)
     sizes = {
-        name: len((work / "state" / name).read_bytes().splitlines())
-        for name in ("trajectories.jsonl", "outcome_log.jsonl")
+        name: len(dst.state_path(name).read_bytes().splitlines())
+        for name in (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG)
     }
     method = make_method(
         man["method"],
-        MethodContext(llm, embedder, work / "state", int(man["seed"]), man["benchmark"], fsync=False),
+        MethodContext(llm, embedder, dst.state_dir, int(man["seed"]), man["benchmark"], fsync=False),
         **man.get("method_params", {}),
     )
     if phase == "heldout":
@@ -272,7 +276,7 @@ def walk(
 
     record = _episode_record(task, phase, rec["iteration"], rec["position"], ctx, ep, {})
     decision = ctx.meta["decision"]
-    log = [x.value for x in read_jsonl(work / "state" / "outcome_log.jsonl")]
+    log = [x.value for x in read_jsonl(dst.state_path(RunDirectory.OUTCOME_LOG))]
     weights = decision["weights"] or [None] * len(decision["neighbours"])
     neighbours = [
         {
@@ -285,7 +289,7 @@ def walk(
         }
         for i, s, w in zip(decision["neighbours"], decision["similarities"], weights)
     ]
-    memory = {r.value["record_id"]: r.value for r in read_jsonl(work / "state" / "trajectories.jsonl")}
+    memory = {r.value["record_id"]: r.value for r in read_jsonl(dst.state_path(RunDirectory.TRAJECTORIES))}
     retrieved = [
         {
             "record_id": i,
@@ -296,11 +300,11 @@ def walk(
         for i in ctx.meta["retrieved_ids"]
         if i in memory
     ]
-    after = _hashes(work / "state")
+    after = _hashes(dst.state_dir)
     appended, matches = {}, True
     for name, n in sizes.items():
-        new = [x.value for x in read_jsonl(work / "state" / name)][n:]
-        matches &= tolerance.close([x.value for x in read_jsonl(run / "state" / name)][n : n + len(new)], new)
+        new = [x.value for x in read_jsonl(dst.state_path(name))][n:]
+        matches &= tolerance.close([x.value for x in read_jsonl(src.state_path(name))][n : n + len(new)], new)
         appended[name] = [
             {k: (f"<{len(v)} floats>" if k == "embedding" else v) for k, v in r.items() if k != "trajectory"}
             for r in new
@@ -353,7 +357,7 @@ def walk_with(
     if mode == "run":
         from antipersist_lib.serving.embedded import EmbeddedBackbone, EmbeddedEmbedder
 
-        man = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+        man = RunDirectory(run_dir).read_manifest()
         with EmbeddedBackbone(log_path=Path(work_dir).parent / "llama_server.log") as bb, EmbeddedEmbedder() as em:
             ledger = Ledger()
             llm = LLMClient(bb.endpoint, ledger=ledger, seed=int(man["seed"]))

@@ -18,7 +18,8 @@ from typing import Any
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.actions import ParsedAction, parse_action
-from antipersist_lib.envs.base import Environment, InfrastructureError
+from antipersist_lib.envs.base import Environment
+from antipersist_lib.errors import InfrastructureError
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 log = logging.getLogger(__name__)

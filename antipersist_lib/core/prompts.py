@@ -170,14 +170,13 @@ _EXTRA: dict[str, str] = {}
 
 
 def prompt_texts() -> dict[str, str]:
-    """Every prompt template by name: the kit's own and every method's (ExpeL, Reflexion, AutoRefine,
-    the abstraction judge), so a manifest hashes them all whichever method ran."""
-    from antipersist_lib.methods import import_all  # the method modules import this one: import them lazily
-
-    import_all()
+    """Every prompt template registered so far, by name: the kit's own and those of the method
+    modules already imported. ``methods.prompt_texts()`` imports every method first (a manifest
+    hashes them all, whichever method ran)."""
     return dict(sorted({**_all_prompts(), **_EXTRA}.items()))
 
 
-def prompt_hashes() -> dict[str, str]:
-    """sha256 (first 16 hex digits) of every prompt template, by name."""
-    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for name, text in prompt_texts().items()}
+def prompt_hashes(texts: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 (first 16 hex digits) of every prompt template (``texts``, default: those registered), by name."""
+    texts = prompt_texts() if texts is None else texts
+    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for name, text in texts.items()}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from antipersist_lib.core import prompts
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, Retrieved
+from antipersist_lib.memory.trajectory_store import MemoryRecord, Retrieved
 from antipersist_lib.records import MODES
 
 

@@ -17,10 +17,10 @@ from antipersist_lib.envs.base import Environment
 ADAPTERS: dict[str, tuple[str, str]] = {
     "scienceworld": ("antipersist_lib.envs.scienceworld", "ScienceWorldEnvironment"),
     "alfworld": ("antipersist_lib.envs.alfworld", "ALFWorldEnvironment"),
-    "webshop": ("antipersist_lib.envs.webshop", "WebShopEnvironment"),
+    "webshop": ("antipersist_lib.envs.webshop.client", "WebShopEnvironment"),
     "appworld": ("antipersist_lib.envs.appworld", "AppWorldEnvironment"),
     # the kit's own four-room test world (tests and the pipeline demo; not a benchmark)
-    "errandworld": ("antipersist_lib.testing.errand_world", "ErrandWorld"),
+    "errandworld": ("antipersist_lib.envs.errand_world", "ErrandWorld"),
 }
 BENCHMARKS: tuple[str, ...] = tuple(ADAPTERS)
 

@@ -29,9 +29,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from antipersist_lib.envs.partitions import PARTITION_SEED, Partition, save_partition
-from antipersist_lib.records import Task
+from antipersist_lib.envs.base import Environment, StepResult
+from antipersist_lib.envs.partitions import PARTITION_SEED, save_partition
+from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.records import Partition, Task
 
 BENCHMARK = "alfworld"
 #: one lock for every engine instance of the process: concurrent held-out workers each have an

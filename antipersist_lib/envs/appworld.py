@@ -45,9 +45,10 @@ from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment, InfrastructureError, StepResult
-from antipersist_lib.envs.partitions import PARTITION_SEED, Partition
-from antipersist_lib.records import Task
+from antipersist_lib.envs.base import Environment, StepResult
+from antipersist_lib.envs.partitions import PARTITION_SEED
+from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
+from antipersist_lib.records import Partition, Task
 
 log = logging.getLogger(__name__)
 

@@ -19,14 +19,6 @@ from typing import Any
 from antipersist_lib.records import Task
 
 
-class InfrastructureError(RuntimeError):
-    """The benchmark engine failed (exception, crashed JVM, lost server); not the agent's fault."""
-
-
-class BenchmarkUnavailableError(RuntimeError):
-    """A benchmark's engine, data or server is missing; the message says how to get it."""
-
-
 @dataclass(frozen=True)
 class StepResult:
     """What the engine returned for one action.

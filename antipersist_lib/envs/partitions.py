@@ -23,17 +23,13 @@ read-only; a run records the partition's hash either way.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
-from antipersist_lib.records import Task
+from antipersist_lib.records import Partition
 
-SPLITS = ("train", "heldout")
 #: Table 4 counts, checked by the tests against the committed files.
 PAPER_COUNTS: dict[str, dict[str, int]] = {
     "alfworld": {"train": 180, "heldout": 134},
@@ -41,55 +37,6 @@ PAPER_COUNTS: dict[str, dict[str, int]] = {
     "scienceworld": {"train": 150, "heldout": 60},
 }
 PARTITION_SEED = 42
-
-
-@dataclass(frozen=True)
-class Partition:
-    benchmark: str
-    seed: int
-    drawn_with: dict[str, Any]
-    train: tuple[Task, ...]
-    heldout: tuple[Task, ...]
-    notes: str = ""
-
-    def split(self, name: str) -> tuple[Task, ...]:
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
-        return self.train if name == "train" else self.heldout
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "benchmark": self.benchmark,
-            "seed": self.seed,
-            "drawn_with": self.drawn_with,
-            "notes": self.notes,
-            "splits": {s: [t.to_dict() for t in self.split(s)] for s in SPLITS},
-        }
-
-    @property
-    def hash(self) -> str:
-        return partition_hash(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Partition:
-        try:
-            splits = d["splits"]
-            return cls(
-                benchmark=str(d["benchmark"]),
-                seed=int(d["seed"]),
-                drawn_with=dict(d.get("drawn_with", {})),
-                train=tuple(Task.from_dict(t) for t in splits["train"]),
-                heldout=tuple(Task.from_dict(t) for t in splits["heldout"]),
-                notes=str(d.get("notes", "")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed partition file: {exc!r}") from exc
-
-
-def partition_hash(p: Partition) -> str:
-    """sha256 (16 hex digits) of the canonical JSON of both splits' tasks."""
-    body = json.dumps({s: [t.to_dict() for t in p.split(s)] for s in SPLITS}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
 #: how to (re)build each benchmark's partition file
@@ -120,7 +67,7 @@ def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -
     """The committed partition of ``benchmark`` (or one at ``path``); a missing file raises
     FileNotFoundError naming the file and the command that builds it."""
     if benchmark == "errandworld" and path is None:
-        from antipersist_lib.testing.errand_world import partition as errand_partition
+        from antipersist_lib.envs.errand_world import partition as errand_partition
 
         return errand_partition()
     p = Path(path) if path is not None else partition_path(benchmark)

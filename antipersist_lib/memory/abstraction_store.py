@@ -25,11 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.memory.journaled_store import JournaledStore
 from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
 
 log = logging.getLogger(__name__)
+
+#: the event journal inside a store's directory
+EVENTS_FILE = "events.jsonl"
 
 
 @dataclass(frozen=True)
@@ -85,33 +88,39 @@ class AbstractionStats:
 STAT_FIELDS = ("n_injected", "n_success", "votes")
 
 
-class AbstractionStore:
+class AbstractionStore(JournaledStore):
     """S_k with immutable identifiers and an append-only history.
 
     ``AbstractionStore(directory)`` replays ``directory/events.jsonl``; ``AbstractionStore(None)``
     is in memory only. Identifiers are ``{prefix}-{n:06d}``, never reused.
     """
 
+    what = "abstraction store"
+
     def __init__(
-        self, directory: str | os.PathLike[str] | None = None, *, prefix: str = "abs", fsync: bool = True
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        prefix: str = "abs",
+        fsync: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
+        super().__init__(
+            self.directory / EVENTS_FILE if self.directory is not None else None, fsync=fsync, read_only=read_only
+        )
         self.prefix = prefix
         self._all: dict[str, Abstraction] = {}  # every abstraction ever created (history)
         self._active: dict[str, None] = {}  # insertion-ordered set of current members of S_k
         self._stats: dict[str, AbstractionStats] = {}
         self._retired_reason: dict[str, str] = {}
-        self._frozen = False
         self._next = 0
-        if self.directory is not None:
-            for line in read_jsonl(self.directory / "events.jsonl"):
-                try:
-                    self._apply(line.value)
-                except (KeyError, TypeError, ValueError) as exc:
-                    log.warning(
-                        "%s:%d: skipping invalid store event: %s", self.directory / "events.jsonl", line.lineno, exc
-                    )
-        self._writer = JsonlWriter(self.directory / "events.jsonl", fsync=fsync) if self.directory is not None else None
+        for line in self._journal_lines():
+            try:
+                self._apply(line.value)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s:%d: skipping invalid store event: %s", self.path, line.lineno, exc)
+        self._open_journal()
 
     # -- event log -------------------------------------------------------------------------
 
@@ -149,11 +158,9 @@ class AbstractionStore:
             raise ValueError(f"unknown event op {op!r}")
 
     def _emit(self, ev: dict[str, Any]) -> None:
-        if self._frozen:
-            raise FrozenStateError("the abstraction store is frozen (held-out evaluation may not write it)")
+        self._check_writable()
         self._apply(ev)
-        if self._writer is not None:
-            self._writer.append(ev)
+        self._journal_append(ev)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -247,20 +254,6 @@ class AbstractionStore:
         self._emit({"op": "stats", "id": abstraction_id, "delta": dict(delta), "extra": dict(extra or {})})
         return self._stats[abstraction_id]
 
-    def freeze(self) -> None:
-        self._frozen = True
-
-    def unfreeze(self) -> None:
-        self._frozen = False
-
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-
     # -- reading ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -321,17 +314,6 @@ class AbstractionStore:
                 "n_created": len(self._all),
             },
         )
-
-
-def snapshot_path(directory: str | os.PathLike[str], iteration: int) -> Path:
-    """Where a method writes S_k after iteration ``iteration`` (one name for every method, so the
-    provenance audit and frozen-layer loading find any method's snapshots)."""
-    return Path(directory) / f"abstractions_iter_{iteration:02d}.json"
-
-
-def snapshot_paths(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """A run directory's abstraction snapshots in iteration order."""
-    return sorted((Path(run_dir) / "snapshots").glob("abstractions_iter_*.json"))
 
 
 def parents_of_records(records: Iterable[Any]) -> tuple[str, ...]:

@@ -15,12 +15,11 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from antipersist_lib.jsonl import JsonlWriter, read_jsonl
+from antipersist_lib.memory.journaled_store import JournaledStore
 from antipersist_lib.memory.similarity import EmbeddingMatrix
 from antipersist_lib.records import MODES
 
@@ -126,11 +125,7 @@ class OutcomeRecord:
         )
 
 
-class FrozenStateError(RuntimeError):
-    """Raised when something tries to write state that held-out evaluation has frozen."""
-
-
-class OutcomeLog:
+class OutcomeLog(JournaledStore):
     """L_k: append-only, reloadable, with the embeddings held as one matrix for KNN lookups.
 
     ``OutcomeLog(path)`` streams an existing file in order, skipping malformed lines (invalid
@@ -139,43 +134,30 @@ class OutcomeLog:
     the file must exist, is never created, repaired or appended to, and ``append`` raises.
     """
 
+    what = "outcome log"
+
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False
     ) -> None:
-        self.path = Path(path) if path is not None else None
-        self.read_only = read_only
-        if read_only and (self.path is None or not self.path.is_file()):
-            raise FileNotFoundError(
-                f"no outcome log at {self.path} (an audit reads an existing outcome_log.jsonl; it never creates one)"
-            )
+        super().__init__(path, fsync=fsync, read_only=read_only)
         self._records: list[OutcomeRecord] = []
         self._matrix = EmbeddingMatrix()
         self._mode_idx: list[int] = []
         self._rewards: list[float] = []
         self._cols: tuple[np.ndarray, np.ndarray] | None = None
         self._exact: list[np.ndarray] = []
-        self._frozen = False
         self.skipped_lines = 0
-        if self.path is not None:
-            self._load()
-        self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None and not read_only else None
-
-    def _load(self) -> None:
-        assert self.path is not None
-        n_lines = 0
-        for line in read_jsonl(self.path):
-            n_lines += 1
+        for line in self._journal_lines():
             try:
-                rec = OutcomeRecord.from_dict(line.value, timestamp=len(self._records))
-                self._add(rec)
+                self._add(OutcomeRecord.from_dict(line.value, timestamp=len(self._records)))
             except ValueError as exc:
-                self.skipped_lines += 1
                 log.warning("%s:%d: skipping invalid outcome-log record: %s", self.path, line.lineno, exc)
-        # lines that were not even JSON were already skipped (and warned about) by read_jsonl
-        if self.path.exists():
+        if self.path is not None and self.path.exists():
+            # lines that were not even JSON were already skipped (and warned about) by read_jsonl
             with open(self.path, "rb") as fh:
                 physical = sum(1 for raw in fh if raw.strip())
             self.skipped_lines = physical - len(self._records)
+        self._open_journal()
 
     def _add(self, rec: OutcomeRecord) -> None:
         vec = np.asarray(rec.embedding, dtype=np.float64)
@@ -201,10 +183,7 @@ class OutcomeLog:
         instruction: str,
     ) -> OutcomeRecord:
         """Append one eligible attempt; the caller applies ``skip_reason`` first."""
-        if self._frozen:
-            raise FrozenStateError("the outcome log is frozen (held-out evaluation may not write it)")
-        if self.read_only:
-            raise FrozenStateError(f"the outcome log {self.path} was opened read-only (for an audit)")
+        self._check_writable()
         rec = OutcomeRecord.from_dict(
             {
                 "embedding": [float(x) for x in np.asarray(embedding, dtype=np.float64).reshape(-1)],
@@ -219,24 +198,9 @@ class OutcomeLog:
         )
         if self._matrix.dim is not None and len(rec.embedding) != self._matrix.dim:
             raise ValueError(f"embedding has dimension {len(rec.embedding)}, the log holds {self._matrix.dim}")
-        if self._writer is not None:
-            self._writer.append(rec.to_dict())
+        self._journal_append(rec.to_dict())
         self._add(rec)
         return rec
-
-    def freeze(self) -> None:
-        self._frozen = True
-
-    def unfreeze(self) -> None:
-        self._frozen = False
-
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from antipersist_lib.core import prompts
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
 
 METHODS: dict[str, tuple[str, str]] = {
@@ -28,7 +29,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "trajectory_memory": ("antipersist_lib.methods.trajectory_memory", "TrajectoryMemoryMethod"),
     "abstraction_memory": ("antipersist_lib.methods.abstraction_memory", "AbstractionMemory"),
     "joint_memory": ("antipersist_lib.methods.abstraction_memory", "JointMemory"),
-    "anti_persistence": ("antipersist_lib.methods.anti_persistence", "AntiPersistenceMethod"),
+    "anti_persistence": ("antipersist_lib.methods.anti_persistence", "AntiPersistence"),
     "frozen_skills": ("antipersist_lib.methods.frozen_skills", "FrozenSkills"),
 }
 #: the eight methods of Table 1, in the paper's row order
@@ -61,6 +62,18 @@ def import_all() -> None:
         import_module(module)
 
 
+def prompt_texts() -> dict[str, str]:
+    """Every prompt of the kit and of every method (ExpeL, Reflexion, AutoRefine, the abstraction
+    judge), by name: the method modules load lazily, so they are imported first."""
+    import_all()
+    return prompts.prompt_texts()
+
+
+def prompt_hashes() -> dict[str, str]:
+    """The hashes a run manifest records: every prompt, whichever method ran."""
+    return prompts.prompt_hashes(prompt_texts())
+
+
 def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "errandworld") -> None:
     """Build the method once with no model, in a throw-away state folder, so that unknown or bad
     parameters fail before a grid starts (constructors validate; none of them calls a model)."""
@@ -73,6 +86,8 @@ def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "
 
 __all__ = [
     "import_all",
+    "prompt_hashes",
+    "prompt_texts",
     "validate_method_params",
     "METHODS",
     "TABLE1_METHODS",

@@ -21,17 +21,19 @@ reading: one synthesis per training episode, mode chosen by the outcome, same pr
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
-from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records, snapshot_path
-from antipersist_lib.memory.trajectory_memory import Retrieved
+from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
+from antipersist_lib.memory.trajectory_store import Retrieved
 from antipersist_lib.methods.base import MethodContext, TaskContext, take_params
 from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 
 STORED_HEADER = "## Stored Guidance (abstraction memory)"
 
@@ -66,7 +68,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     """S_k of synthesized guidance; M_k kept only as synthesis input (never shown)."""
 
     name = "abstraction_memory"
-    state_files = ("trajectories.jsonl", "abstractions/events.jsonl", "judge.jsonl")
+    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, "judge.jsonl")
     DEFAULTS: dict[str, Any] = {
         "budget": 5,
         "task_filter": "task_type",
@@ -80,7 +82,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         self.params = take_params(params, self.DEFAULTS, self.name)
         super().__init__(ctx, budget=self.params["budget"], task_filter=self.params["task_filter"])
         self.params = take_params(params, self.DEFAULTS, self.name)
-        self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync)
+        self.store = AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync)
         self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
 
     def prepare(
@@ -173,8 +175,8 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         self._judge_log.append({"iteration": iteration, "position": position, "task": task.key, "accepted": ok})
         return ok
 
-    def snapshot(self, iteration: int, directory: Any) -> None:
-        self.store.snapshot(snapshot_path(directory, iteration), iteration=iteration, method=self.name)
+    def snapshot(self, iteration: int, path: Path) -> None:
+        self.store.snapshot(path, iteration=iteration, method=self.name)
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

@@ -1,141 +1,116 @@
-"""Anti-Persistence as a protocol method, with the variants of the paper's ablations.
+"""Anti-Persistence (Algorithm 1 with the branches of B.4): the method, its one config, its ablations.
 
-Base method (Algorithm 1): embed -> select a mode from L_k -> retrieve from M_k -> synthesize
-temporary guidance -> (agent acts) -> append to M_k and, when eligible, L_k -> discard.
+Per task: embed -> select a mode from the outcome log L_k -> retrieve from the trajectory memory
+M_k -> synthesize temporary guidance -> (the agent acts with it) -> append the raw trajectory to
+M_k and, when eligible, (embedding, mode, cost-adjusted reward) to L_k -> discard the guidance.
 
-Variants (parameters):
+The guidance lives only in the in-memory ``TaskContext`` the protocol hands the agent: it is never
+written to M_k, L_k, the episode record or the call ledger. What persists is the raw trajectory,
+its outcome, and which mode was used with what reward. ``runner.protocol.run_task`` runs one task
+end to end (the per-task API); ``run_cell`` runs the whole K-iteration protocol.
+
+Variants (``core.config.AntiPersistenceConfig`` fields, given as method parameters):
+
 * ``policy="bandit"`` (default), ``"fixed"`` with ``fixed_mode`` (Figure 6's fixed imitation /
   strategic / corrective policies), ``"random"`` (uniform random mode, Figure 6);
-* ``persist=True``: the persist-instead-of-discard ablation of Table 2 — synthesized guidance is
+* ``persist=True``: the persist-instead-of-discard ablation of Table 2: synthesized guidance is
   stored in S_k (indexed by the task embedding) and the top-B stored guidance items are shown on
   later tasks, next to that task's own guidance;
 * ``frozen_skills=<path>``: a frozen persistent skill layer (F.2) shown in every context, never
-  updated; the skills file is a JSON list of {"name", "content"} objects;
+  updated (format: ``frozen_skills.load_skill_library``);
 * every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
   epsilon, lambda) for the sensitivity sweeps, and the kit's own choices where the paper is silent
-  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``);
-  defaults come from ``anti_persistence.TABLE3``.
+  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from antipersist_lib.core.agent import EpisodeResult
-from antipersist_lib.core.anti_persistence import TABLE3, AntiPersistenceConfig, decide, record_attempt
-from antipersist_lib.core.selector import ModeSelector, decision_rng
+from antipersist_lib.core.config import TABLE3, AntiPersistenceConfig
+from antipersist_lib.core.selector import ModeDecision, ModeSelector, decision_rng
 from antipersist_lib.core.synthesis import synthesize
-from antipersist_lib.memory.abstraction_store import AbstractionStore, snapshot_path, snapshot_paths
-from antipersist_lib.memory.outcome_log import OutcomeLog
-from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
+from antipersist_lib.memory.abstraction_store import AbstractionStore
+from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
+from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.records import MODES, SYNTHESIS_MODES, Task
-
-POLICIES = ("bandit", "fixed", "random")
-SKILLS_HEADER = "## Skills (frozen library)"
-
-
-def load_skill_library(path: str | Path) -> list[dict[str, str]]:
-    """A JSON list of {"name", "content"} skills, or a run directory whose latest abstraction
-    snapshot becomes the library (Figure 11b: judge-filtered skills frozen as a persistent layer).
-    Errors name the file and the bad entry."""
-    p = Path(path)
-    if p.is_dir():
-        return _library_from_run(p)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read skill library {p}: {exc}") from exc
-    if not isinstance(data, list):
-        raise ValueError(f"skill library {p} must be a JSON list of {{name, content}} objects")
-    out = []
-    for i, s in enumerate(data):
-        if not isinstance(s, dict) or not isinstance(s.get("content"), str) or not s["content"].strip():
-            raise ValueError(f"skill library {p}: entry {i} needs a non-empty 'content' string")
-        out.append({"name": str(s.get("name", f"skill-{i}")), "content": s["content"].strip()})
-    return out
+from antipersist_lib.methods.frozen_skills import format_skills, load_skill_library
+from antipersist_lib.records import SYNTHESIS_MODES, Task
+from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.serving.embeddings import embed_text
 
 
-def _library_from_run(run_dir: Path) -> list[dict[str, str]]:
-    snaps = snapshot_paths(run_dir)
-    if not snaps:
-        raise ValueError(
-            f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json "
-            "(run an abstraction-memory method there first)"
-        )
-    data = json.loads(snaps[-1].read_text(encoding="utf-8"))
-    return [
-        {"name": a.get("name") or a["abstraction_id"], "content": a["text"].strip()}
-        for a in data.get("active", [])
-        if a.get("text", "").strip()
-    ]
+def decide(
+    selector: ModeSelector,
+    outcome_log: OutcomeLog,
+    embedding: np.ndarray | None,
+    *,
+    iteration: int,
+    position: int,
+    rng: np.random.Generator,
+    policy: str = "bandit",
+    fixed_mode: str | None = None,
+) -> ModeDecision:
+    """Step 2 of Algorithm 1: the mode for this task (the bandit, or an ablation's fixed/random
+    policy). A function of its inputs only, so an audit can re-derive a recorded decision."""
+    if policy == "fixed":
+        return selector.fixed(fixed_mode, embedding)  # type: ignore[arg-type]
+    if policy == "random":
+        return selector.random_policy(embedding, rng)
+    return selector.select(outcome_log, embedding, iteration=iteration, position=position, rng=rng)
 
 
-def format_skills(skills: list[dict[str, str]]) -> str:
-    if not skills:
-        return ""
-    return SKILLS_HEADER + "\n" + "\n\n".join(f"### {s['name']}\n{s['content']}" for s in skills)
+class AntiPersistence(Method):
+    """The method: trajectory memory M_k + outcome log L_k; S_k only for the persist ablation."""
 
-
-class AntiPersistenceMethod(Method):
     name = "anti_persistence"
-    state_files = ("trajectories.jsonl", "outcome_log.jsonl", "abstractions/events.jsonl")
-    #: Table 3 (one source: ``anti_persistence.TABLE3``) plus the ablation switches
-    DEFAULTS: dict[str, Any] = {
-        **{k: v for k, v in TABLE3.params().items() if k not in ("embed_prefix_chars", "synthesis_temperature")},
-        "policy": "bandit",
-        "fixed_mode": None,
-        "persist": False,
-        "frozen_skills": None,
-    }
+    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG, RunDirectory.ABSTRACTION_EVENTS)
+    #: every method parameter and its default: ``AntiPersistenceConfig`` flattened (Table 3)
+    DEFAULTS: dict[str, Any] = TABLE3.params()
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
-        p = take_params(params, self.DEFAULTS, self.name)
-        if p["policy"] not in POLICIES:
-            raise ValueError(f"policy is {p['policy']!r}, expected one of {POLICIES}")
-        if p["policy"] == "fixed" and p["fixed_mode"] not in MODES:
-            raise ValueError(f"policy 'fixed' needs fixed_mode in {MODES}, got {p['fixed_mode']!r}")
-        if p["policy"] != "fixed" and p["fixed_mode"] is not None:
-            raise ValueError("fixed_mode is only used with policy 'fixed'")
-        self.params = p
-        self.config = AntiPersistenceConfig.from_params(
-            {k: v for k, v in p.items() if k not in ("policy", "fixed_mode", "persist", "frozen_skills")},
-            fixed_mode=p["fixed_mode"],
-        )
+        self.params = take_params(params, self.DEFAULTS, self.name)
+        self.config = AntiPersistenceConfig.from_params(self.params)
         self.selector = ModeSelector(self.config.selector)
-        self.memory = TrajectoryMemory(
-            self.path("trajectories.jsonl"), task_filter=self.config.task_filter, fsync=ctx.fsync
+        self.memory = TrajectoryStore(
+            self.path(RunDirectory.TRAJECTORIES), task_filter=self.config.task_filter, fsync=ctx.fsync
         )
-        self.outcome_log = OutcomeLog(self.path("outcome_log.jsonl"), fsync=ctx.fsync)
-        self.store = AbstractionStore(self.path("abstractions"), fsync=ctx.fsync) if p["persist"] else None
-        self.skills = load_skill_library(p["frozen_skills"]) if p["frozen_skills"] else []
+        self.outcome_log = OutcomeLog(self.path(RunDirectory.OUTCOME_LOG), fsync=ctx.fsync)
+        self.store = (
+            AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync) if self.config.persist else None
+        )
+        self.skills = load_skill_library(self.config.frozen_skills) if self.config.frozen_skills else []
 
-    def _rng(self, phase: str, iteration: int, position: int) -> np.random.Generator:
-        return decision_rng(self.ctx.seed, phase, iteration, position)
+    @property
+    def update_index(self) -> int:
+        """k: training attempts so far (every attempt enters M_k, so k = |M_k|)."""
+        return len(self.memory)
 
     def prepare(
         self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
     ) -> TaskContext:
-        p = self.params
+        """Steps 1-4: embed, select a mode, retrieve, synthesize. Writes nothing."""
+        cfg = self.config
         tags = {"phase": phase, "iteration": iteration, "task": task.key}
-        emb = self.embed_task(task, initial_observation, phase, iteration)
+        emb = self.ctx.embedder.embed(
+            embed_text(task.instruction, initial_observation, cfg.embed_prefix_chars), tags=tags
+        )
         decision = decide(
             self.selector,
             self.outcome_log,
             emb,
             iteration=iteration,
             position=position,
-            rng=self._rng(phase, iteration, position),
-            policy=p["policy"],
-            fixed_mode=p["fixed_mode"],
+            rng=decision_rng(self.ctx.seed, phase, iteration, position),
+            policy=cfg.policy,
+            fixed_mode=cfg.fixed_mode,
         )
-        cfg = self.config
         retrieved = self.memory.retrieve(emb, decision.mode, task, budget=cfg.budget, contrast=cfg.contrast)
         guidance = synthesize(
             decision.mode,
@@ -155,7 +130,7 @@ class AntiPersistenceMethod(Method):
             "decision": decision.to_dict(),
             "retrieved_ids": list(guidance.record_ids),
             "synthesis_skipped": guidance.skipped_reason,
-            "update_index": len(self.memory),
+            "update_index": self.update_index,
         }
         if self.store is not None:
             items = [] if emb is None else self.store.search(emb, k=cfg.budget, task_type=task.task_type)
@@ -168,25 +143,35 @@ class AntiPersistenceMethod(Method):
         return TaskContext(blocks=blocks, parents=parents, embedding=emb, synthesis_calls=guidance.kappa, meta=meta)
 
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
-        k = int(ctx.meta.get("update_index", len(self.memory)))
+        """Steps 6-7: the raw trajectory always enters M_k; the (embedding, mode, cost-adjusted
+        reward) entry enters L_k unless a skip rule applies (first update, no embedding, engine
+        failure). The reward and the skip reason go into the episode's metadata."""
+        k = int(ctx.meta.get("update_index", self.update_index))
         mode = ctx.meta["mode"]
-        upd = record_attempt(
-            self.memory,
-            self.outcome_log,
+        reward = cost_adjusted_reward(episode.outcome.y, ctx.synthesis_calls, self.config.lam)
+        self.memory.add(
             task,
             episode.trajectory,
             episode.outcome,
             embedding=ctx.embedding,
-            mode=mode,
-            kappa=ctx.synthesis_calls,
-            lam=self.config.lam,
-            update_index=k,
-            iteration=iteration,
             parents=ctx.parents,
+            iteration=iteration,
+            mode=mode,
         )
-        ctx.meta["reward"] = upd.reward
-        ctx.meta["logged"] = upd.logged
-        ctx.meta["log_skip_reason"] = upd.skip_reason
+        why = skip_reason(k, ctx.embedding, episode.outcome.infra_failure)
+        if why is None:
+            self.outcome_log.append(
+                embedding=ctx.embedding,  # type: ignore[arg-type]  (skip_reason rules out None)
+                mode=mode,
+                reward=reward,
+                raw_success=episode.outcome.success,
+                task_type=task.task_type,
+                task_id=task.task_id,
+                instruction=task.instruction,
+            )
+        ctx.meta["reward"] = reward
+        ctx.meta["logged"] = why is None
+        ctx.meta["log_skip_reason"] = None if why is None else why.value
         text = ctx.meta.pop("_persist_text", None)
         if self.store is not None and text and ctx.embedding is not None and mode in SYNTHESIS_MODES:
             self.store.add(
@@ -199,9 +184,9 @@ class AntiPersistenceMethod(Method):
                 embedding=ctx.embedding,
             )
 
-    def snapshot(self, iteration: int, directory: Path) -> None:
+    def snapshot(self, iteration: int, path: Path) -> None:
         if self.store is not None:
-            self.store.snapshot(snapshot_path(directory, iteration), iteration=iteration, method=self.name)
+            self.store.snapshot(path, iteration=iteration, method=self.name)
 
     def stores(self) -> list[Any]:
         return [s for s in (self.memory, self.outcome_log, self.store) if s is not None]

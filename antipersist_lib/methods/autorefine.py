@@ -126,13 +126,14 @@ import numpy as np
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import format_record
+from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
-from antipersist_lib.memory.abstraction_store import Abstraction, AbstractionStore, parents_of_records, snapshot_path
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore, parents_of_records
 from antipersist_lib.memory.similarity import EmbeddingMatrix
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
 
@@ -530,7 +531,12 @@ class AutoRefine(Method):
     """AutoRefine (Qiu et al.), as adapted in the paper's Appendix D.3. See the module docstring."""
 
     name = "autorefine"
-    state_files = ("trajectories.jsonl", "skills/events.jsonl", "retrieval_train.jsonl", "autorefine_steps.jsonl")
+    state_files = (
+        RunDirectory.TRAJECTORIES,
+        f"skills/{EVENTS_FILE}",
+        "retrieval_train.jsonl",
+        "autorefine_steps.jsonl",
+    )
     DEFAULTS: dict[str, Any] = {
         "eps": 1e-3,
         "similarity_floor": 0.30,
@@ -563,7 +569,7 @@ class AutoRefine(Method):
         self.seed_skills = None if p["seed_skills"] is None else str(p["seed_skills"])
         self._check_params()
         self.params = {**p, "seed_skills": self.seed_skills}
-        self.memory = TrajectoryMemory(self.path("trajectories.jsonl"), task_filter="task_type", fsync=ctx.fsync)
+        self.memory = TrajectoryStore(self.path(RunDirectory.TRAJECTORIES), task_filter="task_type", fsync=ctx.fsync)
         self.store = AbstractionStore(self.path("skills"), prefix="skill", fsync=ctx.fsync)
         self._retrieval = JsonlWriter(self.path("retrieval_train.jsonl"), fsync=ctx.fsync)
         self._steps = JsonlWriter(self.path("autorefine_steps.jsonl"), fsync=ctx.fsync)
@@ -965,10 +971,8 @@ class AutoRefine(Method):
         self.store.unfreeze()
         self.memory.unfreeze()
 
-    def snapshot(self, iteration: int, directory: Path) -> None:
-        self.store.snapshot(
-            snapshot_path(directory, iteration), iteration=iteration, method=self.name, scores=self.scores()
-        )
+    def snapshot(self, iteration: int, path: Path) -> None:
+        self.store.snapshot(path, iteration=iteration, method=self.name, scores=self.scores())
 
     def close(self) -> None:
         self.memory.close()

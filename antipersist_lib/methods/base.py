@@ -84,8 +84,9 @@ class Method(ABC):
     def end_iteration(self, iteration: int) -> None:
         """Update at the end of an iteration's training episodes."""
 
-    def snapshot(self, iteration: int, directory: Path) -> None:
-        """Write an analysis snapshot of the state after ``iteration`` (atomic)."""
+    def snapshot(self, iteration: int, path: Path) -> None:
+        """Write an analysis snapshot of the state after ``iteration`` to ``path`` (atomic; the run
+        directory names the file, ``RunDirectory.snapshot_path``)."""
 
     def stores(self) -> list[Any]:
         """The method's persistent stores: frozen and unfrozen with it, closed with it."""

@@ -16,7 +16,7 @@ The original design has three stages:
 The kit's version
 -----------------
 * ``learn`` stores every training trajectory (with its task embedding and provenance P(m) = the
-  insight ids that were in the context) in ``TrajectoryMemory`` (``trajectories.jsonl``).
+  insight ids that were in the context) in ``TrajectoryStore`` (``trajectories.jsonl``).
 * ``end_iteration(k)`` extracts insights from iteration k's training episodes: up to
   ``max_compare_calls`` comparisons and up to ``max_success_calls`` all-success groups of
   ``success_group_size`` trajectories, one ``"insight"`` call each. Replies are parsed by
@@ -28,7 +28,7 @@ The kit's version
   lowest-voted insights are retired, oldest first.
 * ``prepare`` puts every active insight (most votes first) under "## Insights from past
   experience" and the ``k_examples`` most similar successful trajectories of the same task type
-  (``TrajectoryMemory.search``) under "## Successful examples of similar tasks";
+  (``TrajectoryStore.search``) under "## Successful examples of similar tasks";
   ``TaskContext.parents`` lists the insight ids shown.
 
 Deviations from the original
@@ -75,11 +75,12 @@ from typing import Any
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import FormatLimits, format_record
-from antipersist_lib.memory.abstraction_store import Abstraction, AbstractionStore, parents_of_records, snapshot_path
-from antipersist_lib.memory.outcome_log import FrozenStateError
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.errors import FrozenStateError
+from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore, parents_of_records
+from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,6 @@ DEFAULTS: dict[str, Any] = {
     "trajectory_chars": 4000,  # clip per trajectory, in insight prompts and examples
 }
 
-TRAJECTORIES_FILE = "trajectories.jsonl"
 INSIGHTS_DIR = "insights"
 
 # -- parsing the model's operations ------------------------------------------------------------
@@ -264,7 +264,7 @@ class ExpeL(Method):
     """Insights with votes (extracted each iteration) plus retrieved successful examples."""
 
     name = "expel"
-    state_files = (TRAJECTORIES_FILE, f"{INSIGHTS_DIR}/events.jsonl")
+    state_files = (RunDirectory.TRAJECTORIES, f"{INSIGHTS_DIR}/{EVENTS_FILE}")
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
@@ -293,7 +293,7 @@ class ExpeL(Method):
         self.trajectory_chars = int(p["trajectory_chars"])
         self.limits = FormatLimits(max_record_chars=self.trajectory_chars)
         Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
-        self.memory = TrajectoryMemory(self.path(TRAJECTORIES_FILE), task_filter="task_type", fsync=ctx.fsync)
+        self.memory = TrajectoryStore(self.path(RunDirectory.TRAJECTORIES), task_filter="task_type", fsync=ctx.fsync)
         self.store = AbstractionStore(self.path(INSIGHTS_DIR), prefix="ins", fsync=ctx.fsync)
 
     # -- the insight list ------------------------------------------------------------------
@@ -514,11 +514,9 @@ class ExpeL(Method):
                 iteration=iteration,
             )
 
-    def snapshot(self, iteration: int, directory: Path) -> None:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(
-            snapshot_path(directory, iteration), method=self.name, iteration=iteration, n_trajectories=len(self.memory)
-        )
+    def snapshot(self, iteration: int, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.store.snapshot(path, method=self.name, iteration=iteration, n_trajectories=len(self.memory))
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

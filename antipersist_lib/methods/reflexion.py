@@ -7,7 +7,7 @@ put in front of the agent on its next trial of the same task. Successful trials 
 
 The kit's version
 -----------------
-* ``learn`` stores every training trajectory in ``TrajectoryMemory`` (``trajectories.jsonl``,
+* ``learn`` stores every training trajectory in ``TrajectoryStore`` (``trajectories.jsonl``,
   with the task embedding and the provenance P(m) = ids of the reflections that were in the
   context), so the provenance of every reflection can be audited. After a failed episode it
   makes one ``"reflection"`` call and stores the reply in an ``AbstractionStore``
@@ -53,12 +53,13 @@ import numpy as np
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import FormatLimits, format_record
-from antipersist_lib.memory.abstraction_store import Abstraction, AbstractionStore, snapshot_path
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.errors import FrozenStateError
+from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore
 from antipersist_lib.memory.similarity import cosine
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,6 @@ DEFAULTS: dict[str, Any] = {
     "trajectory_chars": 4000,  # clip of the failed trajectory in the reflection prompt
 }
 
-TRAJECTORIES_FILE = "trajectories.jsonl"
 REFLECTIONS_DIR = "reflections"
 
 
@@ -123,7 +123,7 @@ class Reflexion(Method):
     """Per-task verbal self-reflections, with the kit's similar-task transfer for unseen tasks."""
 
     name = "reflexion"
-    state_files = (TRAJECTORIES_FILE, f"{REFLECTIONS_DIR}/events.jsonl")
+    state_files = (RunDirectory.TRAJECTORIES, f"{REFLECTIONS_DIR}/{EVENTS_FILE}")
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
@@ -149,7 +149,7 @@ class Reflexion(Method):
         self.trajectory_chars = int(p["trajectory_chars"])
         self.limits = FormatLimits(max_record_chars=self.trajectory_chars)
         Path(ctx.state_dir).mkdir(parents=True, exist_ok=True)
-        self.memory = TrajectoryMemory(self.path(TRAJECTORIES_FILE), task_filter="task_type", fsync=ctx.fsync)
+        self.memory = TrajectoryStore(self.path(RunDirectory.TRAJECTORIES), task_filter="task_type", fsync=ctx.fsync)
         self.store = AbstractionStore(self.path(REFLECTIONS_DIR), prefix="refl", fsync=ctx.fsync)
 
     # -- reading the reflections -----------------------------------------------------------
@@ -271,11 +271,9 @@ class Reflexion(Method):
                 embedding=ctx.embedding,
             )
 
-    def snapshot(self, iteration: int, directory: Path) -> None:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.store.snapshot(
-            snapshot_path(directory, iteration), method=self.name, iteration=iteration, n_trajectories=len(self.memory)
-        )
+    def snapshot(self, iteration: int, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.store.snapshot(path, method=self.name, iteration=iteration, n_trajectories=len(self.memory))
 
     def stores(self) -> list[Any]:
         return [self.memory, self.store]

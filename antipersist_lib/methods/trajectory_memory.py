@@ -12,16 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from antipersist_lib.core.agent import EpisodeResult
-from antipersist_lib.core.anti_persistence import TABLE3
+from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.synthesis import synthesize
-from antipersist_lib.memory.trajectory_memory import TrajectoryMemory
+from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.records import Task
+from antipersist_lib.rundir import RunDirectory
 
 
 class TrajectoryMemoryMethod(Method):
     name = "trajectory_memory"
-    state_files = ("trajectories.jsonl",)
+    state_files = (RunDirectory.TRAJECTORIES,)
     #: B and the task-type filter as Anti-Persistence's (Table 3, ``anti_persistence.TABLE3``)
     DEFAULTS: dict[str, Any] = {"budget": TABLE3.budget, "task_filter": TABLE3.task_filter}
 
@@ -30,8 +31,8 @@ class TrajectoryMemoryMethod(Method):
         self.params = take_params(params, self.DEFAULTS, self.name)
         if int(self.params["budget"]) < 1:
             raise ValueError(f"budget must be >= 1, got {self.params['budget']}")
-        self.memory = TrajectoryMemory(
-            self.path("trajectories.jsonl"), task_filter=self.params["task_filter"], fsync=ctx.fsync
+        self.memory = TrajectoryStore(
+            self.path(RunDirectory.TRAJECTORIES), task_filter=self.params["task_filter"], fsync=ctx.fsync
         )
 
     def records_context(self, task: Task, embedding: Any) -> tuple[str, tuple[int, ...]]:

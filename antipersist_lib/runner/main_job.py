@@ -15,6 +15,7 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
+from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
 from antipersist_lib.methods import METHODS
 from antipersist_lib.runner.protocol import RunSpec, run_cell
@@ -25,7 +26,6 @@ from antipersist_lib.serving.embedded import (
     EmbeddedBackbone,
     EmbeddedEmbedder,
 )
-from antipersist_lib.serving.llm import LLMUnavailableError
 from antipersist_lib.serving.profiles import read_mapping
 
 PROFILE_KEYS = {

@@ -15,11 +15,8 @@ from typing import Any
 
 import yaml
 
+from antipersist_lib.errors import NotebookError
 from antipersist_lib.paths import repo_root
-
-
-class NotebookError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import AgentConfig, EpisodeResult, run_episode
 from antipersist_lib.envs import BENCHMARKS, make_env
-from antipersist_lib.envs.base import BenchmarkUnavailableError, Environment
-from antipersist_lib.envs.partitions import Partition, load_partition
-from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
-from antipersist_lib.methods import METHODS, make_method, method_class
+from antipersist_lib.envs.base import Environment
+from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.errors import BenchmarkUnavailableError
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
+from antipersist_lib.methods import METHODS, make_method, method_class, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
-from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Task, Trajectory
-from antipersist_lib.runner.rundir import RunDirectory, heldout_done
+from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Partition, Task, Trajectory
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
@@ -246,6 +246,56 @@ def _episode_record(
     }
 
 
+def run_task(
+    method: Method,
+    env: Environment,
+    task: Task,
+    *,
+    phase: str,
+    iteration: int,
+    position: int,
+    agent_config: AgentConfig,
+) -> dict[str, Any]:
+    """One task end to end, the way the protocol runs every task of every method: reset the
+    engine, ``method.prepare`` (mode, retrieval, guidance), the ReAct episode with the method's
+    context, and for a training task ``method.learn``. Returns the episode record that goes to
+    ``episodes_<phase>.jsonl``; the context itself (Anti-Persistence's guidance) is dropped here.
+
+    ``position`` is the task's 0-based index within its iteration (it drives round-robin and
+    seeds the decision). An engine that cannot load the task gives an infrastructure-failure
+    record (nothing is learned from it); a missing engine or data stops the run."""
+    if phase not in ("train", "heldout"):
+        raise ValueError(f"phase is {phase!r}, expected 'train' or 'heldout'")
+    try:
+        obs = env.reset(task)
+    except BenchmarkUnavailableError:
+        raise  # engine or data missing (no Java, no game files): stop with the fix, record nothing
+    except Exception as exc:  # the engine could not load the task: recorded, not learned from
+        log.warning("%s task %s could not be loaded: %r", phase, task.key, exc)
+        ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
+        return _episode_record(task, phase, iteration, position, TaskContext(), ep, {})
+    ctx = method.prepare(task, obs, phase=phase, iteration=iteration, position=position)
+    ep = run_episode(
+        env,
+        task,
+        method.ctx.llm,
+        context_blocks=ctx.blocks,
+        config=agent_config,
+        initial_observation=obs,
+        tags={"phase": phase, "iteration": iteration, "task": task.key},
+    )
+    stats = dataclasses.asdict(env.episode_stats)
+    if phase == "heldout":
+        return _episode_record(task, phase, iteration, position, ctx, ep, stats)
+    before = ctx.synthesis_calls
+    method.learn(task, ctx, ep, iteration=iteration, position=position)
+    rec = _episode_record(task, phase, iteration, position, ctx, ep, stats)
+    rec["calls"]["post_episode_synthesis"] = ctx.synthesis_calls - before
+    rec["calls"]["synthesis"] = before
+    rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
+    return rec
+
+
 class Runner:
     """Runs one ``RunSpec``; ``run()`` returns the per-iteration summaries."""
 
@@ -309,7 +359,7 @@ class Runner:
             "max_steps": s.max_steps,
             "agent": dataclasses.asdict(self.agent_config),
             "heldout_concurrency": s.heldout_concurrency,
-            "prompt_hashes": prompts.prompt_hashes(),
+            "prompt_hashes": prompt_hashes(),
             "versions": package_versions(),
             "git_commit": git_commit(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -319,16 +369,17 @@ class Runner:
 
     def run(self) -> list[IterationSummary]:
         spec = self.spec
-        rd = RunDirectory(spec.run_dir())
+        layout = RunDirectory(spec.run_dir())
+        rd = layout.open()
         method: Method | None = None
         envs: list[Environment] = []
         try:
             journal = rd.read_journal()
-            state_paths = [rd.state_dir / f for f in method_class(spec.method).state_files] + [
-                rd.path / "episodes_train.jsonl"
+            state_paths = [layout.state_path(f) for f in method_class(spec.method).state_files] + [
+                layout.episodes_path("train")
             ]
             rd.recover(state_paths, journal.last_state)
-            ledger = Ledger(rd.path / "calls.jsonl")
+            ledger = Ledger(layout.calls_path)
             cache = ResponseCache(Path(spec.cache_dir) / _slug(self.endpoint.model)) if spec.cache_dir else None
             embed_cache = (
                 ResponseCache(Path(spec.cache_dir) / _slug(self.embed_endpoint.model)) if spec.cache_dir else None
@@ -337,7 +388,7 @@ class Runner:
             embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
             method = make_method(
                 spec.method,
-                MethodContext(llm, embedder, rd.state_dir, spec.seed, spec.benchmark, self.fsync),
+                MethodContext(llm, embedder, layout.state_dir, spec.seed, spec.benchmark, self.fsync),
                 **spec.method_params,
             )
             train_env = self.env_factory()
@@ -345,10 +396,9 @@ class Runner:
             resumed = rd.check_or_write_manifest(self._manifest(train_env, method), IDENTITY_KEYS)
             if resumed:
                 self.on_event("resume", {"run_dir": str(rd.path), "train_done": len(journal.train_done)})
-            train_writer = JsonlWriter(rd.path / "episodes_train.jsonl", fsync=self.fsync)
-            held_path = rd.path / "episodes_heldout.jsonl"
-            held_writer = JsonlWriter(held_path, fsync=self.fsync)
-            held_finished = heldout_done(held_path)
+            train_writer = JsonlWriter(layout.episodes_path("train"), fsync=self.fsync)
+            held_writer = JsonlWriter(layout.episodes_path("heldout"), fsync=self.fsync)
+            held_finished = layout.heldout_done()
             summaries: list[IterationSummary] = []
 
             for it in range(1, spec.iterations + 1):
@@ -360,7 +410,15 @@ class Runner:
                         bar.update()
                         continue
                     task = self.train_pool[idx]
-                    rec = self._train_episode(method, train_env, task, it, pos)
+                    rec = run_task(
+                        method,
+                        train_env,
+                        task,
+                        phase="train",
+                        iteration=it,
+                        position=pos,
+                        agent_config=self.agent_config,
+                    )
                     train_writer.append(rec)
                     rd.commit({"kind": "train", "iteration": it, "position": pos}, state_paths)
                     journal.train_done.add((it, pos))
@@ -369,7 +427,7 @@ class Runner:
                 bar.close()
                 if it not in journal.iterations_ended:
                     method.end_iteration(it)
-                    method.snapshot(it, rd.snapshot_dir)
+                    method.snapshot(it, layout.snapshot_path(it))
                     rd.commit({"kind": "iteration_end", "iteration": it}, state_paths)
                     journal.iterations_ended.add(it)
                     self.on_event("iteration_end", {"iteration": it})
@@ -381,7 +439,7 @@ class Runner:
                     self._evaluate(method, todo, it, held_writer, held_finished, envs)
                 finally:
                     method.unfreeze()
-                summary = self._summaries(rd)
+                summary = self._summaries(layout)
                 summaries = summary
                 cur = next(s for s in summary if s.iteration == it)
                 self.on_event("evaluation", dataclasses.asdict(cur))
@@ -406,34 +464,6 @@ class Runner:
                     pass
             rd.close()
 
-    def _train_episode(self, method: Method, env: Environment, task: Task, it: int, pos: int) -> dict[str, Any]:
-        try:
-            obs = env.reset(task)
-        except BenchmarkUnavailableError:
-            raise  # engine or data missing (no Java, no game files): stop with the fix, record nothing
-        except Exception as exc:  # the engine could not load the task: recorded, not learned from
-            log.warning("training task %s could not be loaded: %r", task.key, exc)
-            ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
-            return _episode_record(task, "train", it, pos, TaskContext(), ep, {})
-        ctx = method.prepare(task, obs, phase="train", iteration=it, position=pos)
-        ep = run_episode(
-            env,
-            task,
-            method.ctx.llm,
-            context_blocks=ctx.blocks,
-            config=self.agent_config,
-            initial_observation=obs,
-            tags={"phase": "train", "iteration": it, "task": task.key},
-        )
-        stats = dataclasses.asdict(env.episode_stats)
-        before = ctx.synthesis_calls
-        method.learn(task, ctx, ep, iteration=it, position=pos)
-        rec = _episode_record(task, "train", it, pos, ctx, ep, stats)
-        rec["calls"]["post_episode_synthesis"] = ctx.synthesis_calls - before
-        rec["calls"]["synthesis"] = before
-        rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
-        return rec
-
     def _evaluate(
         self,
         method: Method,
@@ -457,26 +487,9 @@ class Runner:
 
         def one(j: int, task: Task) -> dict[str, Any]:
             env = env_for_thread()
-            try:
-                obs = env.reset(task)
-            except BenchmarkUnavailableError:
-                raise  # as in training: a missing engine or data stops the run
-            except Exception as exc:
-                ep = EpisodeResult(
-                    Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0
-                )
-                return _episode_record(task, "heldout", it, j, TaskContext(), ep, {})
-            ctx = method.prepare(task, obs, phase="heldout", iteration=it, position=j)
-            ep = run_episode(
-                env,
-                task,
-                method.ctx.llm,
-                context_blocks=ctx.blocks,
-                config=self.agent_config,
-                initial_observation=obs,
-                tags={"phase": "heldout", "iteration": it, "task": task.key},
+            return run_task(
+                method, env, task, phase="heldout", iteration=it, position=j, agent_config=self.agent_config
             )
-            return _episode_record(task, "heldout", it, j, ctx, ep, dataclasses.asdict(env.episode_stats))
 
         bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress)
         workers = min(self.spec.heldout_concurrency, len(todo))
@@ -494,15 +507,15 @@ class Runner:
                 raise
         bar.close()
 
-    def _summaries(self, rd: RunDirectory) -> list[IterationSummary]:
-        train = [x.value for x in read_jsonl(rd.path / "episodes_train.jsonl")]
-        held = [x.value for x in read_jsonl(rd.path / "episodes_heldout.jsonl")]
+    def _summaries(self, layout: RunDirectory) -> list[IterationSummary]:
+        train = layout.read_episodes("train")
+        held = layout.read_episodes("heldout")
         its = sorted({r["iteration"] for r in held})
         out = [summarize_iteration(i, held, train) for i in its]
         atomic_write_json(
-            rd.path / "summary.json",
+            layout.summary_path,
             {
-                "run": str(rd.path),
+                "run": str(layout.path),
                 "method": self.spec.method,
                 "benchmark": self.spec.benchmark,
                 "backbone": self.spec.backbone,

@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.envs.base import BenchmarkUnavailableError
+from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.serving.llm import Endpoint
 
 log = logging.getLogger(__name__)

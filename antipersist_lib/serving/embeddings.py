@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.errors import LLMError, LLMRequestError
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import (
     Endpoint,
-    LLMError,
-    LLMRequestError,
     Sleep,
     _Backoff,
     _call_with_retries,

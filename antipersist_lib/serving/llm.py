@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 import openai
 
+from antipersist_lib.errors import LLMError, LLMRequestError, LLMUnavailableError
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 
@@ -38,23 +39,6 @@ Sleep = Callable[[float], None]
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 _RETRYABLE_4XX = {408, 409, 429}
-
-
-class LLMError(RuntimeError):
-    """Base of the kit's endpoint errors; carries how many retries were spent."""
-
-    def __init__(self, message: str, *, retries: int = 0, last_error: str | None = None) -> None:
-        super().__init__(message)
-        self.retries = retries
-        self.last_error = last_error
-
-
-class LLMUnavailableError(LLMError):
-    """The endpoint kept failing transiently until the retry budget was spent."""
-
-
-class LLMRequestError(LLMError):
-    """The endpoint rejected the request (a 4xx other than 408/409/429); retrying cannot help."""
 
 
 class _TransientReplyError(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from antipersist_lib.testing.errand_world import ROOMS
+from antipersist_lib.envs.errand_world import ROOMS
 
 GUIDANCE_MARKER = "GUIDANCE-7f3a9c"
 _TASK_RE = re.compile(r"bring the (\w+) to the (\w+)")

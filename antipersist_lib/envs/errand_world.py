@@ -8,13 +8,9 @@ pipeline demo show memory mattering with a deterministic scripted policy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from antipersist_lib.envs.base import Environment, InfrastructureError, StepResult
-from antipersist_lib.records import Task
-
-if TYPE_CHECKING:  # partitions imports this module at run time
-    from antipersist_lib.envs.partitions import Partition
+from antipersist_lib.envs.base import Environment, StepResult
+from antipersist_lib.errors import InfrastructureError
+from antipersist_lib.records import Partition, Task
 
 ROOMS = ("attic", "garden", "hall", "kitchen")
 HOME = {"apple": "garden", "book": "attic", "cup": "kitchen", "lamp": "attic", "spoon": "kitchen", "ball": "garden"}
@@ -45,8 +41,6 @@ def make_tasks(split: str = "train", n: int = 12, benchmark: str = "errandworld"
 
 def partition(n_train: int = 12, n_heldout: int = 6) -> Partition:
     """The test world's fixed partition (generated, not stored)."""
-    from antipersist_lib.envs.partitions import Partition
-
     return Partition(
         "errandworld",
         0,

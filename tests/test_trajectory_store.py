@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from antipersist_lib.memory.outcome_log import FrozenStateError
-from antipersist_lib.memory.trajectory_memory import MemoryRecord, TrajectoryMemory
+from antipersist_lib.errors import FrozenStateError
+from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 Q = np.array([1.0, 0.0])  # query embedding; a record at angle theta has similarity cos(theta)
@@ -33,7 +33,7 @@ def ok(success: bool, infra: bool = False) -> EpisodeOutcome:
     return EpisodeOutcome(success=success, score=float(success), n_steps=1, infra_failure=infra)
 
 
-def add(mem: TrajectoryMemory, i: int, deg: float | None, success: bool, **kw):
+def add(mem: TrajectoryStore, i: int, deg: float | None, success: bool, **kw):
     t = kw.pop("task", None) or task(i)
     infra = kw.pop("infra", False)
     return mem.add(t, traj(i), ok(success, infra), embedding=None if deg is None else at(deg), **kw)
@@ -60,8 +60,8 @@ EIGHT = [
 
 
 @pytest.fixture
-def eight() -> TrajectoryMemory:
-    mem = TrajectoryMemory()
+def eight() -> TrajectoryStore:
+    mem = TrajectoryStore()
     # add in a scrambled order so ranking cannot come from insertion order
     for i, deg, y in sorted(EIGHT, key=lambda x: (x[0] * 5) % 8):
         add(mem, i, deg, y)
@@ -97,7 +97,7 @@ def test_corrective_failures_then_one_contrast_success(eight):
 
 
 def test_corrective_without_successes_has_no_contrast():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     for i in range(3):
         add(mem, i, 10 * i, False)
     got = mem.retrieve(Q, "corrective", task(99))
@@ -106,7 +106,7 @@ def test_corrective_without_successes_has_no_contrast():
 
 
 def test_corrective_without_failures_only_contrast():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     for i in range(3):
         add(mem, i, 10 * i, True)
     got = mem.retrieve(Q, "corrective", task(99))
@@ -125,8 +125,8 @@ def test_budget_respected(eight):
     assert ids(eight.retrieve(Q, "corrective", task(99), budget=2, contrast=0)) == [0, 2]
 
 
-def mixed_memory(task_filter: str) -> TrajectoryMemory:
-    mem = TrajectoryMemory(task_filter=task_filter)
+def mixed_memory(task_filter: str) -> TrajectoryStore:
+    mem = TrajectoryStore(task_filter=task_filter)
     # other task types / benchmarks are the MOST similar, so a missing filter would surface them
     add(mem, 0, 0, True, task=task(0, "heat", "alfworld"))
     add(mem, 1, 1, True, task=task(1, "clean", "scienceworld"))  # same type name, other benchmark
@@ -139,7 +139,7 @@ def mixed_memory(task_filter: str) -> TrajectoryMemory:
 
 def test_task_type_filter_default():
     mem = mixed_memory("task_type")
-    assert TrajectoryMemory().task_filter == "task_type"
+    assert TrajectoryStore().task_filter == "task_type"
     query_task = task(99, "clean", "alfworld")
     for mode in ("none", "imitation", "strategic", "corrective"):
         got = mem.retrieve(Q, mode, query_task)
@@ -168,11 +168,11 @@ def test_filter_off():
 
 def test_unknown_filter_rejected():
     with pytest.raises(ValueError, match="task_filter"):
-        TrajectoryMemory(task_filter="type")
+        TrajectoryStore(task_filter="type")
 
 
 def test_no_embedding_and_infra_failures_stored_but_never_retrieved():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     add(mem, 0, None, True)  # embedding failed
     add(mem, 1, 0, True, infra=True)  # identical to the query, but an infrastructure failure
     add(mem, 2, 0, False, infra=True)
@@ -190,7 +190,7 @@ def test_no_embedding_and_infra_failures_stored_but_never_retrieved():
 
 
 def test_memory_with_only_unembedded_records():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     add(mem, 0, None, True)
     assert len(mem) == 1
     assert mem.retrieve(Q, "none", task(99)) == []
@@ -202,7 +202,7 @@ def test_retrieve_without_query_embedding_returns_nothing(eight):
 
 
 def test_empty_memory_retrieves_nothing():
-    assert TrajectoryMemory().retrieve(Q, "corrective", task(0)) == []
+    assert TrajectoryStore().retrieve(Q, "corrective", task(0)) == []
 
 
 def test_unknown_mode_rejected(eight):
@@ -214,7 +214,7 @@ def test_unknown_mode_rejected(eight):
 
 def test_wrong_embedding_dimension_rejected(tmp_path):
     p = tmp_path / "trajectories.jsonl"
-    mem = TrajectoryMemory(p)
+    mem = TrajectoryStore(p)
     add(mem, 0, 10, True)
     with pytest.raises(ValueError, match="dimension"):
         mem.add(task(1), traj(1), ok(True), embedding=[1.0, 0.0, 0.0])
@@ -227,7 +227,7 @@ def test_wrong_embedding_dimension_rejected(tmp_path):
 
 
 def test_freeze_blocks_add():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     add(mem, 0, 10, True)
     mem.freeze()
     assert mem.frozen
@@ -241,7 +241,7 @@ def test_freeze_blocks_add():
 
 
 def test_record_fields_and_parents_sorted():
-    mem = TrajectoryMemory()
+    mem = TrajectoryStore()
     rec = add(mem, 0, 10, True, parents=["abs-000003", "abs-000001", "abs-000003"], iteration=4, mode="strategic")
     assert rec.record_id == 0
     assert rec.parents == ("abs-000001", "abs-000003")
@@ -250,8 +250,8 @@ def test_record_fields_and_parents_sorted():
     assert mem[0] is rec
 
 
-def build_persistent(path) -> TrajectoryMemory:
-    mem = TrajectoryMemory(path)
+def build_persistent(path) -> TrajectoryStore:
+    mem = TrajectoryStore(path)
     for i, deg, y in EIGHT:
         add(mem, i, deg, y, iteration=i // 3, mode="none" if i % 2 else "corrective")
     add(mem, 8, None, False)
@@ -260,7 +260,7 @@ def build_persistent(path) -> TrajectoryMemory:
     return mem
 
 
-def all_retrievals(mem: TrajectoryMemory):
+def all_retrievals(mem: TrajectoryStore):
     out = []
     for q in (Q, np.array(at(45)), np.array(at(85))):
         for mode in ("none", "imitation", "strategic", "corrective"):
@@ -276,7 +276,7 @@ def test_reload_gives_identical_records_and_retrieval(tmp_path):
     before = all_retrievals(mem)
     mem.close()
 
-    again = TrajectoryMemory(p)
+    again = TrajectoryStore(p)
     assert len(again) == 11
     assert list(again) == before_records
     assert all_retrievals(again) == before
@@ -284,7 +284,7 @@ def test_reload_gives_identical_records_and_retrieval(tmp_path):
     rec = add(again, 11, 12, True)
     assert rec.record_id == 11
     again.close()
-    assert len(TrajectoryMemory(p)) == 12
+    assert len(TrajectoryStore(p)) == 12
 
 
 def test_torn_final_line_skipped_on_reload(tmp_path, caplog):
@@ -294,7 +294,7 @@ def test_torn_final_line_skipped_on_reload(tmp_path, caplog):
     full = p.read_bytes()
     p.write_bytes(full[:-40])  # the last record loses its tail and its newline
     with caplog.at_level(logging.WARNING):
-        again = TrajectoryMemory(p)
+        again = TrajectoryStore(p)
     assert len(again) == 10
     assert [r.record_id for r in again] == list(range(10))
     assert any("torn" in r.getMessage() for r in caplog.records)
@@ -302,14 +302,14 @@ def test_torn_final_line_skipped_on_reload(tmp_path, caplog):
     rec = add(again, 10, 15, True)
     assert rec.record_id == 10
     again.close()
-    third = TrajectoryMemory(p)
+    third = TrajectoryStore(p)
     assert [r.record_id for r in third] == list(range(11))
     assert third[10].task.task_id == 10
 
 
 def test_corrupt_middle_line_skipped_on_reload(tmp_path, caplog):
     p = tmp_path / "trajectories.jsonl"
-    mem = TrajectoryMemory(p)
+    mem = TrajectoryStore(p)
     for i, deg, y in EIGHT[:5]:
         add(mem, i, deg, y)
     mem.close()
@@ -317,7 +317,7 @@ def test_corrupt_middle_line_skipped_on_reload(tmp_path, caplog):
     lines[2] = b'{"record_id": 2, "task": {GARBAGE'
     p.write_bytes(b"\n".join(lines))
     with caplog.at_level(logging.WARNING):
-        again = TrajectoryMemory(p)
+        again = TrajectoryStore(p)
     assert any(f"{p}:3:" in r.getMessage() for r in caplog.records)
     # the records after the corrupt line are not lost
     assert [r.record_id for r in again] == [0, 1, 3, 4]
@@ -327,12 +327,12 @@ def test_corrupt_middle_line_skipped_on_reload(tmp_path, caplog):
     rec = add(again, 5, 60, False)
     assert rec.record_id == 5
     again.close()
-    assert [r.record_id for r in TrajectoryMemory(p)] == [0, 1, 3, 4, 5]
+    assert [r.record_id for r in TrajectoryStore(p)] == [0, 1, 3, 4, 5]
 
 
 def test_invalid_record_in_file_skipped(tmp_path, caplog):
     p = tmp_path / "trajectories.jsonl"
-    mem = TrajectoryMemory(p)
+    mem = TrajectoryStore(p)
     add(mem, 0, 10, True)
     add(mem, 1, 20, False)
     mem.close()
@@ -341,14 +341,14 @@ def test_invalid_record_in_file_skipped(tmp_path, caplog):
     bad["mode"] = "telepathy"
     p.write_text(lines[0] + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING):
-        again = TrajectoryMemory(p)
+        again = TrajectoryStore(p)
     assert [r.record_id for r in again] == [0]
     assert any(f"{p}:2:" in r.getMessage() for r in caplog.records)
 
 
 def test_memory_record_from_file_is_memory_record(tmp_path):
     p = tmp_path / "t.jsonl"
-    mem = TrajectoryMemory(p, fsync=False)
+    mem = TrajectoryStore(p, fsync=False)
     add(mem, 0, 10, True)
     mem.close()
     d = json.loads(p.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Trajectory memory M_k: the append-only store of (task, trajectory, outcome) records.
+"""Trajectory store: the trajectory memory M_k, the append-only store of (task, trajectory, outcome) records.
 
 What Anti-Persistence keeps. Records are never rewritten or deleted; task embeddings sit in one
 matrix so every retrieval is a single matrix-vector product (B.3). Retrieval is mode-specific:
@@ -19,13 +19,11 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from antipersist_lib.jsonl import JsonlWriter, read_jsonl
-from antipersist_lib.memory.outcome_log import FrozenStateError
+from antipersist_lib.memory.journaled_store import JournaledStore
 from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
 from antipersist_lib.records import MODES, EpisodeOutcome, Task, Trajectory
 
@@ -101,8 +99,11 @@ class Retrieved:
     role: str  # "record" (none), "success", "failure", "contrast"
 
 
-class TrajectoryMemory:
-    """M_k, optionally backed by ``trajectories.jsonl`` (reloaded in order, tolerant of torn lines)."""
+class TrajectoryStore(JournaledStore):
+    """M_k, optionally backed by ``trajectories.jsonl`` (reloaded in order, tolerant of torn lines);
+    ``read_only=True`` opens an existing file for an audit."""
+
+    what = "trajectory memory"
 
     def __init__(
         self,
@@ -110,29 +111,28 @@ class TrajectoryMemory:
         *,
         task_filter: str = "task_type",
         fsync: bool = True,
+        read_only: bool = False,
     ) -> None:
         if task_filter not in TASK_FILTERS:
             raise ValueError(f"task_filter is {task_filter!r}, expected one of {TASK_FILTERS}")
-        self.path = Path(path) if path is not None else None
+        super().__init__(path, fsync=fsync, read_only=read_only)
         self.task_filter = task_filter
         self._records: list[MemoryRecord] = []
         self._matrix = EmbeddingMatrix()
         self._row_of: list[int] = []  # matrix row -> record index
         self._next_id = 0  # ids only grow; a record lost to a corrupt line leaves a gap, never a reuse
-        self._frozen = False
         self._cache: tuple[np.ndarray, ...] | None = None
         self._ids: dict[str, int] = {}
         self._col_success: list[bool] = []
         self._col_infra: list[bool] = []
         self._col_bench: list[int] = []
         self._col_type: list[int] = []
-        if self.path is not None:
-            for line in read_jsonl(self.path):
-                try:
-                    self._add(MemoryRecord.from_dict(line.value))
-                except (KeyError, TypeError, ValueError) as exc:
-                    log.warning("%s:%d: skipping invalid memory record: %s", self.path, line.lineno, exc)
-        self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None else None
+        for line in self._journal_lines():
+            try:
+                self._add(MemoryRecord.from_dict(line.value))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s:%d: skipping invalid memory record: %s", self.path, line.lineno, exc)
+        self._open_journal()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -161,8 +161,7 @@ class TrajectoryMemory:
         mode: str | None = None,
     ) -> MemoryRecord:
         """M_{k+1} = M_k + {(tau, e, y)}; returns the stored record."""
-        if self._frozen:
-            raise FrozenStateError("trajectory memory is frozen (held-out evaluation may not write it)")
+        self._check_writable()
         emb = None if embedding is None else tuple(float(x) for x in np.asarray(embedding).reshape(-1))
         rec = MemoryRecord(
             record_id=self._next_id,
@@ -176,24 +175,9 @@ class TrajectoryMemory:
         )
         if emb is not None and self._matrix.dim is not None and len(emb) != self._matrix.dim:
             raise ValueError(f"embedding has dimension {len(emb)}, memory holds {self._matrix.dim}")
-        if self._writer is not None:
-            self._writer.append(rec.to_dict())
+        self._journal_append(rec.to_dict())
         self._add(rec)
         return rec
-
-    def freeze(self) -> None:
-        self._frozen = True
-
-    def unfreeze(self) -> None:
-        self._frozen = False
-
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
 
     # -- reading ---------------------------------------------------------------------------
 

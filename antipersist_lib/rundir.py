@@ -11,10 +11,14 @@ Layout::
     episodes_heldout.jsonl   one record per held-out episode (kept apart, never read by methods)
     calls.jsonl              the LLM call ledger (every call made, including those of episodes
                              interrupted by a crash: they were paid for)
-    state/                   the method's own stores (trajectories, outcome log, abstractions)
-    snapshots/               per-iteration abstraction-store snapshots (atomic JSON)
+    state/                   the method's own stores (trajectories.jsonl, outcome_log.jsonl,
+                             abstractions/events.jsonl, and each method's own files)
+    snapshots/               per-iteration abstraction-store snapshots, abstractions_iter_NN.json
     summary.json             per-iteration metrics (rewritten atomically after each evaluation)
     run.lock                 held while a process works on the run
+
+``RunDirectory`` is the one place these names are defined; ``RunDirectory(path).open()`` takes a
+run for writing.
 
 Crash safety: training writes go to the state files first, then the episode record, then the
 journal line. On resume every state file is cut back to the line counts of the last journal
@@ -34,17 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from antipersist_lib.errors import ManifestMismatchError, RunLockedError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
 
 log = logging.getLogger(__name__)
 
-
-class RunLockedError(RuntimeError):
-    """Another process holds this run directory."""
-
-
-class ManifestMismatchError(ValueError):
-    """The run directory belongs to a different configuration."""
+#: the two kinds of episode, each with its own record file
+PHASE_NAMES = ("train", "heldout")
 
 
 def count_lines(path: Path) -> int:
@@ -91,16 +91,117 @@ class JournalState:
 
 
 class RunDirectory:
-    """Owns one run directory for the lifetime of a process (exclusive lock)."""
+    """The layout of one run directory: every file name in it is defined here, and nowhere else.
+
+    Creating one touches nothing, so analysis code can ask it for paths and read a finished run;
+    ``open()`` takes the directory for writing (an exclusive lock held until ``close``).
+    """
+
+    MANIFEST = "manifest.json"
+    JOURNAL = "journal.jsonl"
+    CALLS = "calls.jsonl"
+    SUMMARY = "summary.json"
+    LOCK = "run.lock"
+    STATE = "state"
+    SNAPSHOTS = "snapshots"
+    #: the stores' files inside ``state/`` (each method lists its own in ``Method.state_files``)
+    TRAJECTORIES = "trajectories.jsonl"
+    OUTCOME_LOG = "outcome_log.jsonl"
+    ABSTRACTIONS = "abstractions"  # an AbstractionStore folder
+    ABSTRACTION_EVENTS = "abstractions/events.jsonl"  # its journal (abstraction_store.EVENTS_FILE)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # -- file names -------------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path / self.JOURNAL
+
+    @property
+    def calls_path(self) -> Path:
+        return self.path / self.CALLS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / self.LOCK
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path / self.STATE
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.path / self.SNAPSHOTS
+
+    def episodes_path(self, phase: str) -> Path:
+        """``episodes_train.jsonl`` or ``episodes_heldout.jsonl``."""
+        if phase not in PHASE_NAMES:
+            raise ValueError(f"phase is {phase!r}, expected one of {PHASE_NAMES}")
+        return self.path / f"episodes_{phase}.jsonl"
+
+    def state_path(self, name: str) -> Path:
+        """A store's file under ``state/`` (e.g. ``RunDirectory.OUTCOME_LOG``)."""
+        return self.state_dir / name
+
+    def snapshot_path(self, iteration: int) -> Path:
+        """Where a method writes its abstraction store after ``iteration`` (one name for every
+        method, so the provenance audit and frozen-layer loading find any method's snapshots)."""
+        return self.snapshot_dir / f"abstractions_iter_{iteration:02d}.json"
+
+    def snapshot_paths(self) -> list[Path]:
+        """The abstraction snapshots in iteration order."""
+        return sorted(self.snapshot_dir.glob("abstractions_iter_*.json"))
+
+    # -- reading a run ----------------------------------------------------------------------
+
+    def is_run(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.is_run():
+            raise FileNotFoundError(f"{self.path} is not a run directory (no {self.MANIFEST})")
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    def read_episodes(self, phase: str) -> list[dict[str, Any]]:
+        """The episode records of one phase, in file order (none when the file does not exist)."""
+        return [x.value for x in read_jsonl(self.episodes_path(phase))]
+
+    def heldout_done(self) -> set[tuple[int, int]]:
+        """(iteration, position) of every finished held-out episode."""
+        return {
+            (int(x.value["iteration"]), int(x.value["position"]))
+            for x in read_jsonl(self.episodes_path("heldout"))
+            if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value
+        }
+
+    def open(self) -> OpenRun:
+        """Take the directory for writing (creates it; ``RunLockedError`` when another process holds it)."""
+        return OpenRun(self)
+
+
+class OpenRun:
+    """A run directory held by this process (exclusive lock): manifest, journal, crash recovery."""
+
+    def __init__(self, layout: RunDirectory) -> None:
+        self.layout = layout
+        self.path = layout.path
         self.path.mkdir(parents=True, exist_ok=True)
-        self.state_dir = self.path / "state"
-        self.snapshot_dir = self.path / "snapshots"
-        self.state_dir.mkdir(exist_ok=True)
-        self.snapshot_dir.mkdir(exist_ok=True)
-        self._lock_fh = open(self.path / "run.lock", "a+")
+        layout.state_dir.mkdir(exist_ok=True)
+        layout.snapshot_dir.mkdir(exist_ok=True)
+        self._lock_fh = open(layout.lock_path, "a+")
         try:
             fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -119,18 +220,15 @@ class RunDirectory:
 
     # -- manifest ---------------------------------------------------------------------------
 
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / "manifest.json"
-
     def check_or_write_manifest(self, manifest: dict[str, Any], identity_keys: Iterable[str]) -> bool:
         """Write the manifest of a new run, or check that a resumed run has the same identity.
 
         Returns True when resuming. Fields outside ``identity_keys`` (versions, commit, time)
         may differ between sessions; their latest values are kept in ``resumed`` entries.
         """
-        if self.manifest_path.exists():
-            old = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        path = self.layout.manifest_path
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
             diffs = [k for k in identity_keys if _canon(old.get(k)) != _canon(manifest.get(k))]
             if diffs:
                 details = "; ".join(f"{k}: stored {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
@@ -141,20 +239,16 @@ class RunDirectory:
             old.setdefault("resumed", []).append(
                 {k: manifest.get(k) for k in ("versions", "git_commit", "started_at") if k in manifest}
             )
-            atomic_write_json(self.manifest_path, old)
+            atomic_write_json(path, old)
             return True
-        atomic_write_json(self.manifest_path, manifest)
+        atomic_write_json(path, manifest)
         return False
 
     # -- journal ----------------------------------------------------------------------------
 
-    @property
-    def journal_path(self) -> Path:
-        return self.path / "journal.jsonl"
-
     def read_journal(self) -> JournalState:
         st = JournalState()
-        for line in read_jsonl(self.journal_path):
+        for line in read_jsonl(self.layout.journal_path):
             e = line.value
             if not isinstance(e, dict) or "kind" not in e:
                 continue
@@ -179,7 +273,7 @@ class RunDirectory:
 
     def commit(self, entry: dict[str, Any], files: Iterable[Path]) -> None:
         if self._journal is None:
-            self._journal = JsonlWriter(self.journal_path)
+            self._journal = JsonlWriter(self.layout.journal_path)
         self._journal.append({**entry, "state": self.state_vector(files)})
 
     def close(self) -> None:
@@ -191,20 +285,11 @@ class RunDirectory:
         except (OSError, ValueError):
             pass
 
-    def __enter__(self) -> RunDirectory:
+    def __enter__(self) -> OpenRun:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def heldout_done(path: Path) -> set[tuple[int, int]]:
-    """(iteration, position) of every finished held-out episode."""
-    return {
-        (int(x.value["iteration"]), int(x.value["position"]))
-        for x in read_jsonl(path)
-        if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value
-    }
 
 
 def _canon(x: Any) -> str:

@@ -1,0 +1,50 @@
+"""Every error the kit raises on purpose, in one leaf module (it imports nothing from the kit).
+
+Callers catch these by layer: a benchmark that is missing (install it) versus one that failed
+mid-episode (recorded as an infrastructure failure), an endpoint that is down versus one that
+rejects the request, state that held-out evaluation froze, a run directory held or configured
+differently. The command line turns each into one line naming the fix.
+"""
+
+from __future__ import annotations
+
+
+class FrozenStateError(RuntimeError):
+    """Something tried to write a store that held-out evaluation froze, or one opened read-only."""
+
+
+class InfrastructureError(RuntimeError):
+    """The benchmark engine failed (exception, crashed JVM, lost server); not the agent's fault."""
+
+
+class BenchmarkUnavailableError(RuntimeError):
+    """A benchmark's engine, data or server is missing; the message says how to get it."""
+
+
+class LLMError(RuntimeError):
+    """Base of the kit's endpoint errors; carries how many retries were spent."""
+
+    def __init__(self, message: str, *, retries: int = 0, last_error: str | None = None) -> None:
+        super().__init__(message)
+        self.retries = retries
+        self.last_error = last_error
+
+
+class LLMUnavailableError(LLMError):
+    """The endpoint kept failing transiently until the retry budget was spent."""
+
+
+class LLMRequestError(LLMError):
+    """The endpoint rejected the request (a 4xx other than 408/409/429); retrying cannot help."""
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds this run directory."""
+
+
+class ManifestMismatchError(ValueError):
+    """The run directory belongs to a different configuration."""
+
+
+class NotebookError(RuntimeError):
+    """A notebook could not be executed: unknown notebook or parameter, or a failing cell."""
