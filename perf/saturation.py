@@ -86,7 +86,9 @@ def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, floa
         runner = _TimedRunner(spec, endpoint=ep, embed_endpoint=ep, partition=partition(n_train=1, n_heldout=n))
         runner.run()
         calls = [
-            x.value for x in read_jsonl(RunDirectory(spec.run_dir()).calls_path) if x.value["tags"].get("phase") == "heldout"
+            x.value
+            for x in read_jsonl(RunDirectory(spec.run_dir()).calls_path)
+            if x.value["tags"].get("phase") == "heldout"
         ]
     # the ideal assumes exactly N*S first-try calls; anything else would make the number meaningless
     if len(calls) != n * steps or any(c["retries"] or c["cached"] for c in calls):
