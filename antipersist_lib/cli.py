@@ -83,6 +83,7 @@ SELECTOR_FLAGS = (
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
     from antipersist_lib import methods
+    from antipersist_lib.arc import prompts as _arc_prompts  # noqa: F401  (registers the ARC-AGI Stream prompts)
 
     if args.show:
         texts = methods.prompt_texts()

@@ -238,6 +238,9 @@ def test_prompts_command_lists_every_methods_prompts(capsys):
     assert {"agent_system", "imitation", "strategic", "corrective", "abstraction_judge"} <= names
     assert any(n.startswith("expel_") for n in names) and any(n.startswith("reflexion_") for n in names)
     assert any(n.startswith("autorefine_") for n in names)
+    # and the related study's systems: the ARC-AGI Stream controller and the consolidators
+    assert {"arc_solver", "arc_decision", "arc_extraction"} <= names, sorted(names)
+    assert {f"consolidation_{b}" for b in ("ace_curator", "awm_induce", "clin_update", "dc_rewrite")} <= names
     assert main(["prompts", "--show", "abstraction_judge"]) == 0
     from antipersist_lib.methods.abstraction_memory import JUDGE_PROMPT
 

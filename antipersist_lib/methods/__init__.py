@@ -11,6 +11,7 @@
 | joint_memory | both |
 | anti_persistence | trajectories + outcome log, temporary guidance; variants: ``persist``, ``policy``, ``fixed_mode``, ``frozen_skills`` |
 | frozen_skills | a fixed skill library (none / useful / toxic, AppWorld study F.1) |
+| consolidated_memory | a memory bank built offline by ``consolidation`` (the faulty-memories study's evaluation) |
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "joint_memory": ("antipersist_lib.methods.abstraction_memory", "JointMemory"),
     "anti_persistence": ("antipersist_lib.methods.anti_persistence", "AntiPersistence"),
     "frozen_skills": ("antipersist_lib.methods.frozen_skills", "FrozenSkills"),
+    "consolidated_memory": ("antipersist_lib.consolidation.method", "ConsolidatedMemory"),
 }
 #: the eight methods of Table 1, in the paper's row order
 TABLE1_METHODS: tuple[str, ...] = (

@@ -1,0 +1,493 @@
+"""The ARC-AGI Stream loop (paper §3, §5): solve, grade, record the trajectory, manage memory.
+
+Per step: every task of the step is solved with the memory as it stood at the start of the step
+(solver prompt B.1, sandbox grade on the task's shown examples with ``TOOL_SOURCE`` as preamble);
+each trajectory joins the episodic buffer (GT: the ground-truth code, counted as passing;
+Running: the model's own code, with the B.5 failure banner when it failed); then one memory
+decision is taken for the whole buffer:
+
+- ``force``: no decision call. Every buffered trajectory is consolidated (extraction prompt B.4)
+  and the buffer is emptied, so no episodic entry persists between rounds.
+- ``auto``: the model chooses Retain / Delete(ids) / Consolidate(ids) (decision prompt B.3).
+- ``episodic_only``: the decision prompt offers only Retain / Delete; extraction is never called
+  and the abstract store stays empty.
+
+The extraction reply's retain / new / merge items rewrite the abstract store with lineage
+(``from_existing`` strategy ids, ``from_functions`` episode ids). After the decision the buffer's
+capacity is enforced (oldest first) and one JSON snapshot of both stores, the decision and the
+extraction is appended to ``<out_dir>/snapshots.jsonl``.
+
+Kit choices where the paper is silent:
+
+- Unparseable replies follow ``arc.prompts``: a decision falls back to Retain; an extraction
+  leaves the strategy memory unchanged and (Auto) keeps the selected trajectories in the buffer.
+  Force still empties the buffer, so its invariant holds whatever the model replies.
+- GT streams still call the solver each step, to record the online solve rate; its reply does
+  not enter memory. The stream grades on the shown (train) examples (B.1: "graded as passing on
+  all 10 examples"); ``evaluate`` grades held-out tasks on their test examples.
+- A trajectory keeps ``history_examples`` IO pairs (B.3 shows one). GT code loses its leading
+  comment line, which names the family and skill (labels the model must never see).
+- With ``record_failures=False`` a failed Running solve is not recorded; a step that leaves the
+  buffer empty takes no decision (recorded as a skipped Retain).
+- ``steps`` beyond the task list cycle through it again; ``shuffle`` orders it with ``seed``.
+- A run directory is written once: an existing non-empty snapshot file is refused (no resume).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.arc.generator import ArcTask
+from antipersist_lib.arc.prompts import (
+    Decision,
+    ReplyParseError,
+    decision_messages,
+    decision_or_fallback,
+    extraction_messages,
+    failure_banner,
+    parse_extraction,
+    solver_messages,
+)
+from antipersist_lib.arc.sandbox import DEFAULT_LIMITS, ExampleOutcome, GradeResult, SandboxLimits, extract_code, grade
+from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, StrategyDraft
+from antipersist_lib.arc.tools import TOOL_SOURCE
+from antipersist_lib.core.prompts import prompt_hashes
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.serving.llm import LLMClient
+
+REGIMES = ("force", "auto", "episodic_only")
+SOURCES = ("gt", "running")
+MEMORY_SOURCES = ("episodic", "abstract")
+SNAPSHOTS_FILE = "snapshots.jsonl"
+CONFIG_FILE = "config.json"
+MEMORY_FILE = "memory.json"
+
+PURPOSE_SOLVE = "arc_solve"
+PURPOSE_DECIDE = "arc_decide"
+PURPOSE_EXTRACT = "arc_extract"
+PURPOSE_EVAL = "arc_eval"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One ARC-AGI Stream run. ``buffer_size`` is the episodic capacity (paper |B| = 1 or 8; None = unbounded)."""
+
+    regime: str = "auto"
+    source: str = "gt"
+    buffer_size: int | None = 8
+    steps: int | None = None  # default: enough steps to see every task once
+    tasks_per_step: int = 1
+    seed: int = 0
+    shuffle: bool = False
+    history_examples: int = 1
+    record_failures: bool = True
+    solver_memory: tuple[str, ...] = MEMORY_SOURCES
+    tool_bodies: bool = False
+    temperature: float = 0.0
+    solver_max_tokens: int = 4096
+    manager_max_tokens: int = 4096
+    limits: SandboxLimits = DEFAULT_LIMITS
+
+    def __post_init__(self) -> None:
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES}, got {self.regime!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
+        if self.buffer_size is not None and (isinstance(self.buffer_size, bool) or self.buffer_size < 1):
+            raise ValueError(f"buffer_size must be >= 1 or None, got {self.buffer_size!r}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
+        if self.tasks_per_step < 1 or self.history_examples < 1:
+            raise ValueError("tasks_per_step and history_examples must be >= 1")
+        unknown = [s for s in self.solver_memory if s not in MEMORY_SOURCES]
+        if unknown:
+            raise ValueError(f"solver_memory entries must be in {MEMORY_SOURCES}, got {unknown}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["solver_memory"] = list(self.solver_memory)
+        return data
+
+
+@dataclass(frozen=True)
+class SolveRecord:
+    """One solver call and its grade (family/skill for analysis only)."""
+
+    task_id: str
+    family: str
+    skill: str
+    passed: bool
+    n_correct: int
+    n_examples: int
+    status: str
+    code: str | None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class StreamResult:
+    config: StreamConfig
+    memory: Memory
+    snapshots: list[dict[str, Any]]
+    snapshots_path: Path
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def solve_accuracy(self) -> float:
+        """Fraction of the stream's solver calls whose code passed (the online curve's mean)."""
+        solves = [s for snap in self.snapshots for s in snap["solves"]]
+        return sum(s["passed"] for s in solves) / len(solves) if solves else 0.0
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    n_passed: int
+    n_tasks: int
+    records: tuple[SolveRecord, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accuracy": self.accuracy,
+            "n_passed": self.n_passed,
+            "n_tasks": self.n_tasks,
+            "records": [r.to_dict() for r in self.records],
+        }
+
+
+# -- solving --------------------------------------------------------------------------------------
+
+
+def task_examples(task: ArcTask, split: str = "train") -> list[dict[str, Any]]:
+    return [ex.to_dict() for ex in (task.train if split == "train" else task.test)]
+
+
+def gt_code(task: ArcTask) -> str:
+    """The ground-truth solution without its leading comment (which names the family and skill)."""
+    lines = task.solution_source.splitlines()
+    while lines and (lines[0].startswith("#") or not lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines) + "\n"
+
+
+def solve_task(
+    task: ArcTask,
+    llm: LLMClient,
+    memory: Memory,
+    *,
+    sources: Sequence[str] = MEMORY_SOURCES,
+    grade_split: str = "train",
+    tool_bodies: bool = False,
+    temperature: float = 0.0,
+    max_tokens: int = 4096,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    purpose: str = PURPOSE_SOLVE,
+    tags: dict[str, Any] | None = None,
+) -> tuple[SolveRecord, GradeResult]:
+    """Solver prompt with the chosen memory sources, then a sandbox grade of the reply's code."""
+    strategies = list(memory.abstract) if "abstract" in sources else []
+    history = list(memory.episodic) if "episodic" in sources else []
+    messages = solver_messages(task_examples(task), strategies, history, tool_bodies=tool_bodies)
+    reply = llm.chat(
+        messages,
+        purpose=purpose,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        tags={"task_id": task.task_id, **(tags or {})},
+    )
+    code = extract_code(reply.text)
+    examples = task_examples(task, grade_split)
+    if code is None:
+        result = _no_code(len(examples))
+    else:
+        result = grade(code, examples, preamble=TOOL_SOURCE, limits=limits)
+    record = SolveRecord(
+        task_id=task.task_id,
+        family=task.family,
+        skill=task.skill,
+        passed=result.passed,
+        n_correct=result.n_correct,
+        n_examples=result.n_examples,
+        status=result.status,
+        code=code,
+        error=result.error,
+    )
+    return record, result
+
+
+def _no_code(n: int) -> GradeResult:
+    why = "the reply has no closed Markdown-fenced Python block"
+    outcomes = tuple(ExampleOutcome(i, "not_run", why) for i in range(n))
+    return GradeResult("no_code", False, 0, n, outcomes, error=why)
+
+
+def make_episode(
+    task: ArcTask, record: SolveRecord, result: GradeResult, config: StreamConfig, entry_id: str, step: int
+) -> Episode | None:
+    """The trajectory this solve adds to the buffer (None: a failure not recorded)."""
+    shown = task_examples(task)[: config.history_examples]
+    if config.source == "gt":
+        return Episode(entry_id, task.task_id, task.family, task.skill, shown, gt_code(task), True, "", "gt", step)
+    if not record.passed and not config.record_failures:
+        return None
+    banner = "" if record.passed else failure_banner(result, task_examples(task))
+    code = record.code if record.code is not None else ""
+    return Episode(entry_id, task.task_id, task.family, task.skill, shown, code, record.passed, banner, "running", step)
+
+
+# -- memory management ----------------------------------------------------------------------------
+
+
+def allowed_actions(regime: str) -> tuple[str, ...]:
+    return {"auto": ("retain", "delete", "consolidate"), "episodic_only": ("retain", "delete")}.get(regime, ())
+
+
+def consolidate(
+    llm: LLMClient, memory: Memory, inputs: Sequence[Episode], step: int, config: StreamConfig, calls: Counter
+) -> dict[str, Any]:
+    """Run the extraction prompt on ``inputs`` and apply its plan; the snapshot's extraction record."""
+    existing = list(memory.abstract)
+    reply = llm.chat(
+        extraction_messages(existing, inputs),
+        purpose=PURPOSE_EXTRACT,
+        temperature=config.temperature,
+        max_tokens=config.manager_max_tokens,
+        tags={"step": step, "regime": config.regime},
+    )
+    calls[PURPOSE_EXTRACT] += 1
+    record: dict[str, Any] = {
+        "applied": False,
+        "input_ids": [e.entry_id for e in inputs],
+        "existing_ids": [s.entry_id for s in existing],
+        "items": [],
+        "created": [],
+        "retained": [],
+        "dropped": [],
+        "warnings": [],
+        "error": None,
+    }
+    try:
+        plan = parse_extraction(reply.text, n_existing=len(existing), n_inputs=len(inputs))
+    except ReplyParseError as exc:
+        record["error"] = str(exc)
+        return record
+    drafts = [
+        StrategyDraft(
+            kind=item.kind,
+            text=item.text,
+            from_existing=tuple(existing[i - 1].entry_id for i in item.from_existing),
+            from_functions=tuple(inputs[k - 1].entry_id for k in item.from_functions),
+        )
+        for item in plan.items
+    ]
+    created = iter(memory.abstract.rewrite(drafts, {e.entry_id: e for e in inputs}, step))
+    for item, draft in zip(plan.items, drafts, strict=True):
+        entry_ids = list(draft.from_existing) if item.kind == "retain" else [next(created).entry_id]
+        record["items"].append(
+            {
+                **item.to_dict(),
+                "from_existing_ids": list(draft.from_existing),
+                "from_functions_ids": list(draft.from_functions),
+                "entry_ids": entry_ids,
+            }
+        )
+        record["retained" if item.kind == "retain" else "created"].extend(entry_ids)
+    record["retained"] = list(dict.fromkeys(record["retained"]))
+    record["dropped"] = [s.entry_id for s in existing if s.entry_id not in memory.abstract]
+    record["warnings"] = list(plan.warnings)
+    record["applied"] = True
+    return record
+
+
+def _decide(
+    llm: LLMClient, memory: Memory, step: int, new_ids: list[str], config: StreamConfig, calls: Counter
+) -> Decision:
+    buffer = memory.episodic
+    if config.regime == "force":
+        return (
+            Decision("consolidate", tuple(buffer.ids()), "forced") if len(buffer) else Decision("retain", (), "skipped")
+        )
+    if not len(buffer):
+        return Decision("retain", (), "skipped")
+    allowed = allowed_actions(config.regime)
+    strategies = list(memory.abstract) if config.regime == "auto" else None
+    messages = decision_messages(
+        step, list(buffer), strategies, allowed=allowed, capacity=buffer.capacity, new_ids=new_ids
+    )
+    reply = llm.chat(
+        messages,
+        purpose=PURPOSE_DECIDE,
+        temperature=config.temperature,
+        max_tokens=config.manager_max_tokens,
+        tags={"step": step, "regime": config.regime},
+    )
+    calls[PURPOSE_DECIDE] += 1
+    return decision_or_fallback(reply.text, allowed=allowed, known_ids=buffer.ids())
+
+
+def run_step(
+    step: int, batch: Sequence[ArcTask], llm: LLMClient, memory: Memory, config: StreamConfig, calls: Counter
+) -> dict[str, Any]:
+    """One stream step; mutates ``memory`` and returns the step's snapshot record."""
+    graded = []
+    for task in batch:  # every task of the step sees the memory as it stood at the step's start
+        record, result = solve_task(
+            task,
+            llm,
+            memory,
+            sources=config.solver_memory,
+            tool_bodies=config.tool_bodies,
+            temperature=config.temperature,
+            max_tokens=config.solver_max_tokens,
+            limits=config.limits,
+            tags={"step": step, "regime": config.regime},
+        )
+        calls[PURPOSE_SOLVE] += 1
+        graded.append((task, record, result))
+    buffer = memory.episodic
+    new_ids = []
+    for task, record, result in graded:
+        episode = make_episode(task, record, result, config, f"E{buffer.next_number}", step)
+        if episode is not None:
+            buffer.append(episode)
+            new_ids.append(episode.entry_id)
+
+    decision = _decide(llm, memory, step, new_ids, config, calls)
+    deleted: list[Episode] = []
+    consumed: list[Episode] = []
+    extraction = None
+    if decision.action == "delete":
+        deleted = buffer.remove(decision.ids)
+    elif decision.action == "consolidate":
+        inputs = [buffer.get(i) for i in decision.ids]
+        extraction = consolidate(llm, memory, inputs, step, config, calls)
+        if extraction["applied"] or config.regime == "force":
+            consumed = buffer.remove(decision.ids)
+    if config.regime == "force":
+        consumed += buffer.clear()
+    evicted = buffer.enforce_capacity()
+    return {
+        "step": step,
+        "regime": config.regime,
+        "source": config.source,
+        "solves": [r.to_dict() for _t, r, _g in graded],
+        "appended": new_ids,
+        "decision": decision.to_dict(),
+        "extraction": extraction,
+        "deleted": [e.to_dict() for e in deleted],
+        "consumed": [e.to_dict() for e in consumed],
+        "evicted": [e.to_dict() for e in evicted],
+        "memory": memory.to_dict(),
+        "coverage": memory.coverage().to_dict(),
+    }
+
+
+def stream_batches(tasks: Sequence[ArcTask], config: StreamConfig) -> list[list[ArcTask]]:
+    """The tasks of each step: the (optionally shuffled) list, cycled when ``steps`` asks for more."""
+    order = list(tasks)
+    if config.shuffle:
+        random.Random(config.seed).shuffle(order)
+    per = config.tasks_per_step
+    steps = config.steps if config.steps is not None else math.ceil(len(order) / per)
+    if config.steps is None:
+        return [order[i * per : (i + 1) * per] for i in range(steps)]
+    return [[order[(i * per + j) % len(order)] for j in range(per)] for i in range(steps)]
+
+
+def run_stream(tasks: Sequence[ArcTask], llm: LLMClient, config: StreamConfig, out_dir: str | Path) -> StreamResult:
+    """Run the stream, writing ``config.json``, one snapshot per step and the final ``memory.json``."""
+    if not tasks:
+        raise ValueError("run_stream needs at least one task")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    snapshots_path = out / SNAPSHOTS_FILE
+    if snapshots_path.exists() and snapshots_path.stat().st_size > 0:
+        raise FileExistsError(f"{snapshots_path} already holds a run; use a fresh out_dir")
+    batches = stream_batches(tasks, config)
+    hashes = {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")}
+    atomic_write_json(
+        out / CONFIG_FILE,
+        {"config": config.to_dict(), "task_ids": [t.task_id for t in tasks], "prompt_hashes": hashes},
+    )
+    memory = Memory(EpisodicBuffer(capacity=config.buffer_size), AbstractStore())
+    calls: Counter = Counter()
+    snapshots = []
+    with JsonlWriter(snapshots_path) as writer:
+        for step, batch in enumerate(batches, start=1):
+            snapshot = run_step(step, batch, llm, memory, config, calls)
+            writer.append(snapshot)
+            snapshots.append(snapshot)
+    atomic_write_json(out / MEMORY_FILE, memory.to_dict())
+    return StreamResult(config, memory, snapshots, snapshots_path, dict(calls))
+
+
+def load_snapshots(path: str | Path) -> list[dict[str, Any]]:
+    """The per-step snapshots of a run (a run directory or its snapshots file), in step order."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SNAPSHOTS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no snapshot file at {path}")
+    return sorted((line.value for line in read_jsonl(path)), key=lambda s: s["step"])
+
+
+def memory_at(snapshot: dict[str, Any]) -> Memory:
+    """The memory as it stood after the snapshot's step."""
+    return Memory.from_dict(snapshot["memory"])
+
+
+# -- held-out evaluation ----------------------------------------------------------------------------
+
+
+def evaluate(
+    tasks: Sequence[ArcTask],
+    llm: LLMClient,
+    memory: Memory,
+    *,
+    sources: Sequence[str] = MEMORY_SOURCES,
+    tool_bodies: bool = False,
+    temperature: float = 0.0,
+    max_tokens: int = 4096,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    workers: int = 1,
+) -> EvalResult:
+    """Solve each held-out task with ``memory`` in the solver prompt; a pass = every test grid right.
+
+    ``sources`` restricts which stores condition the solver (App. K.1: episodic only, abstract only, both).
+    """
+    unknown = [s for s in sources if s not in MEMORY_SOURCES]
+    if unknown:
+        raise ValueError(f"sources must be in {MEMORY_SOURCES}, got {unknown}")
+
+    def one(task: ArcTask) -> SolveRecord:
+        record, _result = solve_task(
+            task,
+            llm,
+            memory,
+            sources=sources,
+            grade_split="test",
+            tool_bodies=tool_bodies,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            limits=limits,
+            purpose=PURPOSE_EVAL,
+        )
+        return record
+
+    if workers > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            records = tuple(pool.map(one, tasks))
+    else:
+        records = tuple(one(task) for task in tasks)
+    n_passed = sum(r.passed for r in records)
+    return EvalResult(n_passed / len(records) if records else 0.0, n_passed, len(records), records)

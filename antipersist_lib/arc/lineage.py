@@ -1,0 +1,298 @@
+"""Analyses of an ARC-AGI Stream run, read back from its per-step snapshots.
+
+- Strategy lineage (App. C.1): from a final strategy, walk ``from_existing`` pointers backwards
+  through the snapshots to every ancestor entry and collect the trajectories (task ids, families)
+  that fed any of them. Merges may name several parents, so the walk covers the whole ancestry
+  (a DAG); ``Lineage.chain`` is the paper's single chain through the first parent.
+- Misclassification count (§6.1): memory actions that combine episodes of two or more families.
+  Kit reading: every new/merge item an extraction applied is one action; the episodes it combines
+  are its ``from_functions`` episodes plus every trajectory behind its ``from_existing`` parents.
+  Retain items combine nothing and are not counted.
+- Average coverage (Table 4): the per-step ``coverage`` numbers averaged over the run's steps.
+- Memory surgery (App. I): remove exactly one entry, re-evaluate with everything else fixed,
+  report the accuracy delta (ablated minus full).
+- LLM-judge labels (§6.2, App. K.2): one call per abstract entry, label normal / over-generalized /
+  over-specific / garbage; unparseable replies count as ``unparsed``.
+
+Ids are immutable and never reused within a run, so an id found in any snapshot names one entry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from antipersist_lib.arc.controller import EvalResult, evaluate
+from antipersist_lib.arc.generator import ArcTask
+from antipersist_lib.arc.prompts import JUDGE_LABELS, UNPARSED_LABEL, judge_messages, judge_or_fallback
+from antipersist_lib.arc.stores import Memory
+from antipersist_lib.serving.llm import LLMClient
+
+PURPOSE_JUDGE = "arc_judge"
+
+
+class SnapshotIndex:
+    """Every strategy and episode that appeared in a run's snapshots, by id (first appearance)."""
+
+    def __init__(self, snapshots: Iterable[dict[str, Any]]) -> None:
+        self.strategies: dict[str, dict[str, Any]] = {}
+        self.episodes: dict[str, dict[str, Any]] = {}
+        self.snapshots = list(snapshots)
+        for snap in self.snapshots:
+            for entry in snap["memory"]["abstract"]["entries"]:
+                self.strategies.setdefault(entry["entry_id"], entry)
+            gone = snap.get("consumed", []) + snap.get("deleted", []) + snap.get("evicted", [])
+            for entry in snap["memory"]["episodic"]["entries"] + gone:
+                self.episodes.setdefault(entry["entry_id"], entry)
+
+    def strategy(self, entry_id: str) -> dict[str, Any]:
+        if entry_id not in self.strategies:
+            raise KeyError(f"strategy {entry_id!r} is in no snapshot of this run")
+        return self.strategies[entry_id]
+
+    def episode(self, entry_id: str) -> dict[str, Any]:
+        if entry_id not in self.episodes:
+            raise KeyError(f"episode {entry_id!r} is in no snapshot of this run")
+        return self.episodes[entry_id]
+
+
+def _index(source: SnapshotIndex | Iterable[dict[str, Any]]) -> SnapshotIndex:
+    return source if isinstance(source, SnapshotIndex) else SnapshotIndex(source)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    entry_id: str
+    task_id: str
+    family: str
+    skill: str
+    step: int
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    entry_id: str
+    kind: str
+    created_step: int
+    from_existing: tuple[str, ...]
+    from_functions: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A strategy's ancestry: ``nodes`` starts with the target, then ancestors breadth-first."""
+
+    entry_id: str
+    nodes: tuple[LineageNode, ...]
+    trajectories: tuple[Trajectory, ...]
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.family for t in self.trajectories))
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.task_id for t in self.trajectories))
+
+    @property
+    def chain(self) -> tuple[LineageNode, ...]:
+        """C.1's chain: from the target back through each node's first ``from_existing`` parent to a root."""
+        by_id = {n.entry_id: n for n in self.nodes}
+        chain = [by_id[self.entry_id]]
+        while chain[-1].from_existing:
+            chain.append(by_id[chain[-1].from_existing[0]])
+        return tuple(chain)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry_id": self.entry_id,
+            "nodes": [asdict(n) for n in self.nodes],
+            "trajectories": [asdict(t) for t in self.trajectories],
+            "families": list(self.families),
+        }
+
+
+def trace_lineage(snapshots: SnapshotIndex | Iterable[dict[str, Any]], entry_id: str) -> Lineage:
+    """The ancestor strategies of ``entry_id`` and the trajectories that fed them (KeyError if unknown)."""
+    index = _index(snapshots)
+    nodes: list[LineageNode] = []
+    trajectories: dict[str, Trajectory] = {}
+    queue, seen = [entry_id], {entry_id}
+    while queue:
+        current = index.strategy(queue.pop(0))
+        node = LineageNode(
+            entry_id=current["entry_id"],
+            kind=current["kind"],
+            created_step=int(current.get("created_step", 0)),
+            from_existing=tuple(current.get("from_existing", ())),
+            from_functions=tuple(current.get("from_functions", ())),
+            text=current["text"],
+        )
+        nodes.append(node)
+        for episode_id in node.from_functions:
+            ep = index.episode(episode_id)
+            trajectories.setdefault(
+                episode_id, Trajectory(episode_id, ep["task_id"], ep["family"], ep["skill"], int(ep.get("step", 0)))
+            )
+        for parent in node.from_existing:
+            if parent not in seen:
+                seen.add(parent)
+                queue.append(parent)
+    ordered = tuple(sorted(trajectories.values(), key=lambda t: (t.step, int(t.entry_id[1:]))))
+    return Lineage(entry_id, tuple(nodes), ordered)
+
+
+# -- misclassification (§6.1) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryAction:
+    """One new/merge item an extraction applied, with the families of the episodes it combines."""
+
+    step: int
+    entry_id: str
+    kind: str
+    families: tuple[str, ...]
+    task_ids: tuple[str, ...]
+
+    @property
+    def misclassified(self) -> bool:
+        return len(self.families) >= 2
+
+
+@dataclass(frozen=True)
+class MisclassificationReport:
+    count: int
+    actions: tuple[MemoryAction, ...]  # every new/merge action examined, misclassified or not
+    per_step: dict[int, int]  # step -> misclassified actions in that step
+
+    @property
+    def misclassified(self) -> tuple[MemoryAction, ...]:
+        return tuple(a for a in self.actions if a.misclassified)
+
+
+def misclassifications(snapshots: SnapshotIndex | Iterable[dict[str, Any]]) -> MisclassificationReport:
+    """Count memory actions that combine episodes of two or more families (paper Fig. 7(a))."""
+    index = _index(snapshots)
+    actions: list[MemoryAction] = []
+    per_step: dict[int, int] = {}
+    for snap in index.snapshots:
+        extraction = snap.get("extraction") or {}
+        per_step[snap["step"]] = 0
+        if not extraction.get("applied"):
+            continue
+        for item in extraction["items"]:
+            if item["kind"] == "retain":
+                continue
+            episodes = [index.episode(i) for i in item["from_functions_ids"]]
+            parents = [trace_lineage(index, p) for p in item["from_existing_ids"]]
+            families = tuple(dict.fromkeys([e["family"] for e in episodes] + [f for p in parents for f in p.families]))
+            task_ids = tuple(dict.fromkeys([e["task_id"] for e in episodes] + [t for p in parents for t in p.task_ids]))
+            action = MemoryAction(snap["step"], item["entry_ids"][0], item["kind"], families, task_ids)
+            actions.append(action)
+            per_step[snap["step"]] += action.misclassified
+    return MisclassificationReport(sum(per_step.values()), tuple(actions), per_step)
+
+
+def average_coverage(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Table 4's Avg. Covered / Avg. Fused / Buffer Size over a run's steps (fused over steps with entries)."""
+    rows = [snap["coverage"] for snap in snapshots]
+    if not rows:
+        raise ValueError("average_coverage needs at least one snapshot")
+    fused = [r["fused"] for r in rows if r["fused"] is not None]
+    return {
+        "covered": sum(r["covered"] for r in rows) / len(rows),
+        "fused": sum(fused) / len(fused) if fused else None,
+        "buffer_size": sum(r["buffer_size"] for r in rows) / len(rows),
+        "n_steps": len(rows),
+    }
+
+
+# -- memory surgery (App. I) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SurgeryResult:
+    entry_id: str
+    base: EvalResult
+    ablated: EvalResult
+
+    @property
+    def delta(self) -> float:
+        """Ablated minus full accuracy: positive when removing the entry helps."""
+        return self.ablated.accuracy - self.base.accuracy
+
+    def flips(self) -> dict[str, list[str]]:
+        """Task ids that changed outcome when the entry was removed."""
+        base = {r.task_id: r.passed for r in self.base.records}
+        ablated = {r.task_id: r.passed for r in self.ablated.records}
+        return {
+            "to_pass": [t for t, ok in ablated.items() if ok and not base.get(t, False)],
+            "to_fail": [t for t, ok in ablated.items() if not ok and base.get(t, False)],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry_id": self.entry_id,
+            "base_accuracy": self.base.accuracy,
+            "ablated_accuracy": self.ablated.accuracy,
+            "delta": self.delta,
+            **self.flips(),
+        }
+
+
+def memory_surgery(
+    tasks: Sequence[ArcTask],
+    llm: LLMClient,
+    memory: Memory,
+    entry_id: str,
+    *,
+    baseline: EvalResult | None = None,
+    **eval_kw: Any,
+) -> SurgeryResult:
+    """Evaluate ``memory`` with and without exactly one entry (KeyError if it is not in memory).
+
+    Pass ``baseline`` (an ``evaluate`` result for the full memory) to reuse it across entries.
+    """
+    ablated_memory = memory.without(entry_id)
+    base = baseline if baseline is not None else evaluate(tasks, llm, memory, **eval_kw)
+    ablated = evaluate(tasks, llm, ablated_memory, **eval_kw)
+    return SurgeryResult(entry_id, base, ablated)
+
+
+# -- LLM-judge labels (§6.2) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryLabel:
+    entry_id: str
+    label: str  # one of JUDGE_LABELS, or UNPARSED_LABEL
+    reason: str = ""
+    error: str | None = None
+
+
+def judge_memory(
+    llm: LLMClient, memory: Memory, *, temperature: float = 0.0, max_tokens: int = 1024
+) -> list[EntryLabel]:
+    """One judge call per abstract entry; the judge sees the entry and its source problem types."""
+    labels = []
+    for strategy in memory.abstract:
+        reply = llm.chat(
+            judge_messages(strategy),
+            purpose=PURPOSE_JUDGE,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            tags={"entry_id": strategy.entry_id},
+        )
+        verdict = judge_or_fallback(reply.text)
+        labels.append(EntryLabel(strategy.entry_id, verdict.label, verdict.reason, verdict.error))
+    return labels
+
+
+def label_counts(labels: Iterable[EntryLabel]) -> dict[str, int]:
+    """Counts per label, every label present (zero when unused), ``unparsed`` last."""
+    counts = Counter(label.label for label in labels)
+    return {name: counts.get(name, 0) for name in (*JUDGE_LABELS, UNPARSED_LABEL)}

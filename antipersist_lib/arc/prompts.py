@@ -1,0 +1,629 @@
+"""ARC-AGI Stream prompts (paper App. B) and the parsers that turn replies into typed decisions.
+
+The paper prints only the structure of its prompts; every text here is the kit's own wording of
+that structure:
+
+- solver (B.1): the task's IO examples, the strategy memory, the tool-helper signatures and the
+  recent history (episodic) buffer in one call; the reply's first fenced Python block is graded;
+- failure banner (B.5): a comment-only block prepended to failed code, with one failing input,
+  its expected output and what the code produced, so it stays valid Python inside the fence;
+- decision (B.3): choose Retain / Delete(ids) / Consolidate(ids) for the buffer; the actions
+  offered depend on the regime (Episodic Management Only never mentions consolidation);
+- extraction (B.4/B.6, C.1): return the whole new strategy memory as a JSON list of
+  retain / new / merge items with 1-based ``from_existing`` and ``from_functions`` indices;
+- judge (§6.2, App. K.2): label one memory entry normal / over-generalized / over-specific / garbage.
+
+Family and skill labels are never rendered into the solver, decision or extraction prompts; only
+the judge (an analysis tool, not the agent) is told which problem types an entry came from.
+
+Parsers raise ``ReplyParseError`` with a message naming what is wrong. Documented fallbacks,
+applied by the ``*_or_fallback`` helpers (and by the controller):
+
+- decision: an unparseable reply, an action the regime does not offer, or a Delete/Consolidate
+  naming no known entry becomes **Retain** (nothing is lost; the buffer's FIFO capacity still applies);
+- extraction: an unparseable reply (no JSON list, or a non-empty list without one valid item)
+  leaves the strategy memory **unchanged**; invalid items and out-of-range indices are skipped
+  with a warning while the valid items are applied;
+- judge: an unparseable reply gets the label ``"unparsed"``, counted apart from the four labels.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from antipersist_lib.arc.families import FAMILIES
+from antipersist_lib.arc.generator import SKILLS
+from antipersist_lib.arc.sandbox import GradeResult
+from antipersist_lib.arc.stores import Episode, Strategy
+from antipersist_lib.arc.tools import TOOL_SOURCE
+from antipersist_lib.core.prompts import register_prompt
+
+Grid = list[list[int]]
+
+ACTIONS = ("retain", "delete", "consolidate")
+JUDGE_LABELS = ("normal", "over-generalized", "over-specific", "garbage")
+UNPARSED_LABEL = "unparsed"
+EXTRACTION_KINDS = ("retain", "new", "merge")
+
+
+class ReplyParseError(ValueError):
+    """A model reply could not be turned into the structure its prompt asked for."""
+
+
+# -- templates --------------------------------------------------------------------------------------
+
+SOLVER_SYSTEM = "You solve ARC-style grid puzzles by writing a Python function. Think briefly, then answer with code."
+
+SOLVER_PROMPT = """\
+# Task: write solve(grid)
+
+Each example below applies the same hidden rule to an input grid to produce its output grid. \
+Write a Python function `solve(grid)` that implements the rule. A grid is a list of rows, each a \
+list of ints 0-9; 0 is the background. Your code runs with the helpers in the tool buffer already \
+defined (use them, do not redefine or import them); only the Python standard library is available.
+
+## Examples ({n_examples})
+{examples}
+
+## Strategy memory
+{memory}
+
+## Tool buffer
+{tools}
+
+## History
+Earlier trajectories, each with one example and the code written for it:
+{history}
+
+Reply with one Markdown-fenced Python block (```python ... ```) that defines solve(grid). \
+The first such block is graded, exactly, on every example above."""
+
+FAILURE_BANNER = """\
+# FAILED ATTEMPT: this code solved {n_correct} of {n_examples} examples{status}.
+# Input it failed on:
+{input}
+# Expected output:
+{expected}
+# Produced:
+{produced}"""
+
+DECISION_SYSTEM = "You manage the memory of an agent that solves grid puzzles by writing Python programs."
+
+DECISION_PROMPT = """\
+# Memory management decision
+
+Step {step}. Later puzzles are solved with this memory in context. The buffer below holds raw \
+trajectories (one example and the code written for it); entries marked NEW come from this step. \
+{capacity_note}
+{memory_section}
+## Buffer
+{history}
+
+## Actions
+{actions}
+
+Choose exactly one action. Reply with one JSON object and nothing else, for example:
+{{"action": "retain", "ids": []}}"""
+
+DECISION_ACTIONS = {
+    "retain": '- "retain": keep every trajectory in the buffer as it is (ids: []).',
+    "delete": '- "delete": remove the listed trajectories from the buffer for good (ids: the entries to remove).',
+    "consolidate": (
+        '- "consolidate": distil the listed trajectories into the strategy memory; they leave the '
+        "buffer and the strategy memory is rewritten from them (ids: the entries to distil)."
+    ),
+}
+
+DECISION_MEMORY_SECTION = """
+## Strategy memory
+{memory}
+"""
+
+EXTRACTION_SYSTEM = "You distil reusable problem-solving strategies from solved grid puzzles."
+
+EXTRACTION_PROMPT = """\
+# Strategy extraction
+
+Rewrite the strategy memory of an agent that solves grid puzzles by writing Python `solve(grid)` \
+functions. Below are the current strategies and the trajectories selected for consolidation, both \
+numbered from 1. A trajectory marked FAILED did not solve its puzzle; its banner shows an input, \
+the expected output and what the code produced.
+
+## Current strategy memory
+{memory}
+
+## Selected trajectories
+{inputs}
+
+## What to return
+The complete new strategy memory, as a JSON array whose items are each one of:
+- {{"kind": "retain", "from_existing": [i]}}: keep existing strategy i unchanged;
+- {{"kind": "new", "from_functions": [k, ...], "when_to_use": "...", "strategy": "..."}}: a new \
+strategy distilled from trajectories k;
+- {{"kind": "merge", "from_existing": [i, ...], "from_functions": [k, ...], "when_to_use": "...", \
+"strategy": "..."}}: one strategy that replaces existing strategies i, combined with trajectories k.
+`from_existing` counts the current strategies, `from_functions` the selected trajectories. An \
+existing strategy that no item names is dropped. Put together only trajectories that follow the \
+same underlying rule. Say in "when_to_use" which puzzles the strategy applies to and which it \
+does not; give the steps of the solution in "strategy". Reply with the JSON array in a ```json block."""
+
+JUDGE_SYSTEM = "You review the memory of an agent that solves grid puzzles, one entry at a time."
+
+JUDGE_PROMPT = """\
+# Memory entry review
+
+The agent keeps the strategy below in its memory. It was distilled from puzzles of these problem types:
+{evidence}
+
+## Strategy
+{entry}
+
+Label the strategy with exactly one of:
+- "normal": correct and actionable for the problem types it came from, with conditions that say when it applies;
+- "over-generalized": states its rule more broadly than its source puzzles support, or drops the conditions \
+under which it applies, so it would mislead on related but different puzzles;
+- "over-specific": tied to the particular colors, positions, sizes or instances of its source puzzles, so it \
+hardly transfers;
+- "garbage": vague, malformed, self-contradictory or not actionable.
+Reply with one JSON object: {{"label": "<label>", "reason": "<one sentence>"}}"""
+
+EMPTY_MEMORY = "(no strategies stored)"
+EMPTY_HISTORY = "(no trajectories)"
+
+for _name, _template in (
+    ("arc_solver_system", SOLVER_SYSTEM),
+    ("arc_solver", SOLVER_PROMPT),
+    ("arc_failure_banner", FAILURE_BANNER),
+    ("arc_decision_system", DECISION_SYSTEM),
+    ("arc_decision", DECISION_PROMPT + "\n" + "\n".join(DECISION_ACTIONS.values()) + DECISION_MEMORY_SECTION),
+    ("arc_extraction_system", EXTRACTION_SYSTEM),
+    ("arc_extraction", EXTRACTION_PROMPT),
+    ("arc_judge_system", JUDGE_SYSTEM),
+    ("arc_judge", JUDGE_PROMPT),
+):
+    register_prompt(_name, _template)
+
+
+# -- rendering --------------------------------------------------------------------------------------
+
+
+def render_grid(grid: Grid) -> str:
+    """A grid as a Python literal, one row per line (the solver can paste it into code)."""
+    rows = [json.dumps(list(row)) for row in grid]
+    return "[" + ",\n ".join(rows) + "]"
+
+
+def _comment(text: str) -> str:
+    return "\n".join("#   " + line for line in text.splitlines())
+
+
+def render_examples(examples: Sequence[dict[str, Any]]) -> str:
+    blocks = []
+    for i, ex in enumerate(examples, start=1):
+        blocks.append(f"Example {i}\nInput:\n{render_grid(ex['input'])}\nOutput:\n{render_grid(ex['output'])}")
+    return "\n\n".join(blocks)
+
+
+def tool_signatures(source: str = TOOL_SOURCE) -> str:
+    """Each helper's ``def`` line and docstring (the B.1 tool buffer without bodies)."""
+    lines = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            header = ast.get_source_segment(source, node).splitlines()[0]
+            doc = ast.get_docstring(node) or ""
+            lines.append(header + ("\n" + "\n".join("    " + d for d in doc.splitlines()) if doc else ""))
+    return "\n\n".join(lines)
+
+
+def render_tools(bodies: bool = False) -> str:
+    return "```python\n" + (TOOL_SOURCE.rstrip() if bodies else tool_signatures()) + "\n```"
+
+
+def render_strategies(strategies: Iterable[Strategy], *, numbered: bool = False) -> str:
+    """Strategies by id (solver, decision) or by 1-based position (extraction, where indices are asked for)."""
+    blocks = []
+    for i, s in enumerate(strategies, start=1):
+        label = f"Strategy {i}" if numbered else f"Strategy {s.entry_id}"
+        blocks.append(f"### {label}\n{s.text.strip()}")
+    return "\n\n".join(blocks) if blocks else EMPTY_MEMORY
+
+
+def render_episode(ep: Episode, label: str, *, new: bool = False) -> str:
+    status = "passed" if ep.passed else "FAILED"
+    parts = [f"### {label} ({status}{', NEW' if new else ''})"]
+    for ex in ep.examples:
+        parts.append(f"Input:\n{render_grid(ex['input'])}\nOutput:\n{render_grid(ex['output'])}")
+    parts.append("```python\n" + ep.rendered_code().rstrip() + "\n```")
+    return "\n".join(parts)
+
+
+def render_history(episodes: Iterable[Episode], *, numbered: bool = False, new_ids: Iterable[str] = ()) -> str:
+    fresh = set(new_ids)
+    blocks = [
+        render_episode(ep, f"Trajectory {i}" if numbered else f"Trajectory {ep.entry_id}", new=ep.entry_id in fresh)
+        for i, ep in enumerate(episodes, start=1)
+    ]
+    return "\n\n".join(blocks) if blocks else EMPTY_HISTORY
+
+
+def failure_banner(result: GradeResult, examples: Sequence[dict[str, Any]]) -> str:
+    """The B.5 comment banner for a failed grade: the first failing example and what the code produced."""
+    failing = next((o for o in result.outcomes if o.outcome != "correct"), None)
+    index = failing.index if failing is not None else 0
+    example = examples[index] if examples else {"input": [[0]], "output": [[0]]}
+    if failing is not None and failing.output is not None:
+        produced = render_grid(failing.output)
+    else:
+        why = (failing.error if failing is not None else None) or result.error or result.status
+        produced = f"no grid: {why.strip().splitlines()[-1] if why.strip() else result.status}"
+    return FAILURE_BANNER.format(
+        n_correct=result.n_correct,
+        n_examples=result.n_examples,
+        status="" if result.status == "ok" else f" ({result.status})",
+        input=_comment(render_grid(example["input"])),
+        expected=_comment(render_grid(example["output"])),
+        produced=_comment(produced),
+    )
+
+
+def chat(system: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def solver_messages(
+    examples: Sequence[dict[str, Any]],
+    strategies: Sequence[Strategy],
+    history: Sequence[Episode],
+    *,
+    tool_bodies: bool = False,
+) -> list[dict[str, str]]:
+    user = SOLVER_PROMPT.format(
+        n_examples=len(examples),
+        examples=render_examples(examples),
+        memory=render_strategies(strategies),
+        tools=render_tools(tool_bodies),
+        history=render_history(history),
+    )
+    return chat(SOLVER_SYSTEM, user)
+
+
+def decision_messages(
+    step: int,
+    history: Sequence[Episode],
+    strategies: Sequence[Strategy] | None,
+    *,
+    allowed: Sequence[str],
+    capacity: int | None,
+    new_ids: Iterable[str] = (),
+) -> list[dict[str, str]]:
+    """The B.3 prompt; ``strategies=None`` omits the strategy section (Episodic Management Only)."""
+    unknown = [a for a in allowed if a not in ACTIONS]
+    if unknown or not allowed:
+        raise ValueError(f"allowed actions must be a non-empty subset of {ACTIONS}, got {list(allowed)}")
+    if capacity is None:
+        capacity_note = "The buffer has no size limit."
+    else:
+        capacity_note = (
+            f"The buffer keeps at most {capacity} trajectories between steps; "
+            "if more remain after your action, the oldest are dropped."
+        )
+    section = "" if strategies is None else DECISION_MEMORY_SECTION.format(memory=render_strategies(strategies))
+    user = DECISION_PROMPT.format(
+        step=step,
+        capacity_note=capacity_note,
+        memory_section=section,
+        history=render_history(history, new_ids=new_ids),
+        actions="\n".join(DECISION_ACTIONS[a] for a in ACTIONS if a in allowed),
+    )
+    return chat(DECISION_SYSTEM, user)
+
+
+def extraction_messages(strategies: Sequence[Strategy], inputs: Sequence[Episode]) -> list[dict[str, str]]:
+    user = EXTRACTION_PROMPT.format(
+        memory=render_strategies(strategies, numbered=True),
+        inputs=render_history(inputs, numbered=True),
+    )
+    return chat(EXTRACTION_SYSTEM, user)
+
+
+def judge_evidence(families: Iterable[str], skills: Iterable[str]) -> str:
+    """Problem types behind an entry, described with the paper's Table 5 / Table 6 definitions."""
+    lines = [f"- selects {FAMILIES[f].definition}" if f in FAMILIES else f"- selects by {f}" for f in families]
+    lines += [f"- then: {SKILLS[s].definition}" if s in SKILLS else f"- then applies {s}" for s in skills]
+    return "\n".join(lines) if lines else "- (unknown)"
+
+
+def judge_messages(strategy: Strategy) -> list[dict[str, str]]:
+    user = JUDGE_PROMPT.format(evidence=judge_evidence(strategy.families, strategy.skills), entry=strategy.text)
+    return chat(JUDGE_SYSTEM, user)
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+
+_FENCED = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def _snippet(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def find_json(reply: str, kind: type) -> Any:
+    """The first JSON value of type ``kind`` (dict or list) in a reply: fenced blocks first, then inline."""
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    for match in _FENCED.finditer(reply):
+        try:
+            value = json.loads(match.group(2))
+        except ValueError:
+            continue
+        if isinstance(value, kind):
+            return value
+    decoder = json.JSONDecoder()
+    opener = "{" if kind is dict else "["
+    for start in (m.start() for m in re.finditer(re.escape(opener), reply)):
+        try:
+            value, _end = decoder.raw_decode(reply, start)
+        except ValueError:
+            continue
+        if isinstance(value, kind):
+            return value
+    what = "object" if kind is dict else "array"
+    raise ReplyParseError(f"no JSON {what} found in the reply: {_snippet(reply)!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A memory action. ``source``: model (parsed), fallback (unparseable -> retain), forced (Force)."""
+
+    action: str
+    ids: tuple[str, ...] = ()
+    source: str = "model"
+    reason: str = ""
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "ids": list(self.ids),
+            "source": self.source,
+            "reason": self.reason,
+            "error": self.error,
+            "warnings": list(self.warnings),
+        }
+
+
+_ACTION_ALIASES = {
+    "retain": "retain",
+    "keep": "retain",
+    "delete": "delete",
+    "remove": "delete",
+    "consolidate": "consolidate",
+    "strategy_extraction": "consolidate",
+    "extract": "consolidate",
+}
+
+
+def _resolve_ids(raw: Any, known: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Known ids named by ``raw`` (ids, or ints as 1-based positions in ``known``) and warnings."""
+    if raw is None:
+        return [], []
+    if isinstance(raw, str):
+        raw = [part for part in re.split(r"[\s,]+", raw) if part]
+    if not isinstance(raw, list):
+        return [], [f"ids must be a list, got {type(raw).__name__}"]
+    by_name = {k.lower(): k for k in known}
+    found: list[str] = []
+    warnings: list[str] = []
+    for item in raw:
+        if isinstance(item, bool):
+            warnings.append(f"ignored id {item!r}")
+            continue
+        if isinstance(item, int) or (isinstance(item, str) and item.strip().isdigit()):
+            pos = int(item)
+            if 1 <= pos <= len(known):
+                found.append(known[pos - 1])
+            else:
+                warnings.append(f"ignored position {item!r}: the buffer lists {len(known)} entries")
+            continue
+        name = str(item).strip().lower()
+        if name in by_name:
+            found.append(by_name[name])
+        else:
+            warnings.append(f"ignored unknown id {item!r}; known: {list(known)}")
+    return list(dict.fromkeys(found)), warnings
+
+
+def parse_decision(reply: str, *, allowed: Sequence[str], known_ids: Sequence[str]) -> Decision:
+    """A decision reply as a Decision; ReplyParseError when it cannot be applied as asked."""
+    obj = find_json(reply, dict)
+    raw_action = obj.get("action")
+    if not isinstance(raw_action, str):
+        raise ReplyParseError(f"the decision object has no string 'action': {_snippet(json.dumps(obj))!r}")
+    key = re.sub(r"[\s-]+", "_", raw_action.strip().lower())
+    action = _ACTION_ALIASES.get(key)
+    if action is None:
+        raise ReplyParseError(f"unknown action {raw_action!r}; expected one of {list(allowed)}")
+    if action not in allowed:
+        raise ReplyParseError(f"action {action!r} is not offered in this regime (offered: {list(allowed)})")
+    reason = obj.get("reason") if isinstance(obj.get("reason"), str) else ""
+    if action == "retain":
+        return Decision("retain", (), "model", reason)
+    ids, warnings = _resolve_ids(obj.get("ids", obj.get("entries")), known_ids)
+    if not ids:
+        detail = "; ".join(warnings) or "no ids given"
+        raise ReplyParseError(f"{action} names no entry of the buffer ({detail})")
+    return Decision(action, tuple(ids), "model", reason, warnings=tuple(warnings))
+
+
+def decision_or_fallback(reply: str, *, allowed: Sequence[str], known_ids: Sequence[str]) -> Decision:
+    """``parse_decision``, or the documented fallback: Retain, with the parse error recorded."""
+    try:
+        return parse_decision(reply, allowed=allowed, known_ids=known_ids)
+    except ReplyParseError as exc:
+        return Decision("retain", (), "fallback", error=str(exc))
+
+
+@dataclass(frozen=True)
+class ExtractionItem:
+    """One item of an extraction reply; indices are 1-based as the prompt asks."""
+
+    kind: str
+    from_existing: tuple[int, ...] = ()
+    from_functions: tuple[int, ...] = ()
+    text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "from_existing": list(self.from_existing),
+            "from_functions": list(self.from_functions),
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class ExtractionPlan:
+    items: tuple[ExtractionItem, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [i.to_dict() for i in self.items], "warnings": list(self.warnings)}
+
+
+def _indices(raw: Any, limit: int, field_name: str, where: str, warnings: list[str]) -> tuple[int, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, (int, str)) and not isinstance(raw, bool):
+        raw = [raw]
+    if not isinstance(raw, list):
+        warnings.append(f"{where}: {field_name} must be a list of 1-based indices, got {type(raw).__name__}")
+        return ()
+    kept: list[int] = []
+    for value in raw:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            warnings.append(f"{where}: ignored {field_name} index {value!r} (valid: 1..{limit})")
+            continue
+        kept.append(value)
+    return tuple(dict.fromkeys(kept))
+
+
+def _text(item: dict[str, Any]) -> str:
+    def as_text(value: Any) -> str:
+        if isinstance(value, list):
+            return "\n".join(str(v).strip() for v in value if str(v).strip())
+        return str(value).strip() if value is not None else ""
+
+    when = as_text(item.get("when_to_use"))
+    body = as_text(item.get("solve_strategy", item.get("strategy", item.get("text"))))
+    if when and body:
+        return f"When to use: {when}\nStrategy:\n{body}"
+    return body or (f"When to use: {when}" if when else "")
+
+
+def parse_extraction(reply: str, *, n_existing: int, n_inputs: int) -> ExtractionPlan:
+    """An extraction reply as an ExtractionPlan; invalid items are skipped with a warning.
+
+    ReplyParseError when there is no JSON array, or when a non-empty array has no valid item
+    (an empty array is valid: it drops every strategy).
+    """
+    try:
+        value = find_json(reply, list)
+    except ReplyParseError:
+        try:  # tolerate {"strategies": [...]}
+            obj = find_json(reply, dict)
+        except ReplyParseError:
+            obj = {}
+        value = next((obj[k] for k in ("strategies", "memory", "items") if isinstance(obj.get(k), list)), None)
+        if value is None:
+            raise ReplyParseError(f"no JSON array of strategies found in the reply: {_snippet(reply)!r}") from None
+    warnings: list[str] = []
+    items: list[ExtractionItem] = []
+    for n, raw in enumerate(value, start=1):
+        where = f"item {n}"
+        if not isinstance(raw, dict):
+            warnings.append(f"{where}: skipped, not an object")
+            continue
+        kind = str(raw.get("kind", "")).strip().lower()
+        if kind not in EXTRACTION_KINDS:
+            warnings.append(f"{where}: skipped, kind {raw.get('kind')!r} is not one of {EXTRACTION_KINDS}")
+            continue
+        existing = _indices(raw.get("from_existing"), n_existing, "from_existing", where, warnings)
+        functions = _indices(raw.get("from_functions"), n_inputs, "from_functions", where, warnings)
+        text = _text(raw)
+        if kind == "retain":
+            if not existing:
+                warnings.append(f"{where}: skipped, retain names no existing strategy")
+                continue
+            items.append(ExtractionItem("retain", existing))
+            continue
+        if not text:
+            warnings.append(f"{where}: skipped, {kind} has no strategy text")
+            continue
+        if kind == "merge" and not existing:
+            warnings.append(f"{where}: merge names no existing strategy; kept as a new entry")
+            kind = "new"
+        if kind == "new" and not functions:
+            warnings.append(f"{where}: new entry names no trajectory")
+        items.append(ExtractionItem(kind, existing if kind == "merge" else (), functions, text))
+    if value and not items:
+        raise ReplyParseError("no valid item in the extraction reply: " + "; ".join(warnings))
+    return ExtractionPlan(tuple(items), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    label: str
+    reason: str = ""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "reason": self.reason, "error": self.error}
+
+
+def _normalize_label(raw: str) -> str | None:
+    key = re.sub(r"[\s_]+", "-", raw.strip().lower())
+    aliases = {
+        "over-generalization": "over-generalized",
+        "overgeneralized": "over-generalized",
+        "over-specialization": "over-specific",
+        "over-specialized": "over-specific",
+        "overspecific": "over-specific",
+        "useless-garbage": "garbage",
+    }
+    key = aliases.get(key, key)
+    return key if key in JUDGE_LABELS else None
+
+
+def parse_judge(reply: str) -> JudgeVerdict:
+    """A judge reply as a JudgeVerdict; ReplyParseError when it holds no known label."""
+    try:
+        obj = find_json(reply, dict)
+    except ReplyParseError:
+        obj = None
+    if obj is not None and isinstance(obj.get("label"), str):
+        label = _normalize_label(obj["label"])
+        if label is None:
+            raise ReplyParseError(f"unknown label {obj['label']!r}; expected one of {JUDGE_LABELS}")
+        reason = obj.get("reason") if isinstance(obj.get("reason"), str) else ""
+        return JudgeVerdict(label, reason)
+    bare = _normalize_label(reply.strip().strip(".\"'`"))
+    if bare is not None:
+        return JudgeVerdict(bare)
+    raise ReplyParseError(f"no label found in the judge reply: {_snippet(reply)!r}")
+
+
+def judge_or_fallback(reply: str) -> JudgeVerdict:
+    """``parse_judge``, or the documented fallback label ``"unparsed"``."""
+    try:
+        return parse_judge(reply)
+    except ReplyParseError as exc:
+        return JudgeVerdict(UNPARSED_LABEL, error=str(exc))

@@ -1,0 +1,833 @@
+"""Grade untrusted, model-written ARC solvers in a throw-away child process.
+
+Why a child process: the solver code comes from a language model, so it may loop forever, eat all
+memory, fork, write files, open sockets or read the parent's secrets. Each call to :func:`grade` runs
+the tool preamble and the code in a fresh ``python -I -S`` process and calls ``solve(grid)`` on every
+example input there; the parent alone holds the expected outputs and does the comparison, so the child
+can neither see the answers nor report a pass it did not earn.
+
+What is enforced by the kernel (holds however hostile the code is, except as noted for root):
+
+* a wall-clock limit: the child runs in its own session (``start_new_session=True``) and on timeout,
+  and after every run, the whole process group is killed with ``os.killpg(SIGKILL)``;
+* resource limits set with ``resource.setrlimit`` by the child runner itself, before it reads the job and
+  long before user code runs (not in ``preexec_fn``, which can deadlock a multi-threaded parent):
+  RLIMIT_AS (memory), RLIMIT_CPU (soft limit SIGXCPU, hard limit SIGKILL one second later),
+  RLIMIT_FSIZE (size of any file written), RLIMIT_NOFILE, RLIMIT_NPROC and RLIMIT_CORE=0.
+  RLIMIT_NPROC counts every process and thread of the real user, so any value below the user's current
+  count (the default 0) simply forbids the child to fork or start threads; the parent and the test runner
+  are not affected because the limit is only checked when the child itself forks;
+* a cleared environment (PATH, LANG/LC_ALL, and HOME/TMPDIR pointing into the throw-away directory),
+  isolated mode (``-I``: no PYTHON* variables, no user site, no cwd on ``sys.path``) and no ``site``
+  (``-S``: only the standard library, so neither the kit nor numpy can be imported);
+* a fresh temporary directory as cwd, deleted afterwards;
+* caps on what the parent reads: results over ``max_output_bytes`` kill the child, stderr keeps a tail.
+
+Results travel on the child's original stdout, which the runner duplicates to a private descriptor before
+user code runs; fd 1 and ``sys.stdout`` are then pointed at stderr, so ``print`` (or ``os.write(1, ...)``)
+in user code ends up in the stderr tail and cannot corrupt the result stream.
+
+What is only best-effort (done in-process by the runner just before user code runs; a program written to
+escape on purpose can undo it, e.g. by digging the original functions out of closures or ``gc``):
+
+* network denial: ``socket.socket`` (and ``_socket.socket``) are replaced by a class whose constructor
+  raises, and ``create_connection``, ``getaddrinfo`` and friends raise. This is not a network namespace;
+  the kernel would still let the process connect;
+* process denial: ``os.fork``, ``os.system``, ``os.exec*``, ``os.spawn*``, ``os.posix_spawn``,
+  ``os.kill``/``killpg``, ``os.setsid``/``setpgid`` and ``resource.setrlimit`` raise, and ``subprocess``,
+  ``ctypes`` and sub-interpreters cannot be imported (defense in depth beside RLIMIT_NPROC);
+* write confinement: ``open``/``io.open``/``FileIO``/``os.open`` refuse to write, create or truncate files
+  whose real path is outside the sandbox directory, ``os.remove``/``rename``/``mkdir``/... refuse paths
+  outside it, and ``chmod``/``chown``/``link``/``mknod`` and friends raise. Reading files is not confined.
+
+When the grader runs as root (as in some containers), the kernel does not apply RLIMIT_NPROC to root and
+root may raise its own limits and write anywhere, so the process, limit and file protections above are
+then only as strong as the in-process layer; the wall-clock kill of the process group still holds unless
+a grandchild escapes into a new session, which the in-process layer also tries to prevent. Run the kit as
+an unprivileged user (or in a container without network) where the code may be malicious, not merely
+wrong.
+
+The preamble and the code are compiled separately (``<tools>``, ``<solution>``, so tracebacks and syntax
+errors name the right line) and executed in one namespace whose ``__name__`` is ``"__solution__"``: an
+``if __name__ == "__main__":`` self-test in the reply does not run. stdin is empty.
+
+Grids: a grid is a non-empty rectangular list of non-empty rows of ints 0-9. ``solve`` may return rows as
+lists or tuples (JSON, the ARC task format, has no tuple, and the colours are what is graded); ``bool``
+cells and any other type are rejected as ``output_invalid`` with a reason naming the offending cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from antipersist_lib.errors import InfrastructureError
+
+Grid = list[list[int]]
+
+#: overall statuses of a grading run
+STATUSES = (
+    "ok",  # the child ran every example (some may be wrong or have raised)
+    "no_code",  # grade_reply only: the reply has no fenced Python block
+    "no_solve",  # the code ran but defines no callable ``solve``
+    "syntax_error",  # the code (or the preamble) does not compile
+    "load_error",  # the code raised while being executed at top level, before solve was called
+    "timeout",  # wall-clock or CPU limit exceeded
+    "memory",  # MemoryError (the address-space limit) at top level or in an example
+    "crashed",  # the child died without a complete result (signal, os._exit, broken protocol)
+    "output_invalid",  # solve returned a non-grid for some example, or the results were too large
+)
+
+#: statuses the runner reports itself when it stops before the examples
+_FATAL_STATUSES = frozenset({"syntax_error", "no_solve", "load_error", "memory"})
+
+#: per-example outcomes
+OUTCOMES = ("correct", "wrong", "error", "invalid", "not_run")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits for one grading run; small defaults suit ARC grids (<= 30x30, tiny programs)."""
+
+    wall_seconds: float = 10.0  # all examples together, interpreter start-up included
+    cpu_seconds: int = 10  # RLIMIT_CPU soft limit (SIGXCPU); the hard limit is one second more
+    memory_bytes: int = 1 << 30  # RLIMIT_AS: address space of the child
+    max_file_bytes: int = 1 << 20  # RLIMIT_FSIZE: largest file the child may write
+    max_open_files: int = 64  # RLIMIT_NOFILE
+    max_processes: int = 0  # RLIMIT_NPROC (per real user; 0 = the child may not fork or start threads)
+    max_output_bytes: int = 4 << 20  # result stream cap; more kills the child (status output_invalid)
+    stderr_tail_bytes: int = 8192  # how much of the end of stderr (user prints included) is kept
+
+    def __post_init__(self) -> None:
+        if not self.wall_seconds > 0:
+            raise ValueError(f"SandboxLimits.wall_seconds must be > 0, got {self.wall_seconds!r}")
+        for name in ("cpu_seconds", "memory_bytes", "max_file_bytes", "max_open_files", "max_output_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
+        for name in ("max_processes", "stderr_tail_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"SandboxLimits.{name} must be an int >= 0, got {value!r}")
+        if self.max_open_files < 16:
+            raise ValueError("SandboxLimits.max_open_files must be >= 16 (the interpreter needs a few)")
+
+
+DEFAULT_LIMITS = SandboxLimits()
+
+
+@dataclass(frozen=True)
+class ExampleOutcome:
+    """What happened on one example: ``outcome`` is one of OUTCOMES, ``error`` says why when not correct."""
+
+    index: int
+    outcome: str
+    error: str | None = None
+    output: Grid | None = None  # the (valid) grid solve returned, when it returned one
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The verdict on one program; ``passed`` means status ok and every example exactly equal."""
+
+    status: str
+    passed: bool
+    n_correct: int
+    n_examples: int
+    outcomes: tuple[ExampleOutcome, ...]
+    error: str | None = None  # detail for a non-ok status (syntax error text, limit hit, ...)
+    stderr_tail: str = ""
+    wall_seconds: float = 0.0
+    returncode: int | None = None  # of the child; negative = killed by that signal
+    pid: int | None = field(default=None, compare=False)  # the child's pid = its process-group id
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (for records and logs)."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Extracting the code from a reply
+
+_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,})[ \t]*([^`\s]*)[^`]*$")
+_PYTHON_INFO = {"", "python", "py", "python3"}
+
+
+def extract_code(reply: str) -> str | None:
+    """The first closed Markdown-fenced Python block (```python, ```py, ```python3 or bare ```); else None.
+
+    Blocks tagged with another language (```text, ```json) are skipped whole, so a fence inside them is not
+    mistaken for code. An unclosed fence (a reply cut off mid-block) counts as no block.
+    """
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    lines = reply.splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FENCE_OPEN.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        ticks, info = len(match.group(1)), match.group(2).lower()
+        close = re.compile(r"^ {0,3}`{" + str(ticks) + r",}[ \t]*$")
+        end = next((j for j in range(i + 1, len(lines)) if close.match(lines[j])), None)
+        if end is None:
+            return None
+        if info in _PYTHON_INFO:
+            body = lines[i + 1 : end]
+            return "\n".join(body) + "\n" if body else ""
+        i = end + 1
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Validating grids and examples
+
+
+def _check_grid(value: Any, where: str) -> Grid:
+    """``value`` as a list-of-lists grid, or ValueError naming ``where`` and what is wrong."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where} must be a list of rows, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{where} is an empty grid (no rows)")
+    width = None
+    rows: Grid = []
+    for r, row in enumerate(value):
+        if not isinstance(row, (list, tuple)):
+            raise ValueError(f"{where} row {r} must be a list, got {type(row).__name__}")
+        if not row:
+            raise ValueError(f"{where} row {r} is empty")
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise ValueError(f"{where} is not rectangular: row {r} has {len(row)} cells, row 0 has {width}")
+        for c, cell in enumerate(row):
+            if type(cell) is not int or not 0 <= cell <= 9:
+                shown = repr(cell) if type(cell) is int else type(cell).__name__
+                raise ValueError(f"{where} cell [{r}][{c}] must be an int 0-9, got {shown}")
+        rows.append(list(row))
+    return rows
+
+
+def _check_examples(examples: Any) -> tuple[list[Grid], list[Grid]]:
+    """Inputs and expected outputs of ``examples``; ValueError/TypeError naming the bad entry."""
+    if not isinstance(examples, (list, tuple)):
+        raise TypeError(
+            f"examples must be a list of {{'input': grid, 'output': grid}} dicts, got {type(examples).__name__}"
+        )
+    if not examples:
+        raise ValueError("examples is empty: there is nothing to grade")
+    inputs: list[Grid] = []
+    outputs: list[Grid] = []
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"examples[{i}] must be a dict with 'input' and 'output', got {type(example).__name__}")
+        missing = [key for key in ("input", "output") if key not in example]
+        if missing:
+            raise ValueError(f"examples[{i}] has no {' or '.join(repr(k) for k in missing)} key")
+        inputs.append(_check_grid(example["input"], f"examples[{i}]['input']"))
+        outputs.append(_check_grid(example["output"], f"examples[{i}]['output']"))
+    return inputs, outputs
+
+
+# --------------------------------------------------------------------------------------------------
+# The child runner (standard library only; run with ``python -I -S -c``)
+
+_RUNNER = r'''
+import os
+import sys
+
+
+def _set_limits(lim):
+    import resource
+
+    def cap(which, soft, hard):
+        old_soft, old_hard = resource.getrlimit(which)
+        if old_hard != resource.RLIM_INFINITY:
+            hard = min(hard, old_hard)
+            soft = min(soft, hard)
+        resource.setrlimit(which, (soft, hard))
+
+    cap(resource.RLIMIT_AS, lim["memory_bytes"], lim["memory_bytes"])
+    cap(resource.RLIMIT_CPU, lim["cpu_seconds"], lim["cpu_seconds"] + 1)
+    cap(resource.RLIMIT_FSIZE, lim["max_file_bytes"], lim["max_file_bytes"])
+    cap(resource.RLIMIT_NOFILE, lim["max_open_files"], lim["max_open_files"])
+    cap(resource.RLIMIT_NPROC, lim["max_processes"], lim["max_processes"])
+    cap(resource.RLIMIT_CORE, 0, 0)
+
+
+_NO_IMPORT = frozenset((
+    "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",
+    "_interpreters", "_testcapi", "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_testbuffer",
+    "_testimportmultiple", "posix", "_io", "_socket", "socket", "resource", "_imp",
+))
+
+
+def _lockdown(root):
+    """Best-effort in-process denial of processes, network and writes outside ``root``."""
+    import _imp
+    import _io
+    import _socket
+    import builtins
+    import io
+    import posix
+    import resource
+    import signal
+    import socket
+
+    def deny(what):
+        def denied(*args, **kwargs):
+            raise PermissionError(what + " is disabled in the ARC sandbox")
+        return denied
+
+    def patch(name, value, *modules):
+        for module in modules:
+            if hasattr(module, name):
+                setattr(module, name, value)
+
+    # processes, signals to others, escaping the process group, raising limits
+    for name in (
+        "fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe",
+        "execvp", "execvpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp",
+        "spawnlpe", "posix_spawn", "posix_spawnp", "kill", "killpg", "setsid", "setpgid", "setpgrp",
+        "setuid", "setgid", "seteuid", "setegid", "setreuid", "setregid", "setresuid", "setresgid",
+        "setgroups", "chroot", "pidfd_open", "unshare", "setns",
+    ):
+        patch(name, deny("os." + name), os, posix)
+    patch("pidfd_send_signal", deny("signal.pidfd_send_signal"), signal)
+    patch("setrlimit", deny("resource.setrlimit"), resource)
+    patch("prlimit", deny("resource.prlimit"), resource)
+
+    # network
+    real_socket = socket.socket
+
+    class DeniedSocket(real_socket):
+        def __init__(self, *args, **kwargs):
+            raise PermissionError("network access is disabled in the ARC sandbox")
+
+    for name in ("socket", "SocketType"):
+        patch(name, DeniedSocket, socket, _socket)
+    for name in (
+        "create_connection", "create_server", "socketpair", "fromfd", "fromshare", "getaddrinfo",
+        "gethostbyname", "gethostbyname_ex", "gethostbyaddr", "getnameinfo", "getfqdn", "dup",
+    ):
+        patch(name, deny("socket." + name), socket, _socket)
+
+    # writes outside the sandbox directory
+    realpath = os.path.realpath
+    fsdecode, fspath = os.fsdecode, os.fspath
+    prefix = root.rstrip(os.sep) + os.sep
+
+    def check(path, what):
+        if isinstance(path, int):
+            return  # an already open descriptor
+        full = realpath(fsdecode(fspath(path)))
+        if full != root and not full.startswith(prefix):
+            raise PermissionError(f"{what}: {full} is outside the ARC sandbox directory")
+
+    write_modes = frozenset("wax+")
+    real_open = _io.open
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if isinstance(mode, str) and write_modes.intersection(mode):
+            check(file, "open for writing")
+        return real_open(file, mode, *args, **kwargs)
+
+    real_fileio = _io.FileIO
+
+    class GuardedFileIO(real_fileio):
+        def __init__(self, file, mode="r", *args, **kwargs):
+            if isinstance(mode, str) and write_modes.intersection(mode):
+                check(file, "FileIO for writing")
+            super().__init__(file, mode, *args, **kwargs)
+
+    patch("open", guarded_open, builtins, io, _io)
+    patch("FileIO", GuardedFileIO, io, _io)
+
+    real_os_open = posix.open
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        if flags & write_flags:
+            if dir_fd is not None:
+                raise PermissionError("os.open for writing relative to dir_fd is disabled in the ARC sandbox")
+            check(path, "os.open for writing")
+        return real_os_open(path, flags, mode, dir_fd=dir_fd)
+
+    patch("open", guarded_os_open, os, posix)
+
+    def guard_paths(name, positions, keywords):
+        real = getattr(posix, name, None)
+        if real is None:
+            return
+
+        def guarded(*args, **kwargs):
+            for key in ("dir_fd", "src_dir_fd", "dst_dir_fd"):
+                if kwargs.get(key) is not None:
+                    raise PermissionError(f"os.{name} relative to a directory descriptor is disabled in the ARC sandbox")
+            for pos in positions:
+                if pos < len(args):
+                    check(args[pos], "os." + name)
+            for key in keywords:
+                if key in kwargs:
+                    check(kwargs[key], "os." + name)
+            return real(*args, **kwargs)
+
+        patch(name, guarded, os, posix)
+
+    guard_paths("remove", (0,), ("path",))
+    guard_paths("unlink", (0,), ("path",))
+    guard_paths("rmdir", (0,), ("path",))
+    guard_paths("mkdir", (0,), ("path",))
+    guard_paths("truncate", (0,), ("path",))
+    guard_paths("rename", (0, 1), ("src", "dst"))
+    guard_paths("replace", (0, 1), ("src", "dst"))
+    guard_paths("symlink", (1,), ("dst",))
+    for name in (
+        "link", "chmod", "fchmod", "lchmod", "chown", "fchown", "lchown", "chflags", "lchflags", "utime",
+        "mknod", "mkfifo", "setxattr", "removexattr", "fchdir",
+    ):
+        patch(name, deny("os." + name), os, posix)
+
+    # fresh copies of the patched or forbidden modules (import, reload, _imp.create_*)
+    class Blocker:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name.partition(".")[0] in _NO_IMPORT:
+                raise ImportError(f"module {name!r} is not available in the ARC sandbox")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    for name in ("create_builtin", "create_dynamic"):
+        real = getattr(_imp, name)
+
+        def guarded(spec, *args, _real=real):
+            if str(getattr(spec, "name", "")).partition(".")[0] in _NO_IMPORT:
+                raise ImportError(f"module {spec.name!r} is not available in the ARC sandbox")
+            return _real(spec, *args)
+
+        setattr(_imp, name, guarded)
+    for name in list(sys.modules):
+        if name.partition(".")[0] in ("ctypes", "_ctypes", "subprocess", "_posixsubprocess"):
+            del sys.modules[name]
+
+
+def _as_grid(value):
+    """(grid, None) for a valid grid (tuples become lists), else (None, reason)."""
+    if not isinstance(value, (list, tuple)):
+        return None, f"solve returned {type(value).__name__}, expected a list of rows"
+    if not value:
+        return None, "solve returned an empty grid (no rows)"
+    rows = []
+    width = None
+    for r, row in enumerate(value):
+        if not isinstance(row, (list, tuple)):
+            return None, f"row {r} is {type(row).__name__}, expected a list of ints"
+        if not row:
+            return None, f"row {r} is empty"
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            return None, f"not rectangular: row {r} has {len(row)} cells, row 0 has {width}"
+        for c, cell in enumerate(row):
+            if type(cell) is not int or not 0 <= cell <= 9:
+                shown = repr(cell) if type(cell) is int else type(cell).__name__
+                return None, f"cell [{r}][{c}] is {shown}, expected an int 0-9"
+        rows.append(list(row))
+    return rows, None
+
+
+def _main():
+    import json
+    import linecache
+    import traceback
+
+    _set_limits(json.loads(sys.argv[1]))
+    result_fd = os.dup(1)  # the private result channel (not inherited: dup() fds are non-inheritable)
+    os.dup2(2, 1)  # user prints, even os.write(1, ...), go to stderr
+    job = json.loads(sys.stdin.buffer.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(os.devnull)
+    sys.dont_write_bytecode = True
+
+    write, dumps, _exit = os.write, json.dumps, os._exit
+    format_exception, format_exception_only = traceback.format_exception, traceback.format_exception_only
+
+    def emit(obj):
+        data = memoryview((dumps(obj, separators=(",", ":")) + "\n").encode())
+        while data:
+            data = data[write(result_fd, data):]
+
+    def describe(exc, tb=None):
+        try:
+            text = "".join(format_exception(type(exc), exc, tb) if tb is not None else format_exception_only(type(exc), exc))
+        except BaseException:
+            text = type(exc).__name__
+        return text[-2000:]
+
+    streams = (sys.stdout, sys.stderr)
+
+    def finish(code=0):
+        for stream in streams:
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        _exit(code)
+
+    units = []
+    for filename, source in (("<tools>", job["preamble"]), ("<solution>", job["code"])):
+        if not source:
+            continue
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        try:
+            units.append(compile(source, filename, "exec"))
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            where = "the tool preamble" if filename == "<tools>" else "the code"
+            emit({"event": "fatal", "status": "syntax_error", "error": f"{where}: " + describe(exc)})
+            finish()
+
+    reserve = bytearray(4 << 20)  # freed on MemoryError so the runner can still report
+    namespace = {"__name__": "__solution__", "__builtins__": __builtins__}
+    _lockdown(os.path.realpath(os.getcwd()))
+    try:
+        for unit in units:
+            exec(unit, namespace)
+    except MemoryError as exc:
+        del reserve
+        emit({"event": "fatal", "status": "memory", "error": describe(exc)})
+        finish()
+    except BaseException as exc:
+        emit({"event": "fatal", "status": "load_error", "error": describe(exc, exc.__traceback__.tb_next)})
+        finish()
+    solve = namespace.get("solve")
+    if not callable(solve):
+        why = "the code defines no solve(grid) function" if solve is None else "solve is not callable"
+        emit({"event": "fatal", "status": "no_solve", "error": why})
+        finish()
+    for index, grid in enumerate(job["inputs"]):
+        try:
+            value = solve(grid)
+        except MemoryError as exc:
+            reserve = None
+            emit({"event": "example", "index": index, "kind": "error", "memory": True, "error": describe(exc)})
+            try:
+                reserve = bytearray(4 << 20)
+            except MemoryError:
+                pass
+            continue
+        except BaseException as exc:
+            emit({"event": "example", "index": index, "kind": "error", "error": describe(exc, exc.__traceback__.tb_next)})
+            continue
+        try:
+            rows, why = _as_grid(value)
+        except BaseException as exc:
+            rows, why = None, "the returned value could not be read: " + describe(exc)
+        if rows is None:
+            emit({"event": "example", "index": index, "kind": "invalid", "error": why})
+        else:
+            emit({"event": "example", "index": index, "kind": "output", "output": rows})
+        del value, rows
+    emit({"event": "done"})
+    finish()
+
+
+_main()
+'''
+
+
+# --------------------------------------------------------------------------------------------------
+# Running the child
+
+
+@dataclass
+class _ChildRun:
+    """Raw facts about one child run, before interpretation."""
+
+    pid: int
+    events: list[dict[str, Any]]
+    stderr_tail: bytes
+    timed_out: bool
+    output_overflow: bool
+    returncode: int | None
+    cpu_seconds: float
+    wall_seconds: float
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process in the child's group (the child is its leader, so pgid == its pid)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether the child exited, without reaping it (a zombie leader keeps its pgid from being reused)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _remove_tree(path: str) -> None:
+    """Delete the throw-away directory even if the child removed permissions inside it."""
+    for root, dirs, _files in os.walk(path):  # top-down: a directory is opened after its mode is fixed
+        for name in dirs:
+            child = os.path.join(root, name)
+            if not os.path.islink(child):  # never follow a link the child planted (it may point outside)
+                try:
+                    os.chmod(child, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
+    """Start the runner in ``workdir``, feed it ``job``, collect its result lines and stderr tail."""
+    runner_limits = {
+        "memory_bytes": limits.memory_bytes,
+        "cpu_seconds": limits.cpu_seconds,
+        "max_file_bytes": limits.max_file_bytes,
+        "max_open_files": limits.max_open_files,
+        "max_processes": limits.max_processes,
+    }
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _RUNNER, json.dumps(runner_limits)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise InfrastructureError(f"could not start the ARC sandbox interpreter {sys.executable!r}: {exc}") from exc
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    in_fd, out_fd, err_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
+    for fd in (in_fd, out_fd, err_fd):
+        os.set_blocking(fd, False)
+    sel = selectors.DefaultSelector()
+    sel.register(out_fd, selectors.EVENT_READ)
+    sel.register(err_fd, selectors.EVENT_READ)
+    sel.register(in_fd, selectors.EVENT_WRITE)
+    pending = memoryview(job)
+    readers = {out_fd, err_fd}
+    out = bytearray()
+    err = bytearray()
+    deadline = started + limits.wall_seconds
+    grace_end: float | None = None  # after the child exits: a moment to drain, not a timeout
+    timed_out = overflow = False
+    try:
+        while readers or pending:
+            now = time.monotonic()
+            if grace_end is not None and now >= grace_end:
+                break
+            if now >= deadline:
+                timed_out = True
+                break
+            if grace_end is None and _has_exited(proc.pid):
+                _kill_group(proc.pid)  # stragglers would keep the pipes open
+                grace_end = min(deadline, now + 1.0)
+            for key, _mask in sel.select(timeout=min(deadline - now, 0.05)):
+                fd = key.fd
+                if fd == in_fd:
+                    try:
+                        pending = pending[os.write(in_fd, pending[:65536]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the child died before reading everything
+                        pending = memoryview(b"")
+                    if not pending:
+                        sel.unregister(in_fd)
+                        proc.stdin.close()
+                    continue
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    readers.discard(fd)
+                elif fd == out_fd:
+                    out += chunk
+                    if len(out) > limits.max_output_bytes:
+                        overflow = True
+                        break
+                else:
+                    err += chunk
+                    if len(err) > 2 * limits.stderr_tail_bytes + 65536:
+                        del err[: len(err) - limits.stderr_tail_bytes]
+            if overflow:
+                break
+    finally:
+        _kill_group(proc.pid)
+        sel.close()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu = usage.ru_utime + usage.ru_stime
+        except ChildProcessError:
+            proc.returncode, cpu = None, 0.0
+    wall = time.monotonic() - started
+    events = []
+    complete = out[: out.rfind(b"\n") + 1]  # a torn last line (killed mid-write) is dropped
+    for line in complete.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    tail = bytes(err[-limits.stderr_tail_bytes :]) if limits.stderr_tail_bytes else b""
+    return _ChildRun(proc.pid, events, tail, timed_out, overflow, proc.returncode, cpu, wall)
+
+
+# --------------------------------------------------------------------------------------------------
+# Grading
+
+
+def _not_run(n: int, why: str) -> tuple[ExampleOutcome, ...]:
+    return tuple(ExampleOutcome(i, "not_run", why) for i in range(n))
+
+
+def grade(
+    code: str,
+    examples: list[dict[str, Any]],
+    *,
+    preamble: str = "",
+    limits: SandboxLimits = DEFAULT_LIMITS,
+) -> GradeResult:
+    """Run ``preamble + code`` in the sandbox, call ``solve`` on each example input, compare exactly.
+
+    ``examples`` is a list of ``{"input": grid, "output": grid}``; only the inputs reach the child.
+    Raises TypeError/ValueError naming the bad argument; everything the code does is reported in the
+    result, never raised.
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str, got {type(code).__name__}")
+    if not isinstance(preamble, str):
+        raise TypeError(f"preamble must be a str, got {type(preamble).__name__}")
+    if not isinstance(limits, SandboxLimits):
+        raise TypeError(f"limits must be a SandboxLimits, got {type(limits).__name__}")
+    inputs, expected = _check_examples(examples)
+    n = len(inputs)
+    job = json.dumps({"preamble": preamble, "code": code, "inputs": inputs}).encode()
+    workdir = tempfile.mkdtemp(prefix="arc-sandbox-")
+    try:
+        run = _run_child(job, limits, workdir)
+    finally:
+        _remove_tree(workdir)
+
+    outcomes: dict[int, ExampleOutcome] = {}
+    fatal: dict[str, Any] | None = None
+    done = memory = invalid = False
+    for event in run.events:
+        kind = event.get("event")
+        if kind == "fatal" and fatal is None and event.get("status") in _FATAL_STATUSES:
+            fatal = event
+        elif kind == "done":
+            done = True
+        elif kind == "example":
+            index = event.get("index")
+            if type(index) is not int or not 0 <= index < n or index in outcomes:
+                continue
+            if event.get("kind") == "output":
+                try:
+                    grid = _check_grid(event.get("output"), "output")
+                except ValueError as exc:
+                    outcomes[index] = ExampleOutcome(index, "invalid", str(exc))
+                    invalid = True
+                    continue
+                if grid == expected[index]:
+                    outcomes[index] = ExampleOutcome(index, "correct", None, grid)
+                else:
+                    outcomes[index] = ExampleOutcome(index, "wrong", "output differs from the expected grid", grid)
+            elif event.get("kind") == "invalid":
+                outcomes[index] = ExampleOutcome(index, "invalid", str(event.get("error")))
+                invalid = True
+            else:
+                outcomes[index] = ExampleOutcome(index, "error", str(event.get("error")))
+                memory = memory or bool(event.get("memory"))
+
+    stderr_tail = run.stderr_tail.decode("utf-8", errors="replace")
+    error: str | None = None
+    if run.output_overflow:
+        status, error = "output_invalid", f"the results exceeded {limits.max_output_bytes} bytes"
+    elif fatal is not None:
+        status, error = str(fatal["status"]), str(fatal.get("error"))
+    elif done:
+        status = "memory" if memory else "output_invalid" if invalid else "ok"
+        seen = [outcomes[i] for i in sorted(outcomes)]
+        if status == "memory":
+            first = next((o for o in seen if o.outcome == "error" and "MemoryError" in (o.error or "")), None)
+        elif status == "output_invalid":
+            first = next((o for o in seen if o.outcome == "invalid"), None)
+        else:
+            first = None
+        if first is not None:
+            last_line = ((first.error or "").strip().splitlines() or [""])[-1]
+            error = f"example {first.index}: {last_line}"
+    elif run.timed_out:
+        status, error = "timeout", f"wall-clock limit of {limits.wall_seconds:g} s exceeded"
+    elif run.returncode == -signal.SIGXCPU or (
+        run.returncode == -signal.SIGKILL and run.cpu_seconds >= limits.cpu_seconds - 0.05
+    ):
+        status, error = "timeout", f"CPU limit of {limits.cpu_seconds} s exceeded"
+    elif "MemoryError" in stderr_tail[-500:]:
+        status, error = "memory", "MemoryError (memory limit) before the runner could report"
+    else:
+        status, error = "crashed", f"the child exited with {run.returncode} before reporting every example"
+
+    why_not_run = error or status
+    ordered = tuple(outcomes.get(i) or ExampleOutcome(i, "not_run", why_not_run) for i in range(n))
+    n_correct = sum(o.outcome == "correct" for o in ordered)
+    return GradeResult(
+        status=status,
+        passed=status == "ok" and n_correct == n,
+        n_correct=n_correct,
+        n_examples=n,
+        outcomes=ordered,
+        error=error,
+        stderr_tail=stderr_tail,
+        wall_seconds=run.wall_seconds,
+        returncode=run.returncode,
+        pid=run.pid,
+    )
+
+
+def grade_reply(
+    reply: str,
+    examples: list[dict[str, Any]],
+    *,
+    preamble: str = "",
+    limits: SandboxLimits = DEFAULT_LIMITS,
+) -> GradeResult:
+    """Extract the first fenced Python block of a model reply and grade it; status no_code when there is none."""
+    code = extract_code(reply)
+    if code is None:
+        inputs, _expected = _check_examples(examples)
+        why = "the reply has no closed Markdown-fenced Python block"
+        return GradeResult("no_code", False, 0, len(inputs), _not_run(len(inputs), why), error=why)
+    return grade(code, examples, preamble=preamble, limits=limits)

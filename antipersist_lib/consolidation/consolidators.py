@@ -1,0 +1,511 @@
+"""The consolidators the paper compares (§3, §4.2): ACE, ACE_GT, AWM, Dynamic Cheatsheet, CLIN.
+
+Every builder has one interface, ``update(memory, batch) -> MemoryBank``: a new bank (the input
+is never modified) one step later, so the regimes (``regimes.py``) can schedule any of them and
+keep every intermediate bank. An update that meets a reply it cannot parse returns the entries
+unchanged and logs the failure (with the start of the reply) in the bank's history; single bad
+items inside a parsable reply (an unknown id, an empty text) are skipped and logged.
+
+Kit choices where the paper is silent (its appendix gives roles, not prompts or update rules):
+
+* ACE: per update one generator call (which bullets each task calls for; skipped while the
+  playbook is empty), one reflector call over the whole batch (bullet tags and lessons) and one
+  curator call (ADD / UPDATE). Tags move the helpful/harmful counters. New bullets whose cosine
+  similarity to a bullet in the bank (or to one added earlier in the same update) is >= 0.75
+  are merged into it: its text is kept and the new bullet's sources are added. ACE_GT shows the
+  reflector the ground-truth outcome; plain ACE hides it.
+* AWM: workflows are induced from the batch's successful episodes only (no call when there are
+  none) and appended; an exact repeat of a stored workflow is skipped.
+* DC: the whole cheatsheet is replaced by the model's rewrite; it cites every source of the
+  sheet it replaces plus the batch.
+* CLIN: a replaced rule gets a new id and moves to the newest end of the FIFO queue; entries
+  the model does not mention are retained; after the edit the oldest entries beyond the
+  capacity are evicted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from antipersist_lib.consolidation import prompts as P
+from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry
+from antipersist_lib.consolidation.parsing import ReplyError, as_int_list, excerpt, extract_json
+from antipersist_lib.consolidation.pool import PoolRecord, check_pool, summarize_trajectory
+from antipersist_lib.memory.similarity import cosine
+
+#: the paper's ACE dedup threshold (G.3, H.1.1)
+ACE_DEDUP_THRESHOLD = 0.75
+#: characters of each summarized episode in a consolidation prompt
+SUMMARY_CHARS = 3000
+
+
+class Consolidator:
+    """Base builder: copies the bank, runs ``_apply`` on the copy, logs one history event."""
+
+    name = "base"
+    kind = "bullet"
+    id_prefix = "e"
+    prompt_names: tuple[str, ...] = ()
+    needs_llm = True
+
+    def __init__(
+        self,
+        llm: Any = None,
+        *,
+        summary_chars: int = SUMMARY_CHARS,
+        max_tokens: int = 4096,
+        temperature: float = 0.0,
+    ) -> None:
+        if self.needs_llm and llm is None:
+            raise ValueError(f"builder {self.name!r} calls a model: pass llm=")
+        if isinstance(summary_chars, bool) or not isinstance(summary_chars, int) or summary_chars < 200:
+            raise ValueError(f"summary_chars must be an integer >= 200, got {summary_chars!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        self.llm = llm
+        self.summary_chars = summary_chars
+        self.max_tokens = max_tokens
+        self.temperature = float(temperature)
+        self._last_reply = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "builder": self.name,
+            "summary_chars": self.summary_chars,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    def update(self, memory: MemoryBank, batch: Sequence[PoolRecord]) -> MemoryBank:
+        if not isinstance(memory, MemoryBank):
+            raise TypeError(f"memory must be a MemoryBank, got {type(memory).__name__}")
+        records = check_pool(batch, "batch")
+        before = memory.copy()
+        before.step += 1
+        event: dict[str, Any] = {
+            "step": before.step,
+            "builder": self.name,
+            "batch": [r.rid for r in records],
+            "calls": 0,
+            "ops": [],
+            "skipped": [],
+            "error": None,
+        }
+        bank = before.copy()
+        self._last_reply = ""
+        try:
+            self._apply(bank, records, event)
+        except ReplyError as exc:  # the documented fallback: entries unchanged, failure logged
+            bank = before
+            event["ops"] = []
+            event["error"] = str(exc)
+            event["reply"] = excerpt(self._last_reply)
+        evicted = bank.evict_fifo()
+        if evicted:
+            event["ops"].append({"op": "evict", "ids": evicted})
+        bank.history.append(event)
+        return bank
+
+    def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _chat(self, system: str, prompt: str, role: str, event: dict[str, Any]) -> str:
+        reply = self.llm.chat(
+            [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+            purpose="consolidation",
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            tags={"builder": self.name, "role": role, "step": event["step"]},
+        )
+        event["calls"] += 1
+        self._last_reply = reply.text
+        return reply.text
+
+    def _episodes(
+        self, records: list[PoolRecord], *, with_outcome: bool = True, notes: dict[int, str] | None = None
+    ) -> str:
+        blocks = []
+        for i, r in enumerate(records, start=1):
+            text = summarize_trajectory(r, self.summary_chars, with_outcome=with_outcome)
+            extra = (notes or {}).get(i)
+            blocks.append(f"### Episode {i}\n{text}" + (f"\n{extra}" if extra else ""))
+        return "\n\n".join(blocks)
+
+    def _entry(self, bank: MemoryBank, text: str, sources: list[str], **fields: Any) -> MemoryEntry:
+        return MemoryEntry(
+            id=bank.new_id(self.id_prefix),
+            text=text.strip(),
+            kind=self.kind,
+            sources=_unique(sources),
+            created_step=bank.step,
+            updated_step=bank.step,
+            **fields,
+        )
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+# -- ACE -----------------------------------------------------------------------------------------
+
+
+class ACE(Consolidator):
+    """Generator / reflector / curator over a playbook of counted bullets, with embedding dedup."""
+
+    kind = "bullet"
+    id_prefix = "b"
+    prompt_names = (
+        "consolidation_ace_generator_system",
+        "consolidation_ace_generator",
+        "consolidation_ace_reflector_system",
+        "consolidation_ace_reflector",
+        "consolidation_ace_labels_shown",
+        "consolidation_ace_labels_hidden",
+        "consolidation_ace_curator_system",
+        "consolidation_ace_curator",
+    )
+
+    def __init__(
+        self,
+        llm: Any,
+        embedder: Any,
+        *,
+        ground_truth: bool = False,
+        dedup_threshold: float | None = ACE_DEDUP_THRESHOLD,
+        use_generator: bool = True,
+        **kw: Any,
+    ) -> None:
+        self.name = "ace_gt" if ground_truth else "ace"
+        super().__init__(llm, **kw)
+        if dedup_threshold is not None:
+            if embedder is None:
+                raise ValueError("ACE deduplicates new bullets by embedding: pass embedder= (or dedup_threshold=None)")
+            if not 0.0 < float(dedup_threshold) <= 1.0:
+                raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold!r}")
+        self.embedder = embedder
+        self.ground_truth = bool(ground_truth)
+        self.dedup_threshold = None if dedup_threshold is None else float(dedup_threshold)
+        self.use_generator = bool(use_generator)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "ground_truth": self.ground_truth,
+            "dedup_threshold": self.dedup_threshold,
+            "use_generator": self.use_generator,
+        }
+
+    def _playbook(self, bank: MemoryBank) -> str:
+        bullets = [e for e in bank.entries if e.kind == "bullet"]
+        if not bullets:
+            return P.EMPTY_MEMORY
+        return "\n".join(
+            f"[{e.id}] ({e.section or 'general'}; helpful {e.helpful}, harmful {e.harmful}) {e.text}" for e in bullets
+        )
+
+    def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
+        bullets = {e.id for e in bank.entries if e.kind == "bullet"}
+        used = self._generate(bank, records, bullets, event) if self.use_generator and bullets else {}
+        notes = {i: "Bullets used: " + (", ".join(ids) or "none") for i, ids in used.items()}
+        reply = self._chat(
+            P.ACE_REFLECTOR_SYSTEM,
+            P.ACE_REFLECTOR.format(
+                playbook=self._playbook(bank),
+                episodes=self._episodes(records, with_outcome=self.ground_truth, notes=notes),
+                label_note=P.ACE_LABELS_SHOWN if self.ground_truth else P.ACE_LABELS_HIDDEN,
+            ),
+            "reflector",
+            event,
+        )
+        obj = extract_json(reply, dict)
+        tags, lessons = obj.get("bullet_tags", []), obj.get("lessons", [])
+        if not isinstance(tags, list) or not isinstance(lessons, list):
+            raise ReplyError("the reflector's 'bullet_tags' and 'lessons' must be lists")
+        self._apply_tags(bank, tags, event)
+        found = self._lessons(lessons, records, event)
+        if not found:
+            return
+        lesson_text = "\n".join(f"{i}. [{sec or 'general'}] {text}" for i, (sec, text, _) in enumerate(found, start=1))
+        ops = extract_json(
+            self._chat(
+                P.ACE_CURATOR_SYSTEM,
+                P.ACE_CURATOR.format(playbook=self._playbook(bank), lessons=lesson_text),
+                "curator",
+                event,
+            ),
+            list,
+        )
+        self._curate(bank, ops, found, records, event)
+
+    def _generate(
+        self, bank: MemoryBank, records: list[PoolRecord], bullets: set[str], event: dict[str, Any]
+    ) -> dict[int, list[str]]:
+        tasks = "\n".join(
+            f"{i}. ({r.task_type}) {r.task.instruction or r.trajectory.initial_observation[:300]}"
+            for i, r in enumerate(records, start=1)
+        )
+        obj = extract_json(
+            self._chat(
+                P.ACE_GENERATOR_SYSTEM,
+                P.ACE_GENERATOR.format(playbook=self._playbook(bank), tasks=tasks),
+                "generator",
+                event,
+            ),
+            dict,
+        )
+        used: dict[int, list[str]] = {}
+        for key, ids in obj.items():
+            nums = as_int_list(key)
+            if not nums or not 1 <= nums[0] <= len(records) or not isinstance(ids, list):
+                event["skipped"].append(f"generator: task {key!r}")
+                continue
+            used[nums[0]] = [i for i in ids if isinstance(i, str) and i in bullets]
+        return used
+
+    def _apply_tags(self, bank: MemoryBank, tags: list[Any], event: dict[str, Any]) -> None:
+        for t in tags:
+            entry = bank.get(t.get("id")) if isinstance(t, dict) and isinstance(t.get("id"), str) else None
+            tag = str(t.get("tag", "")).lower() if isinstance(t, dict) else ""
+            if entry is None or entry.kind != "bullet" or tag not in ("helpful", "harmful", "neutral"):
+                event["skipped"].append(f"tag {excerpt(str(t), 80)}")
+                continue
+            if tag == "neutral":
+                continue
+            setattr(entry, tag, getattr(entry, tag) + 1)
+            event["ops"].append({"op": "tag", "id": entry.id, "tag": tag})
+
+    def _lessons(
+        self, lessons: list[Any], records: list[PoolRecord], event: dict[str, Any]
+    ) -> list[tuple[str, str, list[str]]]:
+        """(section, text, source ids); a lesson that names no valid episode cites the whole batch."""
+        out = []
+        for item in lessons:
+            text = _text(item.get("text")) if isinstance(item, dict) else ""
+            if not text:
+                event["skipped"].append(f"lesson {excerpt(str(item), 80)}")
+                continue
+            nums = [n for n in as_int_list(item.get("episodes", [])) if 1 <= n <= len(records)]
+            rids = [records[n - 1].rid for n in nums] or [r.rid for r in records]
+            out.append((_text(item.get("section")), text, rids))
+        return out
+
+    def _curate(
+        self,
+        bank: MemoryBank,
+        ops: list[Any],
+        lessons: list[tuple[str, str, list[str]]],
+        records: list[PoolRecord],
+        event: dict[str, Any],
+    ) -> None:
+        new: list[MemoryEntry] = []
+        for op in ops:
+            kind = str(op.get("op", "")).upper() if isinstance(op, dict) else ""
+            text = _text(op.get("text")) if isinstance(op, dict) else ""
+            refs = [n for n in as_int_list(op.get("lessons", [])) if 1 <= n <= len(lessons)] if kind else []
+            sources = [s for n in refs for s in lessons[n - 1][2]] or [r.rid for r in records]
+            entry = bank.get(op["id"]) if kind == "UPDATE" and isinstance(op.get("id"), str) else None
+            if kind == "ADD" and text:
+                section = _text(op.get("section")) or (lessons[refs[0] - 1][0] if refs else "")
+                new.append(self._entry(bank, text, sources, section=section))
+            elif entry is not None and entry.kind == "bullet" and text:
+                entry.text, entry.updated_step = text, bank.step
+                entry.sources = _unique(entry.sources + sources)
+                event["ops"].append({"op": "update", "id": entry.id})
+            else:
+                event["skipped"].append(f"curator {excerpt(str(op), 80)}")
+        self._dedup_and_add(bank, new, event)
+
+    def _dedup_and_add(self, bank: MemoryBank, new: list[MemoryEntry], event: dict[str, Any]) -> None:
+        if not new:
+            return
+        if self.dedup_threshold is None:
+            for e in new:
+                bank.entries.append(e)
+                event["ops"].append({"op": "add", "id": e.id})
+            return
+        existing = [e for e in bank.entries if e.kind == "bullet"]
+        vectors = self._embed([e.text for e in existing] + [e.text for e in new], event)
+        pool = [(e, v) for e, v in zip(existing, vectors) if v is not None]
+        for e, v in zip(new, vectors[len(existing) :]):
+            if v is None:
+                event["skipped"].append(f"no embedding for new bullet {e.id}: added without dedup")
+            else:
+                scored = [(cosine(v, w), other) for other, w in pool if w.shape == v.shape]
+                sim, twin = max(scored, key=lambda x: x[0], default=(-1.0, None))
+                if twin is not None and sim >= self.dedup_threshold - 1e-9:
+                    twin.sources = _unique(twin.sources + e.sources)
+                    twin.updated_step = bank.step
+                    event["ops"].append({"op": "merge", "into": twin.id, "similarity": round(float(sim), 4)})
+                    continue
+                pool.append((e, v))
+            bank.entries.append(e)
+            event["ops"].append({"op": "add", "id": e.id})
+
+    def _embed(self, texts: list[str], event: dict[str, Any]) -> list[np.ndarray | None]:
+        tags = {"builder": self.name, "step": event["step"]}
+        if hasattr(self.embedder, "embed_many"):
+            vecs = list(self.embedder.embed_many(texts, tags=tags))
+        else:
+            vecs = [self.embedder.embed(t) for t in texts]
+        return [None if v is None else np.asarray(v, dtype=np.float64).reshape(-1) for v in vecs]
+
+
+# -- AWM -----------------------------------------------------------------------------------------
+
+_WORKFLOW_HEAD = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*|\*\*)?Workflow\b[^:\n]*:[ \t]*(.+?)[ \t]*(?:\*\*)?[ \t]*$", re.M)
+
+
+def parse_workflows(text: str) -> list[tuple[str, str]]:
+    """(title, body) of every "## Workflow: <title>" section of a reply."""
+    heads = list(_WORKFLOW_HEAD.finditer(text or ""))
+    out = []
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        out.append((m.group(1).strip().strip("*").strip(), text[m.end() : end].strip()))
+    return out
+
+
+class AWM(Consolidator):
+    """Agent Workflow Memory: induce workflows from successful episodes and append them."""
+
+    name = "awm"
+    kind = "workflow"
+    id_prefix = "w"
+    prompt_names = ("consolidation_awm_system", "consolidation_awm_induce")
+
+    def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
+        wins = [r for r in records if r.outcome.success]
+        if not wins:
+            event["skipped"].append("no successful episode in the batch: nothing to induce from")
+            return
+        stored = [e for e in bank.entries if e.kind == "workflow"]
+        listing = "\n\n".join(f"## Workflow: {e.title}\n{e.text}" for e in stored) or P.EMPTY_MEMORY
+        reply = self._chat(
+            P.AWM_SYSTEM, P.AWM_INDUCE.format(workflows=listing, episodes=self._episodes(wins)), "induce", event
+        )
+        found = parse_workflows(reply)
+        if not found:
+            if reply.strip().strip(".").upper() == "NONE":
+                return
+            raise ReplyError("no '## Workflow: <title>' section in the reply")
+        seen = {_norm(e.title + "\n" + e.text) for e in stored}
+        for title, body in found:
+            key = _norm(title + "\n" + body)
+            if not body or key in seen:
+                event["skipped"].append(f"workflow {title!r}: {'empty' if not body else 'already stored'}")
+                continue
+            seen.add(key)
+            e = self._entry(bank, body, [r.rid for r in wins], title=title)
+            bank.entries.append(e)
+            event["ops"].append({"op": "add", "id": e.id})
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+# -- Dynamic Cheatsheet --------------------------------------------------------------------------
+
+_CHEATSHEET = re.compile(r"<cheatsheet>(.*?)</cheatsheet>", re.S | re.I)
+
+
+class DynamicCheatsheet(Consolidator):
+    """Cumulative rewrite: each update replaces the whole cheatsheet with the model's new one."""
+
+    name = "dc"
+    kind = "cheatsheet"
+    id_prefix = "cs"
+    prompt_names = ("consolidation_dc_system", "consolidation_dc_rewrite")
+
+    def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
+        sheets = [e for e in bank.entries if e.kind == "cheatsheet"]
+        current = "\n\n".join(e.text for e in sheets) or P.EMPTY_MEMORY
+        reply = self._chat(
+            P.DC_SYSTEM, P.DC_REWRITE.format(cheatsheet=current, episodes=self._episodes(records)), "rewrite", event
+        )
+        m = _CHEATSHEET.search(reply)
+        if m is None or not m.group(1).strip():
+            raise ReplyError("no non-empty <cheatsheet>...</cheatsheet> in the reply")
+        sources = [s for e in sheets for s in e.sources] + [r.rid for r in records]
+        bank.entries = [e for e in bank.entries if e.kind != "cheatsheet"]
+        e = self._entry(bank, m.group(1), sources)
+        bank.entries.append(e)
+        event["ops"].append({"op": "rewrite", "id": e.id, "replaced": [s.id for s in sheets]})
+
+
+# -- CLIN ----------------------------------------------------------------------------------------
+
+CLIN_OPS = ("retain", "delete", "replace", "add")
+
+
+class CLIN(Consolidator):
+    """A bounded bank of causal rules; the model retains, deletes, replaces or adds; FIFO eviction."""
+
+    name = "clin"
+    kind = "rule"
+    id_prefix = "m"
+    prompt_names = ("consolidation_clin_system", "consolidation_clin_update")
+
+    def __init__(self, llm: Any, *, capacity: int = 50, **kw: Any) -> None:
+        super().__init__(llm, **kw)
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"CLIN capacity must be an integer >= 1, got {capacity!r}")
+        self.capacity = capacity
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "capacity": self.capacity}
+
+    def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
+        cap = min(self.capacity, bank.capacity or self.capacity)
+        entries = "\n".join(f"[{e.id}] {e.text}" for e in bank.entries) or P.EMPTY_MEMORY
+        notes = {
+            i: f"Evaluation report: {'task completed' if r.outcome.success else 'task not completed'} "
+            f"(score {r.outcome.score:g})"
+            for i, r in enumerate(records, start=1)
+        }
+        prompt = P.CLIN_UPDATE.format(
+            n=len(bank.entries),
+            capacity=cap,
+            entries=entries,
+            episodes=self._episodes(records, with_outcome=False, notes=notes),
+        )
+        ops = extract_json(self._chat(P.CLIN_SYSTEM, prompt, "update", event), list)
+        batch_ids = [r.rid for r in records]
+        for op in ops:
+            kind = str(op.get("op", "")).lower() if isinstance(op, dict) else ""
+            text = _text(op.get("text")) if isinstance(op, dict) else ""
+            target = (
+                bank.get(op["id"])
+                if kind in ("retain", "delete", "replace") and isinstance(op.get("id"), str)
+                else None
+            )
+            if kind == "add" and text:
+                e = self._entry(bank, text, batch_ids)
+                bank.entries.append(e)
+                event["ops"].append({"op": "add", "id": e.id})
+            elif kind == "retain" and target is not None:
+                event["ops"].append({"op": "retain", "id": target.id})
+            elif kind == "delete" and target is not None:
+                bank.entries.remove(target)
+                event["ops"].append({"op": "delete", "id": target.id})
+            elif kind == "replace" and target is not None and text:
+                bank.entries.remove(target)
+                e = self._entry(bank, text, target.sources + batch_ids)
+                bank.entries.append(e)
+                event["ops"].append({"op": "replace", "id": target.id, "by": e.id})
+            else:
+                event["skipped"].append(f"op {excerpt(str(op), 80)}")
+        evicted = bank.evict_fifo(cap)
+        if evicted:
+            event["ops"].append({"op": "evict", "ids": evicted})

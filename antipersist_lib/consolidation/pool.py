@@ -1,0 +1,396 @@
+"""The trajectory pool every memory builder consumes, so that regimes differ only in schedule.
+
+The paper holds the pool fixed across Static-All, Static-Group, Stream and the episodic-only
+baselines (§3, §4.2); a pool is therefore a plain list of ``PoolRecord`` (task, trajectory,
+outcome) with a stable id that memory entries cite as provenance. Pools come from replaying the
+engines' own expert actions (the GT expert trajectories of Table 1: 128 per type on ALFWorld) or
+from the training episodes of earlier runs, and are saved as JSONL.
+
+Kit choices where the paper is silent: an expert replay that does not end in success is skipped
+and the next game of that type is drawn instead (so every record is a real success); the
+heterogeneous batches interleave task types round-robin, so each batch mixes as many types as
+it can; ``summarize_trajectory`` is a deterministic text rendering (no LLM), trimmed from the
+middle when it exceeds its character budget.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.jsonl import atomic_write_text, dumps_line
+from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.rundir import RunDirectory
+
+log = logging.getLogger(__name__)
+
+#: benchmarks whose engines can replay an expert action sequence
+EXPERT_BENCHMARKS = ("alfworld", "scienceworld")
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """One trajectory of the pool; ``rid`` is what memory entries cite in their provenance."""
+
+    rid: str
+    task: Task
+    trajectory: Trajectory
+    outcome: EpisodeOutcome
+    source: str = ""
+
+    @property
+    def task_type(self) -> str:
+        return self.task.task_type
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rid": self.rid,
+            "source": self.source,
+            "task": self.task.to_dict(),
+            "trajectory": self.trajectory.to_dict(),
+            "outcome": self.outcome.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PoolRecord:
+        return cls(
+            rid=str(d["rid"]),
+            task=Task.from_dict(d["task"]),
+            trajectory=Trajectory.from_dict(d["trajectory"]),
+            outcome=EpisodeOutcome.from_dict(d["outcome"]),
+            source=str(d.get("source", "")),
+        )
+
+
+def check_pool(pool: Sequence[PoolRecord], what: str = "pool") -> list[PoolRecord]:
+    """The pool as a list; raises when it is empty, holds a non-record or repeats an id."""
+    records = list(pool)
+    if not records:
+        raise ValueError(f"{what} is empty")
+    seen: set[str] = set()
+    for i, r in enumerate(records):
+        if not isinstance(r, PoolRecord):
+            raise TypeError(f"{what}[{i}] is a {type(r).__name__}, expected a PoolRecord")
+        if r.rid in seen:
+            raise ValueError(f"{what} holds record id {r.rid!r} twice")
+        seen.add(r.rid)
+    return records
+
+
+# -- save / load -------------------------------------------------------------------------------
+
+
+def save_pool(pool: Sequence[PoolRecord], path: str | os.PathLike[str]) -> Path:
+    """One record per line, written atomically (a pool is built once, then only read)."""
+    records = check_pool(pool)
+    p = Path(path)
+    atomic_write_text(p, b"".join(dumps_line(r.to_dict()) for r in records).decode("utf-8"))
+    return p
+
+
+def load_pool(path: str | os.PathLike[str]) -> list[PoolRecord]:
+    """Strict reader: a pool with a damaged line would silently change every regime's input,
+    so any bad line raises, naming the file and line."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read trajectory pool {p}: {exc}") from exc
+    out = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(PoolRecord.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"trajectory pool {p}:{lineno}: malformed record ({exc!r})") from exc
+    return check_pool(out, f"trajectory pool {p}")
+
+
+# -- pools from earlier runs -------------------------------------------------------------------
+
+
+def pool_from_runs(run_dirs: Iterable[str | os.PathLike[str]], successes_only: bool = True) -> list[PoolRecord]:
+    """The training episodes of run directories (infrastructure failures never enter).
+
+    Record ids are ``<run path relative to the runs' common folder>#<iteration>.<position>``,
+    unique across the runs given and readable in a bank's provenance."""
+    dirs = [Path(d) for d in run_dirs]
+    if not dirs:
+        raise ValueError("pool_from_runs needs at least one run directory")
+    for d in dirs:
+        if not RunDirectory(d).is_run():
+            raise ValueError(f"{d} is not a run directory (no {RunDirectory.MANIFEST})")
+    resolved = [d.resolve() for d in dirs]
+    common = Path(os.path.commonpath(resolved)) if len(resolved) > 1 else resolved[0].parent
+    out: list[PoolRecord] = []
+    for d, full in zip(dirs, resolved):
+        label = full.relative_to(common).as_posix() or full.name
+        for i, ep in enumerate(RunDirectory(d).read_episodes("train")):
+            try:
+                outcome = EpisodeOutcome.from_dict(ep["outcome"])
+                rec = PoolRecord(
+                    rid=f"{label}#{int(ep.get('iteration', 0))}.{int(ep.get('position', i))}",
+                    task=Task.from_dict(ep["task"]),
+                    trajectory=Trajectory.from_dict(ep["trajectory"]),
+                    outcome=outcome,
+                    source=str(d),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"{RunDirectory(d).episodes_path('train')}: episode {i} is malformed ({exc!r})"
+                ) from exc
+            if outcome.infra_failure or (successes_only and not outcome.success):
+                continue
+            out.append(rec)
+    if not out:
+        kind = "successful training episodes" if successes_only else "training episodes"
+        raise ValueError(f"no {kind} in {', '.join(str(d) for d in dirs)}")
+    return check_pool(out)
+
+
+# -- expert replays ----------------------------------------------------------------------------
+
+
+def replay(env: Any, task: Task, actions: Sequence[str]) -> tuple[Trajectory, EpisodeOutcome]:
+    """Play ``actions`` on the real engine, so the trajectory carries the engine's observations
+    (a list of expert actions alone would teach a consolidator nothing about what it sees)."""
+    obs = env.reset(task)
+    steps: list[Step] = []
+    for action in actions:
+        act = env.normalize_action(action)
+        res = env.step(act)
+        steps.append(Step(act, res.observation, res.reward, res.done, res.valid, ""))
+        if res.done:
+            break
+    traj = Trajectory(obs, tuple(steps))
+    outcome = EpisodeOutcome(
+        success=bool(env.success), score=float(env.score), n_steps=traj.n_steps, n_invalid=traj.n_invalid
+    )
+    return traj, outcome
+
+
+def expert_pool(
+    benchmark: str,
+    per_type: int,
+    seed: int,
+    *,
+    types: Sequence[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    split: str = "train",
+    allow_fewer: bool = False,
+) -> list[PoolRecord]:
+    """``per_type`` expert trajectories per task type, replayed through the engine.
+
+    ALFWorld: games of ``split`` (default ``train``, disjoint from the held-out ``valid_unseen``)
+    drawn per category in a seeded order; the game file's ``walkthrough`` is replayed. Types are
+    the kit's short names (put, clean, heat, cool, examine, puttwo). ScienceWorld: the engine's
+    train variations of each task name in a seeded order, replaying ``gold_actions``. A replay
+    that does not succeed (or an unsolvable game) is skipped and the next candidate is drawn;
+    when a type runs out of candidates the call fails unless ``allow_fewer``."""
+    if benchmark not in EXPERT_BENCHMARKS:
+        raise ValueError(f"expert replay exists for {EXPERT_BENCHMARKS}, not {benchmark!r}")
+    if isinstance(per_type, bool) or not isinstance(per_type, int) or per_type < 1:
+        raise ValueError(f"per_type must be an integer >= 1, got {per_type!r}")
+    if benchmark == "alfworld":
+        return _alfworld_pool(per_type, seed, types, data_dir, split, allow_fewer)
+    if data_dir is not None:
+        raise ValueError("data_dir applies to alfworld only")
+    return _scienceworld_pool(per_type, seed, types, allow_fewer)
+
+
+def _draw(candidates: Sequence[Any], seed: int, key: str) -> list[Any]:
+    """A seeded order of one type's candidates, independent of which other types are drawn."""
+    order = list(candidates)
+    random.Random(f"{seed}:{key}").shuffle(order)
+    return order
+
+
+def _short_of(kind: str, got: int, want: int, tried: int, allow_fewer: bool) -> None:
+    if got < want and not allow_fewer:
+        raise ValueError(
+            f"only {got} of {want} expert replays succeeded for type {kind!r} ({tried} candidates tried); "
+            "ask for fewer per type or pass allow_fewer=True"
+        )
+
+
+def _alfworld_pool(
+    per_type: int, seed: int, types: Sequence[str] | None, data_dir: Any, split: str, allow_fewer: bool
+) -> list[PoolRecord]:
+    from antipersist_lib.envs.alfworld import (
+        CATEGORY_ORDER,
+        ALFWorldEnvironment,
+        category_of,
+        instruction_from_game,
+        list_games,
+        read_game,
+    )
+
+    wanted = list(types) if types is not None else list(CATEGORY_ORDER)
+    bad = [t for t in wanted if t not in CATEGORY_ORDER]
+    if bad or not wanted:
+        raise ValueError(f"unknown ALFWorld task type(s) {bad}; valid: {list(CATEGORY_ORDER)}")
+    by_type: dict[str, list[str]] = {t: [] for t in wanted}
+    for rel in list_games(data_dir, split):
+        cat = category_of(rel)
+        if cat in by_type:
+            by_type[cat].append(rel)
+    out: list[PoolRecord] = []
+    with ALFWorldEnvironment(data_dir) as env:
+        for kind in wanted:
+            got = tried = 0
+            for rel in _draw(by_type[kind], seed, kind):
+                if got == per_type:
+                    break
+                tried += 1
+                game = read_game(data_dir, rel)
+                if game.get("solvable") is not True:
+                    continue
+                task = Task(len(out), "alfworld", kind, instruction_from_game(game), split, {"game": rel})
+                traj, outcome = replay(env, task, list(game.get("walkthrough") or []))
+                if not outcome.success:
+                    log.warning("expert replay of %s did not succeed; drawing another game", rel)
+                    continue
+                rid = "alfworld:" + rel.removesuffix("/game.tw-pddl")
+                out.append(PoolRecord(rid, task, traj, outcome, source="expert:alfworld"))
+                got += 1
+            _short_of(kind, got, per_type, tried, allow_fewer)
+    return check_pool(out, "expert pool")
+
+
+def _scienceworld_pool(per_type: int, seed: int, types: Sequence[str] | None, allow_fewer: bool) -> list[PoolRecord]:
+    from antipersist_lib.envs.scienceworld import ScienceWorldEnvironment
+
+    out: list[PoolRecord] = []
+    with ScienceWorldEnvironment() as env:
+        names = env.task_names()
+        wanted = list(types) if types is not None else names
+        bad = [t for t in wanted if t not in names]
+        if bad or not wanted:
+            raise ValueError(f"unknown ScienceWorld task name(s) {bad}; valid: {names}")
+        for name in wanted:
+            train, _dev, _test = env.variations(name)
+            got = tried = 0
+            for variation in _draw(sorted(train), seed, name):
+                if got == per_type:
+                    break
+                tried += 1
+                args = {"task_name": name, "variation": int(variation)}
+                task = Task(len(out), "scienceworld", name, env.instruction(name, variation), "train", args)
+                traj, outcome = replay(env, task, env.gold_actions(task))
+                if not outcome.success:
+                    log.warning("expert replay of %s variation %s did not succeed; drawing another", name, variation)
+                    continue
+                out.append(PoolRecord(f"scienceworld:{name}:{variation}", task, traj, outcome, "expert:scienceworld"))
+                got += 1
+            _short_of(name, got, per_type, tried, allow_fewer)
+    return check_pool(out, "expert pool")
+
+
+# -- batches -------------------------------------------------------------------------------------
+
+
+def group_by_type(pool: Sequence[PoolRecord]) -> dict[str, list[PoolRecord]]:
+    """Task type -> its records in pool order; types sorted by name (a fixed group order)."""
+    groups: dict[str, list[PoolRecord]] = {}
+    for r in pool:
+        groups.setdefault(r.task_type, []).append(r)
+    return {t: groups[t] for t in sorted(groups)}
+
+
+def batches(pool: Sequence[PoolRecord], size: int, homogeneous: bool, seed: int) -> list[list[PoolRecord]]:
+    """Split the pool into Stream batches that cover every record exactly once.
+
+    Homogeneous: each type's records are shuffled and cut into batches of ``size`` (a type's last
+    batch may be smaller), then the batch order is shuffled, so each update sees one task type.
+    Heterogeneous: each type's records are shuffled and the types interleaved round-robin before
+    cutting, so each batch mixes as many types as it can (one per type when ``size`` equals the
+    number of types, as in the paper's six-type ALFWorld stream)."""
+    records = check_pool(pool)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"batch size must be an integer >= 1, got {size!r}")
+    rng = random.Random(seed)
+    groups = group_by_type(records)
+    for members in groups.values():
+        rng.shuffle(members)
+    if homogeneous:
+        out = [members[i : i + size] for members in groups.values() for i in range(0, len(members), size)]
+        rng.shuffle(out)
+        return out
+    if len(groups) < 2 and size > 1:
+        raise ValueError(f"heterogeneous batches need at least two task types; the pool has only {list(groups)}")
+    kinds = list(groups)
+    rng.shuffle(kinds)
+    order: list[PoolRecord] = []
+    for i in range(max(len(m) for m in groups.values())):
+        order.extend(groups[k][i] for k in kinds if i < len(groups[k]))
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+# -- summarized trajectory logs ------------------------------------------------------------------
+
+#: characters kept of each step's observation and of the initial observation
+STEP_OBSERVATION_CHARS = 200
+INITIAL_OBSERVATION_CHARS = 600
+
+
+def summarize_trajectory(record: PoolRecord, max_chars: int = 4000, *, with_outcome: bool = True) -> str:
+    """The "Trajectory Logs (Summarized)" text of one record: deterministic, no LLM.
+
+    Header (task type, instruction, outcome), the initial observation and one line per step
+    (``action -> observation``, each observation cut to ``STEP_OBSERVATION_CHARS``). Past
+    ``max_chars`` the middle steps give way to an "(N steps omitted)" line, keeping the opening
+    and the ending that decided the outcome. ``with_outcome=False`` hides the outcome (ACE
+    without ground-truth labels must judge from the observations)."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 200:
+        raise ValueError(f"max_chars must be an integer >= 200, got {max_chars!r}")
+    t, o = record.task, record.outcome
+    head = [f"Task type: {t.task_type}"]
+    if t.instruction:
+        head.append(f"Task: {t.instruction}")
+    if with_outcome:
+        head.append(f"Outcome: {'SUCCESS' if o.success else 'FAILURE'} (score {o.score:g}, {o.n_steps} steps)")
+    initial = record.trajectory.initial_observation.strip()
+    if t.instruction and initial.endswith(t.instruction):  # the engine repeats the task sentence
+        initial = initial[: -len(t.instruction)]
+    head.append("Initial observation: " + _clip(initial, INITIAL_OBSERVATION_CHARS))
+    head.append("Steps:")
+    lines = [
+        f"{i}. {s.action or '(no command)'}{'' if s.valid else ' [invalid]'} -> {_clip(s.observation, STEP_OBSERVATION_CHARS)}"
+        for i, s in enumerate(record.trajectory.steps, start=1)
+    ]
+    text = "\n".join(head + lines)
+    if len(text) <= max_chars:
+        return text
+    budget = max_chars - len("\n".join(head)) - 40
+    front: list[str] = []
+    back: list[str] = []
+    used = 0
+    lo, hi = 0, len(lines) - 1
+    while lo <= hi:  # alternate: opening step, closing step, next opening step...
+        take_front = len(front) <= len(back)
+        line = lines[lo] if take_front else lines[hi]
+        if used + len(line) + 1 > budget:
+            break
+        used += len(line) + 1
+        if take_front:
+            front.append(line)
+            lo += 1
+        else:
+            back.insert(0, line)
+            hi -= 1
+    omitted = len(lines) - len(front) - len(back)
+    body = front + ([f"... ({omitted} steps omitted) ..."] if omitted else []) + back
+    text = "\n".join(head + body)
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def _clip(text: str, n: int) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= n else flat[: n - 3] + "..."

@@ -1,0 +1,169 @@
+"""Every prompt the memory builders send, registered so manifests and banks hash them.
+
+The paper names the roles (ACE's generator, reflector and curator; AWM's workflow induction;
+Dynamic Cheatsheet's cumulative rewrite; CLIN's bounded bank with delete / replace / add /
+retain; the LLM-curated keep/delete of the trajectory logs) but does not print these prompts for
+ALFWorld, ScienceWorld or WebShop; the wording below is the kit's own. Each role has its own
+system message so that a test (or a log reader) can tell the calls apart.
+"""
+
+from __future__ import annotations
+
+from antipersist_lib.core.prompts import prompt_hashes, register_prompt
+
+# -- ACE -----------------------------------------------------------------------------------------
+
+ACE_GENERATOR_SYSTEM = "You are the generator of an agent's playbook: you decide which lessons a task calls for."
+ACE_GENERATOR = """\
+Playbook:
+{playbook}
+
+Tasks:
+{tasks}
+
+For each task, name the playbook bullets an agent should rely on while solving it (none is a
+valid answer). Answer with one JSON object that maps each task number to a list of bullet ids,
+for example {{"1": ["b3", "b7"], "2": []}}, and nothing else."""
+
+ACE_REFLECTOR_SYSTEM = "You are the reflector of an agent's playbook: you judge episodes and draw lessons from them."
+ACE_REFLECTOR = """\
+Playbook:
+{playbook}
+
+Episodes:
+{episodes}
+
+{label_note}
+
+1. For each episode, judge the bullets listed as used for it: "helpful" if the bullet points
+   toward what worked, "harmful" if it points toward a mistake, "neutral" otherwise.
+2. Write the lessons an agent should take from these episodes for similar tasks: concrete
+   actions, the observations that confirm them, and the condition under which each applies.
+   Leave out names and numbers that belonged to one episode only.
+Answer with one JSON object and nothing else:
+{{"bullet_tags": [{{"episode": 1, "id": "b3", "tag": "helpful"}}],
+ "lessons": [{{"section": "<short topic>", "text": "<the lesson>", "episodes": [1]}}]}}"""
+
+ACE_LABELS_SHOWN = "Each episode's outcome above is the ground-truth success label of the environment."
+ACE_LABELS_HIDDEN = "No success label is available: judge from the observations whether each episode achieved its task."
+
+ACE_CURATOR_SYSTEM = "You are the curator of an agent's playbook: you decide how new lessons change it."
+ACE_CURATOR = """\
+Current playbook:
+{playbook}
+
+Candidate lessons from the reflector:
+{lessons}
+
+Decide how the playbook changes. ADD a bullet for a lesson the playbook lacks; UPDATE an
+existing bullet when a lesson corrects or sharpens it; leave out lessons the playbook already
+covers. Answer with a JSON list of operations and nothing else ([] when nothing changes):
+[{{"op": "ADD", "section": "<topic>", "text": "<bullet>", "lessons": [1]}},
+ {{"op": "UPDATE", "id": "b2", "text": "<rewritten bullet>"}}]"""
+
+# -- AWM -----------------------------------------------------------------------------------------
+
+AWM_SYSTEM = "You induce reusable workflows from an agent's successful episodes."
+AWM_INDUCE = """\
+Workflows already in memory:
+{workflows}
+
+Successful episodes:
+{episodes}
+
+Find the routines these episodes share and write each as a workflow an agent can follow on new
+tasks of the same kind. Use placeholders such as {{object}} and {{receptacle}} instead of the
+names of one episode; give each step as a command and the observation that shows it worked.
+Do not repeat a workflow already in memory. Write every workflow in this form:
+## Workflow: <short title>
+When to use: <the kind of task>
+Steps:
+1. <command> (expect: <observation>)
+If these episodes teach no new workflow, answer NONE."""
+
+# -- Dynamic Cheatsheet --------------------------------------------------------------------------
+
+DC_SYSTEM = "You keep an agent's cheatsheet: one document, rewritten after each batch of episodes."
+DC_REWRITE = """\
+Current cheatsheet:
+{cheatsheet}
+
+New episodes:
+{episodes}
+
+Rewrite the cheatsheet so it serves an agent on future tasks: keep what is still useful, correct
+or drop what these episodes contradict, and add what they teach (strategies, command templates,
+pitfalls). Write each insight as
+<memory_item>
+<description>what to do and when</description>
+<example>a short command sequence or situation</example>
+Count: <how many episodes support it so far>
+</memory_item>
+Return the complete new cheatsheet between <cheatsheet> and </cheatsheet>; anything you leave
+out of it is lost."""
+
+# -- CLIN ----------------------------------------------------------------------------------------
+
+CLIN_SYSTEM = "You maintain a bounded bank of causal rules learned from an agent's episodes."
+CLIN_UPDATE = """\
+Memory bank ({n} entries, at most {capacity}). When the bank holds more than {capacity} entries
+after your edit, the oldest entries are removed first (first in, first out).
+{entries}
+
+New episodes, each with its evaluation report. Compare them with each other before editing:
+{episodes}
+
+Every rule has the form "<action or condition> <relation> <goal>", the relation being one of
+MAY BE NECESSARY to, SHOULD BE NECESSARY to, MAY CONTRIBUTE to, DOES NOT CONTRIBUTE to.
+For each existing entry choose retain, delete, or replace (with a corrected rule); then add the
+new rules these episodes support. Entries you do not mention are retained.
+Answer with a JSON list and nothing else:
+[{{"op": "retain", "id": "m1"}}, {{"op": "delete", "id": "m2"}},
+ {{"op": "replace", "id": "m3", "text": "<rule>"}}, {{"op": "add", "text": "<rule>"}}]"""
+
+# -- Trajectory-log curation (Incr. Keep / One-Pass Keep) ----------------------------------------
+
+KEEP_SYSTEM = "You curate a store of episode logs that an agent will read as in-context examples."
+KEEP_DECIDE = """\
+Logs already kept:
+{kept}
+
+New logs:
+{new}
+
+Decide which logs an agent should have in front of it on future tasks of these kinds: keep logs
+that show a useful way to solve a task, delete logs that are redundant with others or would
+mislead. Decide keep or delete for every new log; you may also delete logs already kept.
+Answer with one JSON object mapping log ids to "keep" or "delete", for example
+{{"n1": "keep", "n2": "delete", "k3": "delete"}}, and nothing else."""
+
+EMPTY_MEMORY = "(empty)"
+
+PROMPTS: dict[str, str] = {
+    "consolidation_ace_generator_system": ACE_GENERATOR_SYSTEM,
+    "consolidation_ace_generator": ACE_GENERATOR,
+    "consolidation_ace_reflector_system": ACE_REFLECTOR_SYSTEM,
+    "consolidation_ace_reflector": ACE_REFLECTOR,
+    "consolidation_ace_labels_shown": ACE_LABELS_SHOWN,
+    "consolidation_ace_labels_hidden": ACE_LABELS_HIDDEN,
+    "consolidation_ace_curator_system": ACE_CURATOR_SYSTEM,
+    "consolidation_ace_curator": ACE_CURATOR,
+    "consolidation_awm_system": AWM_SYSTEM,
+    "consolidation_awm_induce": AWM_INDUCE,
+    "consolidation_dc_system": DC_SYSTEM,
+    "consolidation_dc_rewrite": DC_REWRITE,
+    "consolidation_clin_system": CLIN_SYSTEM,
+    "consolidation_clin_update": CLIN_UPDATE,
+    "consolidation_keep_system": KEEP_SYSTEM,
+    "consolidation_keep_decide": KEEP_DECIDE,
+}
+for _name, _text in PROMPTS.items():
+    register_prompt(_name, _text)
+
+
+def hashes(names: tuple[str, ...]) -> dict[str, str]:
+    """The hashes of the named templates, recorded in a bank's meta by the builder that used them."""
+    unknown = [n for n in names if n not in PROMPTS]
+    if unknown:
+        raise ValueError(f"unknown consolidation prompt(s) {unknown}")
+    return prompt_hashes({n: PROMPTS[n] for n in names})
