@@ -1,0 +1,1409 @@
+"""ARC-AGI Stream studies: a profile's grid of stream conditions, held-out utility vs updates, and the analyses
+notebooks 09 and 10 show (faulty-memories paper §4.1, §5, §6.1-6.2, Table 4, Figs. 2, 5, 7, 9, App. C.1, I, K.2).
+
+``run_study(profile, out_dir)`` reads a study profile (``params/arc/*.yaml``), runs ``controller.run_stream``
+once per condition of its grid (regime x source x buffer size [x tasks per step]) on a training pool, then
+evaluates the memory as it stood at each checkpoint step on a held-out pool subset (and, optionally, on the
+training slice the stream saw: Fig. 2's in-distribution regression), plus a no-memory baseline. It writes::
+
+    <out_dir>/study.json                  manifest: profile, backbone, endpoint (no key), package versions,
+                                          prompt hashes, task ids, checkpoints, calls, wall time
+    <out_dir>/results.csv, results.json   one row per (condition, checkpoint step, evaluation set)
+    <out_dir>/ledger.jsonl                one line per LLM call (counts and tags only, never text)
+    <out_dir>/cache/                      response cache (when the profile keeps ``response_cache: true``)
+    <out_dir>/conditions/<name>/          config.json, snapshots.jsonl, memory.json (run_stream), evals.jsonl,
+                                          condition.json (written last: the condition is complete),
+                                          judge.json and surgery.json when the profile asks for them
+
+Re-running the same command resumes: complete conditions (``condition.json``) are kept, an incomplete
+condition folder is cleared and re-run (its earlier calls are answered by the response cache).
+
+Endpoint: ``endpoint=`` (an ``Endpoint``) wins; else the profile's ``backbone``: ``embedded`` starts the
+embedded default (Gemma 3 270M on llama.cpp, as ``runner.main_job`` does) and labels everything with its
+weak-model note; any other name is a backbone profile in ``params/backbones/`` (a vLLM endpoint). The
+backbone profile's agent decoding is not used: the stream's own ``temperature`` applies to every call.
+
+Kit choices where the paper is silent:
+
+- Step 0 is the empty memory (the stream's capacity, nothing stored); a checkpoint at step s evaluates the
+  memory of snapshot s. Evaluation does not change the memory, so evaluating after the stream is the same
+  as evaluating during it.
+- The training slice is the first ``train_limit`` distinct tasks of the stream order (every condition of
+  the grid sees them: the limit is capped at the fewest tasks any condition sees), graded on their test grids.
+- ``task_examples`` may shrink the tasks (``n_train`` shown examples, ``n_test`` graded grids) so that a
+  small model's context holds them; the paper uses 10 and 10 (the default).
+- Table 4's numbers are the per-step coverage averaged over the stream (``lineage.average_coverage``).
+
+Analyses (all read the study folder): ``load_study``, ``step_table`` (Fig. 7(b)), ``utility_table``
+(Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
+``misclassification_table`` (Fig. 7(a)), ``lineage_example`` (App. C.1), ``judge_table`` (§6.2),
+``surgery_table`` (App. I), and the figures ``plot_*``. Command line::
+
+    python -m antipersist_lib.arc.study --profile params/arc/smoke.yaml --out outputs/arc/smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import math
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.arc.controller import (
+    CONFIG_FILE,
+    MEMORY_FILE,
+    MEMORY_SOURCES,
+    REGIMES,
+    SNAPSHOTS_FILE,
+    SOURCES,
+    EvalResult,
+    SolveRecord,
+    StreamConfig,
+    evaluate,
+    load_snapshots,
+    memory_at,
+    run_stream,
+    stream_batches,
+)
+from antipersist_lib.arc.generator import N_TEST, N_TRAIN, POOL_SIZES, ArcTask, make_task, pool_plan
+from antipersist_lib.arc.lineage import (
+    Lineage,
+    SnapshotIndex,
+    average_coverage,
+    judge_memory,
+    label_counts,
+    memory_surgery,
+    misclassifications,
+    trace_lineage,
+)
+from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
+from antipersist_lib.core.prompts import prompt_hashes
+from antipersist_lib.errors import LLMUnavailableError
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.profiles import read_mapping
+from antipersist_lib.serving.response_cache import ResponseCache
+
+STUDY_FORMAT = 1
+MANIFEST_FILE = "study.json"
+RESULTS_CSV = "results.csv"
+RESULTS_JSON = "results.json"
+LEDGER_FILE = "ledger.jsonl"
+CACHE_DIR = "cache"
+CONDITIONS_DIR = "conditions"
+EVALS_FILE = "evals.jsonl"
+DONE_FILE = "condition.json"
+JUDGE_FILE = "judge.json"
+SURGERY_FILE = "surgery.json"
+NO_MEMORY = "no_memory"
+EVAL_SETS = ("heldout", "train")
+EMBEDDED = "embedded"
+MAX_BACKBONE_RESTARTS = 3
+
+#: what run_study leaves in a condition folder (an incomplete one holding anything else is not cleared)
+_CONDITION_FILES = {CONFIG_FILE, SNAPSHOTS_FILE, MEMORY_FILE, EVALS_FILE, DONE_FILE, JUDGE_FILE, SURGERY_FILE}
+
+PROFILE_KEYS = {
+    "name",
+    "description",
+    "backbone",
+    "backbone_options",
+    "seed",
+    "train_pool",
+    "heldout_pool",
+    "task_examples",
+    "steps",
+    "tasks_per_step",
+    "checkpoint_every",
+    "checkpoints",
+    "conditions",
+    "no_memory",
+    "stream",
+    "evaluation",
+    "judge",
+    "surgery",
+    "response_cache",
+}
+POOL_KEYS = {"name", "seed", "limit"}
+EXAMPLE_KEYS = {"n_train", "n_test"}
+CONDITION_KEYS = {"regime", "source", "buffer_size", "tasks_per_step"}
+STREAM_KEYS = {
+    "shuffle",
+    "history_examples",
+    "record_failures",
+    "solver_memory",
+    "tool_bodies",
+    "temperature",
+    "solver_max_tokens",
+    "manager_max_tokens",
+}
+EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers"}
+BACKBONE_OPTION_KEYS = {"threads", "n_ctx", "startup_timeout_s"}
+JUDGE_KEYS = {"conditions", "max_tokens"}
+SURGERY_KEYS = {"conditions", "max_entries", "eval_set"}
+
+RESULT_COLUMNS = (
+    "condition",
+    "regime",
+    "source",
+    "buffer_capacity",
+    "tasks_per_step",
+    "step",
+    "examples_seen",
+    "eval_set",
+    "accuracy",
+    "n_passed",
+    "n_tasks",
+    "buffer_size",
+    "abstract_entries",
+    "covered",
+    "fused",
+    "consolidations",
+    "backbone",
+)
+
+
+class StudyProfileError(ValueError):
+    """A study profile is malformed; the message names the file and the key."""
+
+
+# -- the profile ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    seed: int = 0
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One stream of the grid (or the no-memory baseline, ``regime == "none"``)."""
+
+    name: str
+    regime: str
+    source: str = ""
+    buffer_size: int | None = None
+    tasks_per_step: int = 1
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.regime == "none"
+
+
+@dataclass(frozen=True)
+class StudyProfile:
+    path: str
+    name: str
+    backbone: str
+    train_pool: PoolSpec
+    heldout_pool: PoolSpec
+    steps: int
+    checkpoints: tuple[int, ...]
+    conditions: tuple[Condition, ...]
+    no_memory: bool = True
+    seed: int = 0
+    n_train: int = N_TRAIN
+    n_test: int = N_TEST
+    stream: dict[str, Any] = field(default_factory=dict)
+    eval_sets: tuple[str, ...] = ("heldout",)
+    train_limit: int | None = None
+    eval_sources: tuple[str, ...] = MEMORY_SOURCES
+    eval_workers: int = 1
+    judge: dict[str, Any] | None = None
+    surgery: dict[str, Any] | None = None
+    response_cache: bool = True
+    backbone_options: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def stream_config(self, cond: Condition) -> StreamConfig:
+        return StreamConfig(
+            regime=cond.regime,
+            source=cond.source,
+            buffer_size=cond.buffer_size,
+            steps=self.steps,
+            tasks_per_step=cond.tasks_per_step,
+            seed=self.seed,
+            **self.stream,
+        )
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        """``evaluate``'s solver settings: the stream's own (tool bodies, decoding, token cap, sandbox limits)."""
+        base = StreamConfig(**self.stream)
+        return {
+            "sources": self.eval_sources,
+            "tool_bodies": base.tool_bodies,
+            "temperature": base.temperature,
+            "max_tokens": base.solver_max_tokens,
+            "limits": base.limits,
+            "workers": self.eval_workers,
+        }
+
+    def condition(self, name: str) -> Condition:
+        for cond in self.all_conditions():
+            if cond.name == name:
+                return cond
+        raise KeyError(f"no condition {name!r}; known: {[c.name for c in self.all_conditions()]}")
+
+    def all_conditions(self) -> tuple[Condition, ...]:
+        baseline = (Condition(NO_MEMORY, "none"),) if self.no_memory else ()
+        return self.conditions + baseline
+
+
+def _fail(path: Any, message: str) -> StudyProfileError:
+    return StudyProfileError(f"study profile {path}: {message}")
+
+
+def _section(data: Any, key: str, allowed: set[str], path: Any) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(path, f"{key!r} must be a mapping with keys from {sorted(allowed)}, got {value!r}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise _fail(path, f"unknown key(s) {[f'{key}.{u}' for u in unknown]}; allowed in {key!r}: {sorted(allowed)}")
+    return dict(value)
+
+
+def _int(value: Any, key: str, path: Any, *, minimum: int = 0, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(path, f"{key!r} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
+    return value
+
+
+def _list(value: Any, key: str, path: Any) -> list[Any]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise _fail(path, f"{key!r} must list at least one value")
+    return items
+
+
+def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -> PoolSpec:
+    spec = _section(data, key, POOL_KEYS, path)
+    if not spec:
+        if required:
+            raise _fail(path, f"{key!r} is required: {{name: one of {sorted(POOL_SIZES)}, seed, limit}}")
+        return PoolSpec("heldout50")
+    name = spec.get("name")
+    if name not in POOL_SIZES:
+        raise _fail(path, f"{key}.name must be one of {sorted(POOL_SIZES)}, got {name!r}")
+    seed = _int(spec.get("seed", 0), f"{key}.seed", path)
+    limit = _int(spec.get("limit"), f"{key}.limit", path, minimum=1, optional=True)
+    if limit is not None and limit > POOL_SIZES[name]:
+        raise _fail(path, f"{key}.limit {limit} exceeds the {POOL_SIZES[name]} tasks of pool {name!r}")
+    return PoolSpec(name, int(seed or 0), limit)
+
+
+def condition_name(regime: str, source: str, buffer_size: int | None, tasks_per_step: int) -> str:
+    name = f"{regime}-{source}-b{buffer_size if buffer_size is not None else 'inf'}"
+    return name + (f"-t{tasks_per_step}" if tasks_per_step != 1 else "")
+
+
+def load_study_profile(path: str | Path) -> StudyProfile:
+    """Read and check a study profile; any unknown or malformed key is named in the error."""
+    path = Path(path)
+    try:
+        data = read_mapping(path, PROFILE_KEYS)
+    except ValueError as exc:
+        raise StudyProfileError(f"study profile {exc}") from None
+    backbone = data.get("backbone", EMBEDDED)
+    if not isinstance(backbone, str) or not backbone:
+        raise _fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+    options = _section(data, "backbone_options", BACKBONE_OPTION_KEYS, path)
+    train_pool = _pool(data, "train_pool", path)
+    heldout_pool = _pool(data, "heldout_pool", path, required=False)
+    examples = _section(data, "task_examples", EXAMPLE_KEYS, path)
+    n_train = _int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=1)
+    n_test = _int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
+    steps = _int(data.get("steps"), "steps", path, minimum=1)
+    base_tps = _int(data.get("tasks_per_step", 1), "tasks_per_step", path, minimum=1)
+    if "checkpoints" in data and "checkpoint_every" in data:
+        raise _fail(path, "give 'checkpoints' (a list of steps) or 'checkpoint_every', not both")
+    if "checkpoints" in data:
+        points = {_int(s, "checkpoints[]", path) for s in _list(data["checkpoints"], "checkpoints", path)}
+    else:
+        every = _int(data.get("checkpoint_every", steps), "checkpoint_every", path, minimum=1)
+        points = set(range(0, steps + 1, int(every or steps))) | {0}
+    points.add(steps)
+    late = sorted(p for p in points if p is not None and p > int(steps or 0))
+    if late:
+        raise _fail(path, f"checkpoints {late} lie beyond the last step ({steps})")
+
+    grid = _section(data, "conditions", CONDITION_KEYS, path)
+    if not grid:
+        raise _fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
+    regimes = _list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
+    sources = _list(grid.get("source", ["gt"]), "conditions.source", path)
+    buffers = _list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
+    per_step = _list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
+    for r in regimes:
+        if r not in REGIMES:
+            raise _fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
+    for s in sources:
+        if s not in SOURCES:
+            raise _fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
+    for b in buffers:
+        _int(b, "conditions.buffer_size", path, minimum=1, optional=True)
+    for t in per_step:
+        _int(t, "conditions.tasks_per_step", path, minimum=1)
+    conditions = tuple(
+        Condition(condition_name(r, s, b, t), r, s, b, t)
+        for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)
+    )
+    if len({c.name for c in conditions}) != len(conditions):
+        raise _fail(path, "conditions: a value is listed twice")
+
+    stream = _section(data, "stream", STREAM_KEYS, path)
+    if "solver_memory" in stream:
+        stream["solver_memory"] = tuple(_list(stream["solver_memory"], "stream.solver_memory", path))
+    evaluation = _section(data, "evaluation", EVALUATION_KEYS, path)
+    sets = tuple(_list(evaluation.get("sets", ["heldout"]), "evaluation.sets", path))
+    bad_sets = [s for s in sets if s not in EVAL_SETS]
+    if bad_sets:
+        raise _fail(path, f"evaluation.sets: {bad_sets} not in {EVAL_SETS}")
+    sources_eval = tuple(_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
+    bad_sources = [s for s in sources_eval if s not in MEMORY_SOURCES]
+    if bad_sources:
+        raise _fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
+    names = [c.name for c in conditions]
+    judge = _optional_block(data, "judge", JUDGE_KEYS, names, path)
+    surgery = _optional_block(data, "surgery", SURGERY_KEYS, names, path)
+    if surgery is not None:
+        _int(surgery.get("max_entries"), "surgery.max_entries", path, minimum=1, optional=True)
+        if surgery.setdefault("eval_set", "heldout") not in EVAL_SETS:
+            raise _fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
+    if judge is not None:
+        _int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
+    profile = StudyProfile(
+        path=str(path),
+        name=str(data.get("name", path.stem)),
+        backbone=backbone,
+        train_pool=train_pool,
+        heldout_pool=heldout_pool,
+        steps=int(steps or 1),
+        checkpoints=tuple(sorted(int(p) for p in points if p is not None)),
+        conditions=conditions,
+        no_memory=_bool(data.get("no_memory", True), "no_memory", path),
+        seed=int(_int(data.get("seed", 0), "seed", path) or 0),
+        n_train=int(n_train or N_TRAIN),
+        n_test=int(n_test or N_TEST),
+        stream=stream,
+        eval_sets=sets,
+        train_limit=_int(evaluation.get("train_limit"), "evaluation.train_limit", path, minimum=1, optional=True),
+        eval_sources=sources_eval,
+        eval_workers=int(_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
+        judge=judge,
+        surgery=surgery,
+        response_cache=_bool(data.get("response_cache", True), "response_cache", path),
+        backbone_options=options,
+        raw=data,
+    )
+    for cond in conditions:  # StreamConfig's own checks, with the profile named
+        try:
+            profile.stream_config(cond)
+        except (TypeError, ValueError) as exc:
+            raise _fail(path, f"stream settings: {exc}") from None
+    return profile
+
+
+def _bool(value: Any, key: str, path: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, f"{key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _optional_block(
+    data: dict[str, Any], key: str, allowed: set[str], names: list[str], path: Any
+) -> dict[str, Any] | None:
+    """``key: false`` (off), ``true`` (every condition) or a mapping with ``conditions: all | [names]``."""
+    value = data.get(key, False)
+    if value is False or value is None:
+        return None
+    block = {} if value is True else _section(data, key, allowed, path)
+    chosen = block.get("conditions", "all")
+    chosen = names if chosen == "all" else _list(chosen, f"{key}.conditions", path)
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        raise _fail(path, f"{key}.conditions names unknown condition(s) {unknown}; the grid has {names}")
+    block["conditions"] = list(chosen)
+    return block
+
+
+# -- tasks --------------------------------------------------------------------------------------------
+
+
+def pool_tasks(spec: PoolSpec, *, n_train: int = N_TRAIN, n_test: int = N_TEST) -> list[ArcTask]:
+    """The first ``limit`` tasks of a pool (all when None), drawn with the given example counts."""
+    plan = pool_plan(spec.name, spec.seed)[: spec.limit]
+    return [make_task(e.family, e.skill, e.seed, n_train=n_train, n_test=n_test) for e in plan]
+
+
+def seen_tasks(tasks: Sequence[ArcTask], config: StreamConfig) -> list[ArcTask]:
+    """The distinct tasks a stream shows, in order of first appearance."""
+    seen: dict[str, ArcTask] = {}
+    for batch in stream_batches(tasks, config):
+        for task in batch:
+            seen.setdefault(task.task_id, task)
+    return list(seen.values())
+
+
+def training_slice(profile: StudyProfile, tasks: Sequence[ArcTask]) -> list[ArcTask]:
+    """Fig. 2's in-distribution set: the first tasks of the stream order that every condition sees."""
+    if not profile.conditions:
+        return []
+    per_condition = [seen_tasks(tasks, profile.stream_config(c)) for c in profile.conditions]
+    k = min(len(s) for s in per_condition)
+    if profile.train_limit is not None:
+        k = min(k, profile.train_limit)
+    return per_condition[0][:k]
+
+
+# -- the backbone ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Backbone:
+    endpoint: Endpoint
+    label: str
+    embedded: bool
+    server: Any = None  # the EmbeddedBackbone when embedded
+
+    @property
+    def note(self) -> str:
+        if not self.embedded:
+            return ""
+        from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
+
+        return WEAK_MODEL_NOTE
+
+
+@contextlib.contextmanager
+def open_backbone(profile: StudyProfile, out: Path, endpoint: Endpoint | None = None) -> Iterator[Backbone]:
+    """The endpoint to use: the explicit one, the embedded default (started here) or a backbone profile."""
+    if endpoint is not None:
+        yield Backbone(endpoint, endpoint.model, False)
+        return
+    if profile.backbone == EMBEDDED:
+        from threadpoolctl import threadpool_limits
+
+        from antipersist_lib.runner.main_job import BACKBONE_LABEL
+        from antipersist_lib.serving.embedded import EmbeddedBackbone
+
+        opts = profile.backbone_options
+        server = EmbeddedBackbone(
+            threads=int(opts.get("threads", 1)),
+            n_ctx=int(opts.get("n_ctx", 4096)),
+            startup_timeout_s=float(opts.get("startup_timeout_s", 180.0)),
+            log_path=out / "llama_server.log",
+        )
+        with threadpool_limits(limits=1), server:
+            yield Backbone(server.endpoint, BACKBONE_LABEL, True, server)
+        return
+    from antipersist_lib.serving.profiles import backbone_endpoint
+
+    try:
+        resolved = backbone_endpoint(profile.backbone)
+    except ValueError as exc:
+        raise _fail(profile.path, f"backbone: {exc}") from None
+    yield Backbone(resolved, profile.backbone, False)
+
+
+# -- running ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyResult:
+    out_dir: Path
+    frame: pd.DataFrame
+    manifest: dict[str, Any]
+
+
+def _empty_memory(cond: Condition) -> Memory:
+    return Memory(EpisodicBuffer(capacity=cond.buffer_size), AbstractStore())
+
+
+def _eval_from_dict(data: dict[str, Any]) -> EvalResult:
+    records = tuple(SolveRecord(**r) for r in data["records"])
+    return EvalResult(float(data["accuracy"]), int(data["n_passed"]), int(data["n_tasks"]), records)
+
+
+def _read_evals(folder: Path) -> list[dict[str, Any]]:
+    path = folder / EVALS_FILE
+    return [line.value for line in read_jsonl(path)] if path.exists() else []
+
+
+def _clear_incomplete(folder: Path) -> None:
+    if not folder.exists():
+        return
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in _CONDITION_FILES)
+    if foreign:
+        raise FileExistsError(
+            f"{folder} is an incomplete condition folder holding files the study did not write ({foreign}); "
+            "move them away or use a fresh --out"
+        )
+    shutil.rmtree(folder)
+
+
+def _run_condition(
+    profile: StudyProfile,
+    cond: Condition,
+    llm: LLMClient,
+    train: Sequence[ArcTask],
+    evalsets: dict[str, list[ArcTask]],
+    folder: Path,
+    backbone: str,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    calls: dict[str, int] = {}
+    snapshots: list[dict[str, Any]] = []
+    if not cond.is_baseline:
+        config = profile.stream_config(cond)
+        result = run_stream(train, llm, config, folder)
+        snapshots, calls = result.snapshots, dict(result.calls)
+    folder.mkdir(parents=True, exist_ok=True)
+    steps = (0,) if cond.is_baseline else profile.checkpoints
+    config = None if cond.is_baseline else profile.stream_config(cond)
+    rows = []
+    with JsonlWriter(folder / EVALS_FILE) as writer:
+        for step in steps:
+            memory = _empty_memory(cond) if step == 0 else memory_at(snapshots[step - 1])
+            for eval_set, tasks in evalsets.items():
+                res = evaluate(tasks, llm, memory, **profile.eval_kwargs())
+                calls["arc_eval"] = calls.get("arc_eval", 0) + len(tasks)
+                writer.append({"step": step, "eval_set": eval_set, **res.to_dict()})
+                rows.append(_row(cond, step, eval_set, res, snapshots, backbone))
+    done = {
+        "condition": asdict(cond),
+        "config": config.to_dict() if config else None,
+        "checkpoints": list(steps),
+        "calls": calls,
+        "seconds": round(time.monotonic() - started, 1),
+        "rows": rows,
+    }
+    atomic_write_json(folder / DONE_FILE, done)
+    return done
+
+
+def _row(
+    cond: Condition, step: int, eval_set: str, res: EvalResult, snapshots: Sequence[dict[str, Any]], backbone: str
+) -> dict[str, Any]:
+    snap = snapshots[step - 1] if step > 0 else None
+    cov = snap["coverage"] if snap else {"covered": 0, "fused": None, "buffer_size": 0}
+    abstract = len(snap["memory"]["abstract"]["entries"]) if snap else 0
+    consolidations = sum(1 for s in snapshots[:step] if (s.get("extraction") or {}).get("applied"))
+    return {
+        "condition": cond.name,
+        "regime": cond.regime,
+        "source": cond.source,
+        "buffer_capacity": cond.buffer_size,
+        "tasks_per_step": cond.tasks_per_step,
+        "step": step,
+        "examples_seen": step * cond.tasks_per_step,
+        "eval_set": eval_set,
+        "accuracy": res.accuracy,
+        "n_passed": res.n_passed,
+        "n_tasks": res.n_tasks,
+        "buffer_size": cov["buffer_size"],
+        "abstract_entries": abstract,
+        "covered": cov["covered"],
+        "fused": cov["fused"],
+        "consolidations": consolidations,
+        "backbone": backbone,
+    }
+
+
+def _final_eval(folder: Path, eval_set: str) -> EvalResult | None:
+    evals = [e for e in _read_evals(folder) if e["eval_set"] == eval_set]
+    return _eval_from_dict(max(evals, key=lambda e: e["step"])) if evals else None
+
+
+def _run_judge(profile: StudyProfile, llm: LLMClient, folder: Path) -> None:
+    memory = Memory.from_dict(_load_json(folder / MEMORY_FILE))
+    labels = judge_memory(llm, memory, max_tokens=int((profile.judge or {}).get("max_tokens", 1024)))
+    atomic_write_json(
+        folder / JUDGE_FILE,
+        {"labels": [asdict(label) for label in labels], "counts": label_counts(labels), "n_entries": len(labels)},
+    )
+
+
+def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: dict[str, list[ArcTask]]) -> None:
+    spec = profile.surgery or {}
+    eval_set = spec.get("eval_set", "heldout")
+    tasks = evalsets.get(eval_set)
+    if not tasks:
+        raise _fail(profile.path, f"surgery.eval_set {eval_set!r} is not evaluated (evaluation.sets)")
+    memory = Memory.from_dict(_load_json(folder / MEMORY_FILE))
+    baseline = _final_eval(folder, eval_set)
+    entries = memory.entry_ids()[: spec.get("max_entries")]
+    results = []
+    for entry_id in entries:
+        res = memory_surgery(
+            tasks,
+            llm,
+            memory,
+            entry_id,
+            baseline=baseline,
+            **profile.eval_kwargs(),
+        )
+        baseline = res.base
+        kind = "episode" if entry_id.startswith("E") else "strategy"
+        results.append({**res.to_dict(), "kind": kind, "eval_set": eval_set, "n_tasks": res.ablated.n_tasks})
+    atomic_write_json(
+        folder / SURGERY_FILE, {"eval_set": eval_set, "n_entries": len(memory.entry_ids()), "results": results}
+    )
+
+
+def _load_json(path: Path) -> Any:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _manifest(
+    profile: StudyProfile,
+    bb: Backbone,
+    train: Sequence[ArcTask],
+    evalsets: dict[str, list[ArcTask]],
+    status: str,
+    started: float,
+    ledger: Ledger | None = None,
+    cache: ResponseCache | None = None,
+) -> dict[str, Any]:
+    from antipersist_lib.versions import git_commit, package_versions
+
+    calls = Counter(r.purpose for r in ledger.records) if ledger is not None else Counter()
+    return {
+        "format": STUDY_FORMAT,
+        "status": status,
+        "name": profile.name,
+        "profile_path": profile.path,
+        "profile": profile.raw,
+        "backbone": bb.label,
+        "embedded": bb.embedded,
+        "note": bb.note,
+        "endpoint": bb.endpoint.describe(),  # names the API-key variable, never the key
+        "seed": profile.seed,
+        "steps": profile.steps,
+        "checkpoints": list(profile.checkpoints),
+        "conditions": [asdict(c) for c in profile.all_conditions()],
+        "task_examples": {"n_train": profile.n_train, "n_test": profile.n_test},
+        "train_pool": asdict(profile.train_pool),
+        "heldout_pool": asdict(profile.heldout_pool),
+        "train_task_ids": [t.task_id for t in train],
+        "eval_task_ids": {k: [t.task_id for t in v] for k, v in evalsets.items()},
+        "prompt_hashes": {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")},
+        "package_versions": package_versions(),
+        "git_commit": git_commit(),
+        "calls": dict(sorted(calls.items())),
+        "cached_calls": sum(r.cached for r in ledger.records) if ledger is not None else 0,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def run_study(
+    profile_path: str | Path,
+    out_dir: str | Path,
+    *,
+    endpoint: Endpoint | None = None,
+    log: Any = print,
+) -> StudyResult:
+    """Run (or resume) every condition of a study profile; returns the results table and the manifest."""
+    profile = load_study_profile(profile_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    train = pool_tasks(profile.train_pool, n_train=profile.n_train, n_test=profile.n_test)
+    heldout = pool_tasks(profile.heldout_pool, n_train=profile.n_train, n_test=profile.n_test)
+    evalsets = {"heldout": heldout, "train": training_slice(profile, train)}
+    evalsets = {k: v for k, v in evalsets.items() if k in profile.eval_sets}
+    with open_backbone(profile, out, endpoint) as bb:
+        if bb.note:
+            log(f"NOTE: {bb.note}")
+        cache = ResponseCache(out / CACHE_DIR) if profile.response_cache else None
+        with Ledger(out / LEDGER_FILE) as ledger:
+            llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
+            atomic_write_json(out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started))
+            for cond in profile.all_conditions():
+                folder = out / CONDITIONS_DIR / cond.name
+                if (folder / DONE_FILE).exists():
+                    log(f"{cond.name}: complete, kept")
+                else:
+                    t0 = time.monotonic()
+                    for attempt in range(MAX_BACKBONE_RESTARTS + 1):
+                        _clear_incomplete(folder)
+                        try:
+                            with ledger.tag(condition=cond.name):
+                                _run_condition(profile, cond, llm, train, evalsets, folder, bb.label)
+                            break
+                        except LLMUnavailableError:
+                            code = bb.server.exit_code if bb.server is not None else None
+                            if code is None or attempt == MAX_BACKBONE_RESTARTS:
+                                raise
+                            log(f"the embedded llama.cpp server exited with code {code}; restarting it")
+                            bb.server.restart()
+                    log(f"{cond.name}: done in {time.monotonic() - t0:.0f} s")
+                if profile.judge and cond.name in profile.judge["conditions"] and not (folder / JUDGE_FILE).exists():
+                    with ledger.tag(condition=cond.name):
+                        _run_judge(profile, llm, folder)
+                if (
+                    profile.surgery
+                    and cond.name in profile.surgery["conditions"]
+                    and not (folder / SURGERY_FILE).exists()
+                ):
+                    with ledger.tag(condition=cond.name):
+                        _run_surgery(profile, llm, folder, evalsets)
+            rows = [row for cond in profile.all_conditions() for row in _condition_rows(out, cond.name)]
+            frame = _frame(rows)
+            atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows})
+            frame.to_csv(out / RESULTS_CSV, index=False)
+            manifest = _manifest(profile, bb, train, evalsets, "complete", started, ledger, cache)
+            atomic_write_json(out / MANIFEST_FILE, manifest)
+    return StudyResult(out, frame, manifest)
+
+
+def _condition_rows(out: Path, name: str) -> list[dict[str, Any]]:
+    return list(_load_json(out / CONDITIONS_DIR / name / DONE_FILE)["rows"])
+
+
+def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
+    types = {"step": int, "examples_seen": int, "n_passed": int, "n_tasks": int, "tasks_per_step": int}
+    return df.astype({**types, "buffer_capacity": "Int64", "accuracy": float, "fused": float})
+
+
+# -- reading a study back -------------------------------------------------------------------------------
+
+
+def load_study(out_dir: str | Path) -> pd.DataFrame:
+    """The results table of a finished study: one row per (condition, checkpoint step, evaluation set)."""
+    path = Path(out_dir) / RESULTS_JSON
+    if not path.exists():
+        raise FileNotFoundError(f"no study results at {path}: run `python -m antipersist_lib.arc.study` first")
+    data = _load_json(path)
+    return _frame(data["rows"])
+
+
+def load_manifest(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / MANIFEST_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no study manifest at {path}")
+    return dict(_load_json(path))
+
+
+def results(out_dir: str | Path | None) -> pd.DataFrame:
+    """``load_study``, or an empty results table when there is no study (notebook mode "paper")."""
+    return load_study(out_dir) if out_dir is not None else _frame([])
+
+
+def summary(out_dir: str | Path | None) -> dict[str, Any]:
+    """What a study ran: backbone, grid, pools, checkpoints, calls and wall time (for a notebook's last cell)."""
+    if out_dir is None:
+        return {"study": None}
+    man = load_manifest(out_dir)
+    keys = ("name", "profile_path", "backbone", "steps", "checkpoints", "task_examples", "train_pool", "heldout_pool")
+    return {
+        **{k: man.get(k) for k in keys},
+        "model": man["endpoint"]["model"],
+        "conditions": [c["name"] for c in man["conditions"]],
+        "eval_tasks": {k: len(v) for k, v in man["eval_task_ids"].items()},
+        "calls": man["calls"],
+        "cached_calls": man["cached_calls"],
+        "wall_s": man["wall_s"],
+        "git_commit": man["git_commit"],
+        "prompt_hashes": man["prompt_hashes"],
+    }
+
+
+def condition_names(out_dir: str | Path | None, *, streams_only: bool = True) -> list[str]:
+    """Conditions of the study, in the profile's order (``streams_only``: without the no-memory baseline)."""
+    if out_dir is None:
+        return []
+    conds = load_manifest(out_dir)["conditions"]
+    return [c["name"] for c in conds if not (streams_only and c["regime"] == "none")]
+
+
+def condition_snapshots(out_dir: str | Path, name: str) -> list[dict[str, Any]]:
+    return load_snapshots(Path(out_dir) / CONDITIONS_DIR / name)
+
+
+def _conditions(out_dir: str | Path | None) -> dict[str, dict[str, Any]]:
+    return {} if out_dir is None else {c["name"]: c for c in load_manifest(out_dir)["conditions"]}
+
+
+STEP_COLUMNS = (
+    "condition",
+    "regime",
+    "source",
+    "buffer_capacity",
+    "step",
+    "buffer_size",
+    "abstract_entries",
+    "covered",
+    "fused",
+    "buffer_families",
+    "decision",
+    "decision_source",
+    "extraction_called",
+    "extraction_applied",
+    "extraction_error",
+    "solved",
+    "solves",
+    "misclassified",
+    "misclassified_cumulative",
+)
+
+
+def step_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Per (condition, step): memory sizes, coverage, the decision and misclassified actions (Fig. 7)."""
+    rows = []
+    conds = _conditions(out_dir)
+    for name in condition_names(out_dir):
+        snaps = condition_snapshots(out_dir, name)
+        per_step = misclassifications(snaps).per_step
+        running = 0
+        for snap in snaps:
+            running += per_step.get(snap["step"], 0)
+            solves = snap["solves"]
+            rows.append(
+                {
+                    "condition": name,
+                    "regime": conds[name]["regime"],
+                    "source": conds[name]["source"],
+                    "buffer_capacity": conds[name]["buffer_size"],
+                    "step": snap["step"],
+                    "buffer_size": snap["coverage"]["buffer_size"],
+                    "abstract_entries": len(snap["memory"]["abstract"]["entries"]),
+                    "covered": snap["coverage"]["covered"],
+                    "fused": snap["coverage"]["fused"],
+                    "buffer_families": len(snap["coverage"]["episodic_families"]),
+                    "decision": snap["decision"]["action"],
+                    "decision_source": snap["decision"].get("source"),
+                    "extraction_called": snap.get("extraction") is not None,
+                    "extraction_applied": bool((snap.get("extraction") or {}).get("applied")),
+                    "extraction_error": (snap.get("extraction") or {}).get("error"),
+                    "solved": sum(s["passed"] for s in solves),
+                    "solves": len(solves),
+                    "misclassified": per_step.get(snap["step"], 0),
+                    "misclassified_cumulative": running,
+                }
+            )
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def decision_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Per condition: the memory actions taken, where they came from, and how many extractions were applied."""
+    steps = step_table(out_dir)
+    rows = []
+    for name, grp in steps.groupby("condition", sort=False):
+        actions = grp["decision"].value_counts()
+        sources = grp["decision_source"].value_counts()
+        rows.append(
+            {
+                "condition": name,
+                "steps": len(grp),
+                **{f"action_{a}": int(actions.get(a, 0)) for a in ("retain", "delete", "consolidate")},
+                **{f"decided_by_{k}": int(sources.get(k, 0)) for k in ("model", "fallback", "forced", "skipped")},
+                "extractions": int(grp["extraction_called"].sum()),
+                "extractions_applied": int(grp["extraction_applied"].sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+#: the columns of ``utility_table`` a notebook shows
+CURVE_COLUMNS = [
+    "condition",
+    "step",
+    "examples_seen",
+    "accuracy_pct",
+    "no_memory_pct",
+    "n_tasks",
+    "buffer_size",
+    "abstract_entries",
+]
+
+
+def utility_table(df: pd.DataFrame, eval_set: str = "heldout") -> pd.DataFrame:
+    """Accuracy (%) vs step for each stream condition, with the no-memory baseline's accuracy beside it."""
+    sub = df[df["eval_set"] == eval_set]
+    base = sub[sub["regime"] == "none"]["accuracy"]
+    streams = sub[sub["regime"] != "none"].copy()
+    streams["accuracy_pct"] = 100 * streams["accuracy"]
+    streams["no_memory_pct"] = 100 * float(base.iloc[0]) if len(base) else None
+    return streams.reset_index(drop=True)
+
+
+def regression_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's."""
+    paper_before = faulty_paper.stated("arc19_no_memory_accuracy").value
+    paper_after = faulty_paper.stated("arc19_after_consolidation_accuracy").value
+    rows = [
+        {
+            "source": "paper (GPT-5.4, 19-problem slice, GT)",
+            "condition": "consolidation loop",
+            "n_tasks": int(faulty_paper.stated("arc19_slice_size").value),
+            "no_memory": paper_before,
+            "with_memory": paper_after,
+        }
+    ]
+    sub = df[df["eval_set"] == "train"]
+    if not sub.empty:
+        base = sub[sub["regime"] == "none"]
+        if base.empty:
+            base = sub[sub["step"] == 0]
+        before = 100 * float(base["accuracy"].iloc[0])
+        for name, grp in sub[sub["regime"] != "none"].groupby("condition", sort=False):
+            last = grp.loc[grp["step"].idxmax()]
+            rows.append(
+                {
+                    "source": f"this run ({last['backbone']})",
+                    "condition": name,
+                    "n_tasks": int(last["n_tasks"]),
+                    "no_memory": before,
+                    "with_memory": 100 * float(last["accuracy"]),
+                }
+            )
+    out = pd.DataFrame(rows)
+    out["delta"] = out["with_memory"] - out["no_memory"]
+    return out
+
+
+def coverage_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Table 4's numbers for every stream condition: per-step coverage averaged over its steps."""
+    rows = []
+    conds = _conditions(out_dir)
+    for name in condition_names(out_dir):
+        avg = average_coverage(condition_snapshots(out_dir, name))
+        c = conds[name]
+        rows.append(
+            {
+                "condition": name,
+                "regime": c["regime"],
+                "source": c["source"],
+                "buffer_capacity": c["buffer_size"],
+                "tasks_per_step": c["tasks_per_step"],
+                **avg,
+            }
+        )
+    cols = ["condition", "regime", "source", "buffer_capacity", "tasks_per_step", "covered", "fused", "buffer_size"]
+    return pd.DataFrame(rows, columns=[*cols, "n_steps"])
+
+
+def table4_beside_paper(out_dir: str | Path | None, *, source: str = "gt") -> pd.DataFrame:
+    """Table 4 long form: metric x |B| x regime, the paper's value beside this run's (GT conditions)."""
+    mine = coverage_table(out_dir)
+    rows = []
+    for cell in faulty_paper.table4():
+        match = mine[
+            (mine["regime"] == cell.regime) & (mine["buffer_capacity"] == cell.buffer) & (mine["source"] == source)
+        ]
+        value = match[cell.metric].iloc[0] if len(match) else None
+        rows.append(
+            {
+                "metric": faulty_paper.TABLE4_LABELS[cell.metric],
+                "|B|": cell.buffer,
+                "regime": cell.regime,
+                "paper": cell.value,
+                "this run": None if value is None or pd.isna(value) else float(value),
+                "condition": match["condition"].iloc[0] if len(match) else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families."""
+    rows = []
+    conds = _conditions(out_dir)
+    for name in condition_names(out_dir):
+        report = misclassifications(condition_snapshots(out_dir, name))
+        rows.append(
+            {
+                "condition": name,
+                "regime": conds[name]["regime"],
+                "buffer_capacity": conds[name]["buffer_size"],
+                "actions": len(report.actions),
+                "misclassified": report.count,
+                "families_per_action": (
+                    sum(len(a.families) for a in report.actions) / len(report.actions) if report.actions else None
+                ),
+            }
+        )
+    cols = ["condition", "regime", "buffer_capacity", "actions", "misclassified", "families_per_action"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+@dataclass(frozen=True)
+class LineageExample:
+    condition: str
+    lineage: Lineage
+    chain: pd.DataFrame  # C.1's chain from the final entry back to its root
+    trajectories: pd.DataFrame  # the trajectories that fed any ancestor
+
+
+def final_strategies(out_dir: str | Path | None) -> pd.DataFrame:
+    """Every abstract entry of every condition's final memory."""
+    rows = []
+    for name in condition_names(out_dir):
+        memory = _load_json(Path(out_dir) / CONDITIONS_DIR / name / MEMORY_FILE)
+        for s in memory["abstract"]["entries"]:
+            rows.append(
+                {
+                    "condition": name,
+                    "entry_id": s["entry_id"],
+                    "kind": s["kind"],
+                    "created_step": s["created_step"],
+                    "families": len(s["families"]),
+                    "from_existing": len(s["from_existing"]),
+                }
+            )
+    return pd.DataFrame(rows, columns=["condition", "entry_id", "kind", "created_step", "families", "from_existing"])
+
+
+NO_LINEAGE = (
+    "No final memory of this study holds an abstract entry, so there is no strategy lineage to trace: the "
+    "extraction replies were not applied (see the decision table: a reply that does not parse leaves the "
+    "strategy memory unchanged; expected of a 270M model) or no condition consolidates. A study on a stronger "
+    "backbone (a profile naming a vLLM backbone, mode 'run') shows C.1's chain here."
+)
+JUDGE_HOWTO = (
+    "This study ran no LLM judge. Add `judge: true` (or `judge: {conditions: [...]}`) to the study profile "
+    "and run `python -m antipersist_lib.arc.study --profile <profile> --out <study folder>` again: complete "
+    "conditions are kept and only the judge calls (one per final abstract entry) are made."
+)
+SURGERY_HOWTO = (
+    "This study ran no memory surgery. Add `surgery: {conditions: [...], max_entries: N}` to the study "
+    "profile and run the study command again on the same folder (only the surgery evaluations are made), "
+    "or use mode 'run' with such a profile."
+)
+
+
+def lineage_example(
+    out_dir: str | Path | None, condition: str | None = None, entry_id: str | None = None
+) -> LineageExample | None:
+    """Trace one final abstract entry (App. C.1); by default the one with the longest ancestry.
+
+    None when no condition's final memory holds an abstract entry (e.g. every extraction reply failed to parse).
+    """
+    if out_dir is None:
+        return None
+    finals = final_strategies(out_dir)
+    if condition is not None:
+        finals = finals[finals["condition"] == condition]
+    if entry_id is not None:
+        finals = finals[finals["entry_id"] == entry_id]
+        if finals.empty:
+            raise KeyError(f"no final abstract entry {entry_id!r} in {condition or 'any condition'}")
+    if finals.empty:
+        return None
+    best: tuple[int, int, str, Lineage] | None = None
+    for name, grp in finals.groupby("condition", sort=False):
+        index = SnapshotIndex(condition_snapshots(out_dir, str(name)))
+        for eid in grp["entry_id"]:
+            lin = trace_lineage(index, eid)
+            key = (len(lin.chain), len(lin.trajectories))
+            if best is None or key > best[:2]:
+                best = (*key, str(name), lin)
+    assert best is not None
+    name, lin = best[2], best[3]
+    chain = pd.DataFrame(
+        [
+            {
+                "entry_id": n.entry_id,
+                "kind": n.kind,
+                "created_step": n.created_step,
+                "from_existing": ", ".join(n.from_existing),
+                "from_functions": ", ".join(n.from_functions),
+                "text": n.text,
+            }
+            for n in lin.chain
+        ]
+    )
+    trajectories = pd.DataFrame([asdict(t) for t in lin.trajectories])
+    return LineageExample(name, lin, chain, trajectories)
+
+
+def judge_table(out_dir: str | Path | None) -> pd.DataFrame | None:
+    """LLM-judge label counts per condition's final abstract store (None: the study ran no judge)."""
+    rows = []
+    for name in condition_names(out_dir):
+        path = Path(out_dir) / CONDITIONS_DIR / name / JUDGE_FILE
+        if path.exists():
+            data = _load_json(path)
+            rows.append({"condition": name, "entries": data["n_entries"], **data["counts"]})
+    return pd.DataFrame(rows) if rows else None
+
+
+def surgery_table(out_dir: str | Path | None) -> pd.DataFrame | None:
+    """Memory surgery (App. I): one row per removed entry (None: the study ran no surgery)."""
+    rows = []
+    for name in condition_names(out_dir):
+        path = Path(out_dir) / CONDITIONS_DIR / name / SURGERY_FILE
+        if path.exists():
+            data = _load_json(path)
+            for r in data["results"]:
+                rows.append(
+                    {
+                        "condition": name,
+                        "entry_id": r["entry_id"],
+                        "kind": r["kind"],
+                        "eval_set": r["eval_set"],
+                        "n_tasks": r["n_tasks"],
+                        "full_accuracy": r["base_accuracy"],
+                        "ablated_accuracy": r["ablated_accuracy"],
+                        "delta": r["delta"],
+                        "to_pass": len(r["to_pass"]),
+                        "to_fail": len(r["to_fail"]),
+                    }
+                )
+    return pd.DataFrame(rows) if rows else None
+
+
+def study_note(out_dir: str | Path | None) -> str:
+    """The kit's weak-model note (``serving.embedded.WEAK_MODEL_NOTE``) when the study ran on the embedded
+    default, else "": the provenance line under every figure."""
+    if out_dir is None or not load_manifest(out_dir).get("embedded"):
+        return ""
+    from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
+
+    return WEAK_MODEL_NOTE
+
+
+def obtain_study(
+    mode: str,
+    study_dir: str | Path,
+    *,
+    profile: str | Path | None = None,
+    root: str | Path | None = None,
+    out_root: str | Path = "outputs/arc",
+    endpoint: Endpoint | None = None,
+) -> Path | None:
+    """The notebooks' run-or-load step. "paper": None; "load": ``study_dir``; "run": run ``profile`` into
+    ``<out_root>/<profile name>`` (resuming) and return that folder. Relative paths are taken from ``root``."""
+    from antipersist_lib.paths import repo_root
+
+    base = Path(root) if root is not None else repo_root()
+    if mode == "paper":
+        return None
+    if mode == "load":
+        path = base / study_dir
+        if not (path / RESULTS_JSON).exists():
+            raise FileNotFoundError(f"no study results at {path}: run the study first or point study_dir elsewhere")
+        return path
+    if mode == "run":
+        if not profile:
+            raise ValueError("mode 'run' needs a study profile (params/arc/*.yaml)")
+        out = base / out_root / Path(profile).stem
+        run_study(base / profile, out, endpoint=endpoint)
+        return out
+    raise ValueError(f"mode must be one of ('paper', 'load', 'run'), got {mode!r}")
+
+
+# -- figures --------------------------------------------------------------------------------------------
+
+
+def _note(fig: Any, note: str) -> None:
+    import textwrap
+
+    if note:
+        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(note, 160)), fontsize=6.5, color="dimgray", va="top")
+
+
+def _dodged(df: pd.DataFrame, by: str, x: str = "step", width: float = 0.06) -> pd.DataFrame:
+    """Shift each group's x a little so that lines with equal values (all 0 % on a weak model) stay visible."""
+    if df.empty:
+        return df
+    groups = list(dict.fromkeys(df[by]))
+    offset = {g: (i - (len(groups) - 1) / 2) * width for i, g in enumerate(groups)}
+    out = df.copy()
+    out[x] = out[x] + out[by].map(offset)
+    return out
+
+
+def _integer_steps(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Figs. 5 / 9(a): accuracy (%) vs step, one line per condition, the no-memory baseline dotted;
+    one panel per buffer capacity. ``curves``: ``utility_table``'s output."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401  (selects a headless backend outside a kernel)
+
+    sns.set_theme(style="whitegrid")
+    caps = list(dict.fromkeys(curves["buffer_capacity"])) if not curves.empty else [None]
+    fig, axes = plt.subplots(1, len(caps), figsize=(5.2 * len(caps), 3.9), squeeze=False)
+    for ax, cap in zip(axes[0], caps):
+        sub = curves[curves["buffer_capacity"] == cap] if not curves.empty else curves
+        if sub.empty:
+            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+        else:
+            sns.lineplot(
+                data=_dodged(sub, "condition"),
+                x="step",
+                y="accuracy_pct",
+                hue="regime",
+                style="source",
+                markers=True,
+                ax=ax,
+            )
+            base = sub["no_memory_pct"].dropna()
+            if len(base):
+                ax.axhline(float(base.iloc[0]), color="black", linestyle=":", label="no memory")
+            ax.legend(fontsize=7)
+        ax.set_ylim(-3, 103)
+        _integer_steps(ax)
+        ax.set_xlabel("stream step (memory updates)")
+        ax.set_ylabel("held-out accuracy (%)")
+        ax.set_title(f"|B| = {cap}" if cap is not None else "")
+    fig.suptitle(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig
+
+
+def plot_regression(table: pd.DataFrame, *, title: str, note: str = "") -> Any:
+    """Fig. 2: training-slice accuracy without memory and after the stream, the paper's beside this run's."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    long = table.melt(
+        id_vars=["source", "condition", "n_tasks"], value_vars=["no_memory", "with_memory"], var_name="memory"
+    )
+    long["who"] = [
+        f"paper: GPT-5.4\n({n} problems)" if src.startswith("paper") else f"this run:\n{cond}\n({n} tasks)"
+        for src, cond, n in zip(long["source"], long["condition"], long["n_tasks"])
+    ]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * long["who"].nunique() + 2), 4.0))
+    sns.barplot(data=long, x="who", y="value", hue="memory", ax=ax, errorbar=None)
+    for container in ax.containers:
+        ax.bar_label(container, fmt="%.0f", fontsize=7, padding=1)
+    ax.set_ylim(0, 110)
+    ax.set_xlabel("")
+    ax.set_ylabel("accuracy on the training slice (%)")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    _note(fig, note)
+    plt.close(fig)
+    return fig
+
+
+def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Fig. 7(b): episodic buffer size and abstract store size per step, one line per condition."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, col, label in (
+        (axes[0], "buffer_size", "episodic buffer entries"),
+        (axes[1], "abstract_entries", "abstract store entries"),
+    ):
+        if steps.empty:
+            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+        else:
+            sns.lineplot(
+                data=_dodged(steps, "condition"),
+                x="step",
+                y=col,
+                hue="condition",
+                style="condition",
+                markers=True,
+                ax=ax,
+            )
+            ax.legend(fontsize=7)
+        _integer_steps(ax)
+        ax.set_xlabel("stream step")
+        ax.set_ylabel(label)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig
+
+
+def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Fig. 7(a): cumulative misclassified memory actions per step, one line per condition."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    if steps.empty:
+        ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+    else:
+        sns.lineplot(
+            data=_dodged(steps, "condition"),
+            x="step",
+            y="misclassified_cumulative",
+            hue="condition",
+            style="condition",
+            markers=True,
+            ax=ax,
+        )
+        ax.legend(fontsize=7)
+    _integer_steps(ax)
+    ax.set_xlabel("stream step")
+    ax.set_ylabel("misclassified actions (cumulative)")
+    ax.set_title(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig
+
+
+# -- command line ---------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m antipersist_lib.arc.study", description="Run an ARC-AGI Stream study profile."
+    )
+    parser.add_argument("--profile", required=True, help="a study profile, e.g. params/arc/smoke.yaml")
+    parser.add_argument("--out", help="output folder (default outputs/arc/<profile name>)")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else Path("outputs") / "arc" / Path(args.profile).stem
+    t0 = time.monotonic()
+    try:
+        result = run_study(args.profile, out)
+    except (StudyProfileError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        cols = ["condition", "step", "eval_set", "accuracy", "buffer_size", "abstract_entries", "covered", "fused"]
+        print(result.frame[cols].to_string(index=False))
+    print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

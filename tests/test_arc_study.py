@@ -1,0 +1,375 @@
+"""ARC-AGI Stream studies (arc/study.py) and the faulty-memories paper's numbers (analysis/faulty_paper.py).
+
+The study runs against a scripted loopback model passed as an explicit endpoint: the solver writes a task's
+ground-truth code only when its prompt carries at least one buffered trajectory, so held-out accuracy is 0
+with an empty buffer and 1 once the episodic store holds something. That makes each checkpoint's number
+depend on the memory of exactly that step (Force keeps no episode; Auto and Episodic-only keep them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.arc import study
+from antipersist_lib.arc.controller import gt_code
+from antipersist_lib.arc.prompts import EMPTY_HISTORY, render_grid
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.testing.loopback_server import LoopbackServer, last_user_text
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "sk-test-never-written-0123456789"
+EXTRACTION = (
+    '```json\n[{"kind": "merge", "from_existing": [1], "from_functions": [1], '
+    '"when_to_use": "grids", "strategy": "copy the input"}]\n```'
+)
+
+TINY = {
+    "name": "tiny",
+    "backbone": "embedded",  # overridden by the explicit endpoint: nothing is started
+    "train_pool": {"name": "train19", "seed": 0},
+    "heldout_pool": {"name": "heldout50", "seed": 0, "limit": 2},
+    "task_examples": {"n_train": 2, "n_test": 2},
+    "steps": 3,
+    "checkpoint_every": 2,
+    "conditions": {"regime": ["force", "auto", "episodic_only"], "source": ["gt"], "buffer_size": [8]},
+    "stream": {"solver_max_tokens": 2048, "manager_max_tokens": 512},
+    "evaluation": {"sets": ["heldout", "train"], "train_limit": 2},
+    "judge": {"conditions": ["force-gt-b8"]},
+    "surgery": {"conditions": ["auto-gt-b8"], "max_entries": 2},
+}
+
+
+class Model:
+    """Routes each request by its prompt heading; counts solver calls."""
+
+    def __init__(self, tasks) -> None:
+        self.tasks = tasks
+        self.solves = 0
+
+    def __call__(self, request: dict) -> str:
+        text = last_user_text(request)
+        if text.startswith("# Task: write solve(grid)"):
+            self.solves += 1
+            shown = text.split("## Strategy memory")[0]
+            task = next(t for t in self.tasks if render_grid(t.train[0].input) in shown)
+            code = gt_code(task) if EMPTY_HISTORY not in text else "def solve(grid):\n    return [[0]]\n"
+            return f"```python\n{code}```\n"
+        if text.startswith("# Memory management decision"):
+            return '{"action": "retain", "ids": []}'
+        if text.startswith("# Strategy extraction"):
+            return EXTRACTION
+        if text.startswith("# Memory entry review"):
+            return '{"label": "over-generalized", "reason": "applies to everything"}'
+        raise AssertionError(f"unexpected prompt {text[:60]!r}")
+
+
+def write_profile(tmp_path: Path, data: dict, name: str = "tiny.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """One run of the tiny profile (shared by the tests that only read it) and its model."""
+    tmp = tmp_path_factory.mktemp("study")
+    profile = write_profile(tmp, TINY)
+    prof = study.load_study_profile(profile)
+    tasks = study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
+        prof.heldout_pool, n_train=2, n_test=2
+    )
+    model = Model(tasks)
+    with pytest.MonkeyPatch.context() as mp, LoopbackServer(responder=model) as srv:
+        mp.setenv("ANTIPERSIST_STUDY_TEST_KEY", SECRET)
+        endpoint = Endpoint(
+            base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_STUDY_TEST_KEY", max_retries=1
+        )
+        result = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
+        solves_first = model.solves
+        again = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
+    return {"result": result, "again": again, "model": model, "solves_first": solves_first, "profile": profile}
+
+
+def test_study_writes_one_row_per_condition_checkpoint_and_evaluation_set(tiny_study):
+    df = tiny_study["result"].frame
+    streams = ["force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"]
+    expected = {(c, s, e) for c in streams for s in (0, 2, 3) for e in ("heldout", "train")}
+    expected |= {("no_memory", 0, "heldout"), ("no_memory", 0, "train")}
+    assert set(zip(df["condition"], df["step"], df["eval_set"])) == expected and len(df) == len(expected)
+    assert list(df.columns) == list(study.RESULT_COLUMNS)
+    assert set(df[df["eval_set"] == "heldout"]["n_tasks"]) == {2} and set(df[df["eval_set"] == "train"]["n_tasks"]) == {
+        2
+    }
+
+    final = df[df["step"] == 3].set_index(["condition", "eval_set"])
+    # the solver passes only with a trajectory in its prompt: the step's memory decides the number
+    assert (df[df["step"] == 0]["accuracy"] == 0).all()
+    assert final.loc[("auto-gt-b8", "heldout"), "accuracy"] == 1.0
+    assert final.loc[("episodic_only-gt-b8", "train"), "accuracy"] == 1.0
+    assert final.loc[("force-gt-b8", "heldout"), "accuracy"] == 0.0  # Force keeps no episode
+    # memory columns: Force empties the buffer and builds a merge chain; the others keep GT episodes
+    assert final.loc[("force-gt-b8", "heldout"), "buffer_size"] == 0
+    assert final.loc[("force-gt-b8", "heldout"), "abstract_entries"] == 1
+    assert final.loc[("force-gt-b8", "heldout"), "consolidations"] == 3
+    assert final.loc[("force-gt-b8", "heldout"), "covered"] == 3 and final.loc[("force-gt-b8", "heldout"), "fused"] == 3
+    assert final.loc[("auto-gt-b8", "heldout"), "buffer_size"] == 3
+    assert final.loc[("auto-gt-b8", "heldout"), "abstract_entries"] == 0
+    assert df[df["condition"] == "no_memory"]["regime"].eq("none").all()
+
+
+def test_study_folder_manifest_and_no_secret(tiny_study):
+    out = tiny_study["result"].out_dir
+    for name in ("study.json", "results.csv", "results.json", "ledger.jsonl"):
+        assert (out / name).exists(), name
+    for cond in ("force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"):
+        for name in ("config.json", "snapshots.jsonl", "memory.json", "evals.jsonl", "condition.json"):
+            assert (out / "conditions" / cond / name).exists(), (cond, name)
+    man = study.load_manifest(out)
+    assert man["status"] == "complete" and man["backbone"] == "scripted" and not man["embedded"]
+    assert man["endpoint"]["api_key_env"] == "ANTIPERSIST_STUDY_TEST_KEY"
+    assert man["checkpoints"] == [0, 2, 3] and len(man["train_task_ids"]) == 19
+    assert len(man["eval_task_ids"]["heldout"]) == 2 and man["eval_task_ids"]["train"] == man["train_task_ids"][:2]
+    assert {"arc_solver", "arc_decision", "arc_extraction", "arc_judge"} <= set(man["prompt_hashes"])
+    assert all(k.startswith("arc_") and len(v) == 16 for k, v in man["prompt_hashes"].items())
+    assert "python" in man["package_versions"] and man["calls"]["arc_solve"] == 9
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def test_rerun_resumes_without_new_solver_calls(tiny_study):
+    assert tiny_study["model"].solves == tiny_study["solves_first"]
+    pd.testing.assert_frame_equal(tiny_study["again"].frame, tiny_study["result"].frame)
+
+
+def test_load_study_round_trip(tiny_study):
+    out = tiny_study["result"].out_dir
+    loaded = study.load_study(out)
+    pd.testing.assert_frame_equal(loaded, tiny_study["result"].frame)
+    csv = pd.read_csv(out / "results.csv")
+    assert list(csv.columns) == list(study.RESULT_COLUMNS) and len(csv) == len(loaded)
+    with pytest.raises(FileNotFoundError, match="no study results"):
+        study.load_study(out / "nowhere")
+
+
+def test_analyses_read_the_study_back(tiny_study):
+    out = tiny_study["result"].out_dir
+    steps = study.step_table(out)
+    assert len(steps) == 9 and steps.groupby("condition")["step"].max().eq(3).all()
+    force = steps[steps["condition"] == "force-gt-b8"]
+    assert force["misclassified_cumulative"].tolist() == [0, 1, 2]  # each merge adds a family
+
+    cov = study.coverage_table(out).set_index("condition")
+    assert cov.loc["force-gt-b8", "covered"] == pytest.approx(2.0) and cov.loc["auto-gt-b8", "buffer_size"] == 2.0
+    t4 = study.table4_beside_paper(out)
+    cell = t4[(t4["metric"] == "Avg. Covered") & (t4["|B|"] == 8) & (t4["regime"] == "force")].iloc[0]
+    assert cell["paper"] == 5.00 and cell["this run"] == pytest.approx(2.0) and cell["condition"] == "force-gt-b8"
+    assert t4[t4["|B|"] == 1]["this run"].isna().all()  # no |B| = 1 condition in this study
+
+    lin = study.lineage_example(out)
+    assert lin is not None and lin.condition == "force-gt-b8"
+    assert lin.chain["entry_id"].tolist() == ["S3", "S2", "S1"] and lin.chain["kind"].tolist()[-1] == "new"
+    assert len(lin.trajectories) == 3
+
+    mis = study.misclassification_table(out).set_index("condition")
+    assert mis.loc["force-gt-b8", "misclassified"] == 2 and mis.loc["auto-gt-b8", "actions"] == 0
+
+    judge = study.judge_table(out)
+    assert judge is not None and judge.set_index("condition").loc["force-gt-b8", "over-generalized"] == 1
+    surgery = study.surgery_table(out)
+    assert surgery is not None and surgery["entry_id"].tolist() == ["E1", "E2"]
+    assert (surgery["full_accuracy"] == 1.0).all()  # removing one of three episodes leaves the others in the prompt
+
+    reg = study.regression_table(study.load_study(out))
+    assert reg.iloc[0]["no_memory"] == 100.0 and reg.iloc[0]["with_memory"] == 54.0
+    assert set(reg["condition"][1:]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
+
+    curves = study.utility_table(study.load_study(out))
+    assert set(curves["condition"]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
+    assert (curves["no_memory_pct"] == 0).all()
+    fig = study.plot_utility(curves, title="t")
+    assert fig.axes
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"stpes": 3}, r"unknown key\(s\) \['stpes'\]"),
+        ({"conditions": {"regime": ["auto"], "regim": ["x"]}}, r"conditions\.regim"),
+        ({"conditions": {"regime": ["forced"]}}, r"conditions\.regime: 'forced'"),
+        ({"train_pool": {"name": "train7"}}, r"train_pool\.name"),
+        ({"heldout_pool": {"name": "heldout50", "limit": 51}}, r"heldout_pool\.limit 51"),
+        ({"checkpoints": [0, 9], "checkpoint_every": None}, r"checkpoints \[9\] lie beyond"),
+        ({"checkpoints": [0, 2]}, r"give 'checkpoints' \(a list of steps\) or 'checkpoint_every', not both"),
+        ({"stream": {"temprature": 0.0}}, r"stream\.temprature"),
+        ({"evaluation": {"sets": ["test"]}}, r"evaluation\.sets"),
+        (
+            {"surgery": {"conditions": ["auto-gt-b1"]}},
+            r"surgery\.conditions names unknown condition\(s\) \['auto-gt-b1'\]",
+        ),
+        ({"steps": 0}, r"'steps' must be an integer >= 1"),
+    ],
+)
+def test_bad_profile_names_the_key(tmp_path, change, message):
+    data = {k: v for k, v in {**TINY, **change}.items() if v is not None}  # None: leave the key out
+    path = write_profile(tmp_path, data)
+    with pytest.raises(study.StudyProfileError, match=message) as info:
+        study.load_study_profile(path)
+    assert str(path) in str(info.value)
+
+
+def test_unknown_backbone_profile_is_named(tmp_path):
+    path = write_profile(tmp_path, {**TINY, "backbone": "no-such-model"})
+    with pytest.raises(study.StudyProfileError, match="unknown backbone profile 'no-such-model'"):
+        study.run_study(path, tmp_path / "out", log=lambda *a: None)
+
+
+def test_the_shipped_profiles_load():
+    smoke = study.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
+    assert smoke.backbone == "embedded" and smoke.checkpoints[0] == 0 and smoke.no_memory
+    assert {c.regime for c in smoke.conditions} == {"force", "auto", "episodic_only"}
+    paper = study.load_study_profile(ROOT / "params" / "arc" / "paper.yaml")
+    assert paper.heldout_pool.name == "heldout50" and paper.heldout_pool.limit is None
+    assert {c.buffer_size for c in paper.conditions} == {1, 8} and {c.source for c in paper.conditions} == {
+        "gt",
+        "running",
+    }
+
+
+def test_the_committed_fixture_matches_the_smoke_profile():
+    out = ROOT / "tests" / "fixtures" / "arc" / "smoke"
+    df = study.load_study(out)
+    man = study.load_manifest(out)
+    prof = study.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
+    assert man["status"] == "complete" and man["embedded"] and man["note"]
+    assert [c["name"] for c in man["conditions"]] == [c.name for c in prof.all_conditions()]
+    assert set(df["step"]) == set(prof.checkpoints)
+    assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < 2_000_000
+
+
+# -- the paper's numbers -------------------------------------------------------------------------------
+
+
+def test_table2_and_3_cells_match_the_text():
+    cell = faulty_paper.cell
+    assert cell("alfworld", "GPT-5.4-Mini", "fs64").value == 92 and cell("alfworld", "GPT-5.4-Mini", "fs64").bold
+    assert cell("appworld", "Qwen3.5-27B", "ace_gt").value == 76 and cell("appworld", "Qwen3.5-27B", "ace_gt").bold
+    ace = cell("appworld", "Claude-Haiku-4.5", "ace")
+    assert ace.value == 74 and ace.bold and not ace.beaten
+    assert cell("appworld", "GPT-5-Mini", "dc").value == 8 and cell("appworld", "GPT-5-Mini", "dc").beaten
+    assert cell("alfworld", "Claude-Haiku-4.5", "one_pass_keep").value == 90
+    assert cell("webshop", "GPT-5-Mini", "ace").value is None  # "—"
+    star = cell("webshop", "GPT-5.4-Mini", "ace")
+    assert star.value == 0 and "GPT-5-Mini" in star.note
+    assert cell("webshop", "GPT-5.4-Mini", "no_mem").value == 18
+    assert len(faulty_paper.table2()) == 7 * 11 and len(faulty_paper.table3()) == 3 * 11
+    with pytest.raises(KeyError, match="no cell"):
+        cell("alfworld", "Qwen3.5-27B", "all")  # Table 2 has no ALFWorld row for Qwen3.5-27B
+
+
+def test_table4_and_stated_numbers_match_the_text():
+    t4 = {(c.buffer, c.regime, c.metric): c.value for c in faulty_paper.table4()}
+    assert t4[(8, "force", "covered")] == 5.00 and t4[(8, "force", "fused")] == 1.20
+    assert t4[(1, "auto", "buffer_size")] == 3.33 and t4[(8, "auto", "buffer_size")] == 50.00
+    assert t4[(1, "force", "buffer_size")] is None and t4[(1, "auto", "covered")] == 1.33
+    s = faulty_paper.stated
+    assert (s("arc19_no_memory_accuracy").value, s("arc19_after_consolidation_accuracy").value) == (100, 54)
+    assert s("webshop_awm_8_examples").value == 0.64 and s("webshop_awm_128_examples").value == 0.20
+    assert s("webshop_no_memory").value == 0.20
+    assert s("segmentation_steps").value == 71 and s("segmentation_examples").value == 568 == 71 * 8
+    assert s("cumulative_behind_fresh").value == 203
+    assert s("overgeneralized_ratio").value == 5 and s("garbage_ratio").value == 20
+    rows = {(r.rollout, r.memory[:4]): r for r in faulty_paper.table12()}
+    assert rows[("gpt-5.4-mini", "full")].wins == 7 and rows[("gpt-5.4-mini", "minu")].wins == 14
+
+
+def _paper_text() -> str | None:
+    for base in (ROOT / "shared", ROOT.parent / "shared"):
+        path = base / "paper" / "faulty-memories-paper.md"
+        if path.exists():
+            return path.read_text(encoding="utf-8")
+    return None
+
+
+_CELL = re.compile(r"^\$(\\mathbf\{)?(\d+)\}?(\^\{\*\})?\$( \$\(\\text\{--\}\)\$)?$")
+
+
+def _parse_row(line: str) -> tuple[str, list[tuple[float | None, str]]]:
+    backbone, *cells = line.split("\t")
+    parsed = []
+    for raw in cells:
+        if raw.strip() == "—":
+            parsed.append((None, ""))
+            continue
+        m = _CELL.match(raw.strip())
+        assert m, f"unparsed cell {raw!r}"
+        flags = ("b" if m.group(1) else "") + ("*" if m.group(3) else "") + ("x" if m.group(4) else "")
+        parsed.append((float(m.group(2)), flags))
+    return backbone, parsed
+
+
+def test_every_table2_and_table3_cell_equals_the_paper_source():
+    text = _paper_text()
+    if text is None:
+        pytest.skip("the paper's text (shared/paper/faulty-memories-paper.md) is not beside this checkout")
+    lines = text.splitlines()
+    blocks = {
+        "appworld": lines.index("AppWorld (TGC%)"),
+        "alfworld": lines.index("ALFWorld (Task Success %)"),
+        "webshop": next(i for i, line in enumerate(lines) if line.startswith("Table 3:")) - 4,
+    }
+    records = {(r.benchmark, r.backbone, r.column): r for r in faulty_paper.table2() + faulty_paper.table3()}
+    seen = 0
+    for bench, start in blocks.items():
+        for line in lines[start : start + 7]:
+            if "\t$" not in line or line.startswith(("Backbone", "\t")):
+                continue
+            backbone, cells = _parse_row(line)
+            assert len(cells) == len(faulty_paper.COLUMNS), line
+            for column, (value, flags) in zip(faulty_paper.COLUMNS, cells):
+                rec = records[(bench, backbone, column)]
+                assert (rec.value, rec.bold, rec.beaten, bool(rec.note)) == (
+                    value,
+                    "b" in flags,
+                    "x" in flags,
+                    "*" in flags,
+                ), (bench, backbone, column)
+                seen += 1
+    assert seen == len(records) == 110
+    assert "$0.64$ at $8$ examples to $0.20$ at $128$" in text and "only after 71 steps (568 examples)" in text
+    assert "Cumulative ends $+203$ points behind Fresh" in text and "down to $54\\%$" in text
+    assert "Avg. Covered\t$1.33$\t$1.67$\t$2.17$\t$\\mathbf{5.00}$" in text
+
+
+def test_paper_frames_have_the_printed_shape():
+    wide = faulty_paper.tables23_frame()
+    assert wide.shape == (10, 11) and list(wide.columns)[0] == "NoMem"
+    t4 = faulty_paper.table4_frame()
+    assert t4.loc["Avg. Covered", ("|B|=8", "Force")] == 5.0 and pd.isna(t4.loc["Buffer Size", ("|B|=1", "Force")])
+    assert json.dumps(faulty_paper.stated_frame().reset_index().to_dict("records"))  # plain data
+
+
+def test_command_line_names_a_bad_key(tmp_path, capsys):
+    path = write_profile(tmp_path, {**TINY, "stpes": 3})
+    assert study.main(["--profile", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "unknown key(s) ['stpes']" in capsys.readouterr().err
+
+
+def test_obtain_study_modes(tiny_study, tmp_path):
+    assert study.obtain_study("paper", "anything", root=tmp_path) is None
+    out = tiny_study["result"].out_dir
+    assert study.obtain_study("load", out, root=tmp_path) == out  # an absolute study_dir is kept
+    with pytest.raises(FileNotFoundError, match="no study results"):
+        study.obtain_study("load", "missing", root=tmp_path)
+    with pytest.raises(ValueError, match="needs a study profile"):
+        study.obtain_study("run", "x", root=tmp_path)
+    empty = study.results(None)
+    assert empty.empty and list(empty.columns) == list(study.RESULT_COLUMNS)
+    assert study.step_table(None).empty and study.lineage_example(None) is None and study.judge_table(None) is None
