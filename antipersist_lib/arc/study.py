@@ -505,13 +505,7 @@ def open_backbone(profile: StudyProfile, out: Path, endpoint: Endpoint | None = 
         from antipersist_lib.runner.main_job import BACKBONE_LABEL
         from antipersist_lib.serving.embedded import EmbeddedBackbone
 
-        opts = profile.backbone_options
-        server = EmbeddedBackbone(
-            threads=int(opts.get("threads", 1)),
-            n_ctx=int(opts.get("n_ctx", 4096)),
-            startup_timeout_s=float(opts.get("startup_timeout_s", 180.0)),
-            log_path=out / "llama_server.log",
-        )
+        server = EmbeddedBackbone.from_options(profile.backbone_options, log_path=out / "llama_server.log")
         with threadpool_limits(limits=1), server:
             yield Backbone(server.endpoint, BACKBONE_LABEL, True, server)
         return

@@ -96,6 +96,16 @@ class EmbeddedBackbone:
     kernel killed the server; the server still reuses the shared prefix of consecutive prompts.
     """
 
+    @classmethod
+    def from_options(cls, options: dict[str, Any], *, log_path: Path) -> EmbeddedBackbone:
+        """A server configured by a study profile's ``backbone_options`` (threads, n_ctx, startup_timeout_s)."""
+        return cls(
+            threads=int(options.get("threads", 1)),
+            n_ctx=int(options.get("n_ctx", 4096)),
+            startup_timeout_s=float(options.get("startup_timeout_s", 180.0)),
+            log_path=log_path,
+        )
+
     def __init__(
         self,
         *,
