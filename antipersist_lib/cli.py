@@ -250,6 +250,15 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_study(args: argparse.Namespace) -> int:
+    """The faulty-memories study runners (their own modules hold the command line; this forwards to it)."""
+    if args.study == "arc-study":
+        from antipersist_lib.arc.study import main as study_main
+    else:
+        from antipersist_lib.consolidation.study import main as study_main
+    return study_main(["--profile", args.profile] + (["--out", args.out] if args.out else []))
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.doctor import report, run_checks
 
@@ -370,6 +379,19 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--seed", type=int, default=42)
     pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
     pa.set_defaults(func=_cmd_partition)
+
+    for command, what, example in (
+        ("arc-study", "an ARC-AGI Stream study profile (faulty-memories study, §5)", "params/arc/smoke.yaml"),
+        (
+            "consolidation",
+            "a consolidation study profile (faulty-memories study, §3-4.2): build memories, evaluate them",
+            "params/consolidation/smoke.yaml",
+        ),
+    ):
+        st = sub.add_parser(command, help=f"run (or resume) {what}")
+        st.add_argument("--profile", required=True, help=f"the study profile, e.g. {example}")
+        st.add_argument("--out", help=f"output folder (default outputs/{command.split('-')[0]}/<profile name>)")
+        st.set_defaults(func=_cmd_study, study=command)
 
     pr = sub.add_parser(
         "prompts", help="print the hash of every prompt template (every method's), or one template's text"

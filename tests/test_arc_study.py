@@ -138,7 +138,7 @@ def test_study_folder_manifest_and_no_secret(tiny_study):
     assert len(man["eval_task_ids"]["heldout"]) == 2 and man["eval_task_ids"]["train"] == man["train_task_ids"][:2]
     assert {"arc_solver", "arc_decision", "arc_extraction", "arc_judge"} <= set(man["prompt_hashes"])
     assert all(k.startswith("arc_") and len(v) == 16 for k, v in man["prompt_hashes"].items())
-    assert "python" in man["package_versions"] and man["calls"]["arc_solve"] == 9
+    assert "python" in man["versions"] and man["study"] == "arc" and man["calls"]["arc_solve"] == 9
     for path in out.rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path

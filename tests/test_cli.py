@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from antipersist_lib.cli import main
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.testing.scripted_policy import GUIDANCE_MARKER
@@ -247,3 +249,25 @@ def test_prompts_command_lists_every_methods_prompts(capsys):
     assert capsys.readouterr().out == JUDGE_PROMPT + "\n"
     assert main(["prompts", "--show", "nope"]) == 2
     assert "no prompt named 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("arc-study", "study profile"),
+        ("consolidation", "'methods.x.method' must be a kit method"),
+    ],
+)
+def test_study_commands_run_the_study_runners_and_name_profile_errors(tmp_path, capsys, command, message):
+    bad = tmp_path / "bad.yaml"
+    if command == "consolidation":
+        bad.write_text(
+            "benchmark: errandworld\npool: {runs: [x]}\nbuilders: [all]\nregimes: {static_all: {}}\n"
+            "methods: {x: {method: mem0, seed_pool: true}}\n"
+        )
+    else:
+        bad.write_text("name: bad\nregimes: {force: {regime: sometimes}}\n")
+    assert main([command, "--profile", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(bad) in err
+    assert not (tmp_path / "out" / "study.json").exists()

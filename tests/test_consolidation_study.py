@@ -20,6 +20,7 @@ from antipersist_lib.consolidation import prompts as CP
 from antipersist_lib.consolidation import study
 from antipersist_lib.consolidation.bank import load_bank
 from antipersist_lib.consolidation.pool import batches, load_pool
+from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
@@ -99,6 +100,10 @@ def write_profile(path: Path, **changes) -> Path:
             "dc_more": {"regime": "stream", "batch_size": 3, "initial": "static_all", "builders": ["dc"]},
         },
         "evaluation": {"seeds": [1, 2], "heldout_limit": 2, "max_steps": 4, "steps": {"every": 2}},
+        "methods": {
+            "trajectory_memory": {"seed_pool": True},
+            "ap_trained": {"method": "anti_persistence", "seed_pool": True, "iterations": 2, "train_per_iteration": 2},
+        },
         "response_cache": False,
     }
     for key, value in changes.items():
@@ -141,6 +146,8 @@ def test_the_study_evaluates_every_build_step_and_seed(tiny_study):
         ("dc", "dc_more", evaluated(1, 3, True)),  # continues the static_all bank (step 1)
     ):
         expected |= {(builder, cond, step, s) for step in steps for s in (1, 2)}
+    expected |= {("trajectory_memory", "pool", 1, s) for s in (1, 2)}
+    expected |= {("ap_trained", "pool + 2x2 training", 2, s) for s in (1, 2)}
     assert got == expected and len(df) == len(expected)
     assert set(df["benchmark"]) == {"errandworld"} and set(df["backbone"]) == {"scripted-loopback"}
     assert df["heldout_n"].eq(2).all() and df["success"].between(0, 1).all()
@@ -153,6 +160,35 @@ def test_the_study_evaluates_every_build_step_and_seed(tiny_study):
     assert hom["n_entries"].le(2).all() and hom["capacity"].eq(2).all() and hom["homogeneous"].all()
     more = df[(df["condition"] == "dc_more")]
     assert more["updates"].min() >= 1 and more["step"].min() >= 2 and more["initial"].eq("static_all").all()
+
+
+def test_method_rows_start_from_the_pool_and_train_on_their_own(tiny_study):
+    """The kit's methods stand beside the banks: same held-out games and seeds, the pool as M_0."""
+    result, srv = tiny_study
+    df, out = result.frame, result.out
+    pool = load_pool(out / study.POOL_FILE)
+    methods = df[df["regime"] == study.METHOD_REGIME]
+    assert set(methods["builder"]) == {"trajectory_memory", "ap_trained"} and methods["heldout_n"].eq(2).all()
+    assert set(methods["examples_seen"]) == {6, 6 + 4} and set(methods["updates"]) == {0, 4}
+    for rd in methods["run_dir"]:
+        manifest = json.loads((out / rd / "manifest.json").read_text())
+        assert manifest["method_params"]["seed_pool"] == str(out / study.POOL_FILE)
+        layout = RunDirectory(out / rd)
+        stored = [json.loads(line) for line in layout.state_path(RunDirectory.TRAJECTORIES).read_text().splitlines()]
+        seeds = [r for r in stored if r["iteration"] == 0]
+        assert [r["task"]["task_id"] for r in seeds] == [p.task.task_id for p in pool]  # the pool, in order, once
+        trained = int(manifest["iterations"]) * int(manifest["train_per_iteration"])
+        assert len(stored) == len(pool) + trained and all(r["embedding"] for r in seeds)
+    # a pool trajectory's own action reached a held-out agent's context through retrieval
+    actions = {s.action for p in pool for s in p.trajectory.steps if len(s.action) > 8}
+    systems = [r["body"]["messages"][0]["content"] for r in srv.requests_for("/v1/chat/completions")]
+    assert any("Outcome: SUCCESS" in s and any(a in s for a in actions) for s in systems)
+    cells = study.trajectory_log_table(df).set_index("column")
+    assert cells.loc["trajectory_memory", "label"] == "Trajectory memory"
+    assert cells.loc["ap_trained", "condition"] == "pool + 2x2 training" and cells.loc["ap_trained", "step"] == 2
+    assert not cells.loc[["trajectory_memory", "ap_trained"], "beaten"].any()  # never marked "(--)"
+    assert study.load_manifest(out)["methods"]["ap_trained"]["method"] == "anti_persistence"
+    assert study.METHOD_REGIME not in set(study.regime_bars(df)["regime"])
 
 
 def test_a_scripted_cheatsheet_that_names_the_rooms_beats_no_memory(tiny_study):
@@ -231,11 +267,31 @@ def test_the_table_of_a_study_names_its_conditions(tiny_study):
     result, _ = tiny_study
     cells = study.trajectory_log_table(result.frame)
     by = cells.set_index("column")
-    assert list(cells["column"]) == ["no_mem", "all", "fs2", "incr_keep", "one_pass_keep", "awm", "dc"]
+    assert list(cells["column"]) == [
+        "no_mem",
+        "all",
+        "fs2",
+        "incr_keep",
+        "one_pass_keep",
+        "awm",
+        "dc",
+        "trajectory_memory",
+        "ap_trained",
+    ]
     assert by.loc["dc", "condition"] == "stream_het" and by.loc["dc", "step"] == 3  # stream preferred, last step
     assert by.loc["all", "condition"] == "static_all" and by.loc["incr_keep", "condition"] == "stream_het"
     shown = study.table_display(cells)
-    assert list(shown.columns) == ["NoMem", "All", "FS=2", "Incr. Keep", "One-Pass Keep", "AWM", "DC"]
+    assert list(shown.columns) == [
+        "NoMem",
+        "All",
+        "FS=2",
+        "Incr. Keep",
+        "One-Pass Keep",
+        "AWM",
+        "DC",
+        "Trajectory memory",
+        "AP_TRAINED",
+    ]
     beside = study.tables_beside_paper(cells)
     assert list(beside.index) == [("this run", "errandworld", "scripted-loopback")]  # the paper has no ErrandWorld
     assert study.plot_table(cells, title="t").axes
@@ -373,6 +429,19 @@ def test_the_mark_rule_reproduces_every_mark_the_paper_prints():
         ({"builder_options": {"ace": {}}}, r"unknown key\(s\) \['builder_options.ace'\]"),
         ({"benchmark": "alfworl"}, r"'benchmark' must be one of"),
         ({"regimens": {}}, r"unknown key\(s\) \['regimens'\]"),
+        ({"methods": {"expel": {"seed_pool": True}}}, r"'methods.expel.seed_pool': 'expel' keeps no trajectory store"),
+        ({"methods": {"anti_persistence": {}}}, r"'methods.anti_persistence': the method would start and stay empty"),
+        ({"methods": {"x": {"method": "mem0", "seed_pool": True}}}, r"'methods.x.method' must be a kit method"),
+        ({"methods": {"dc": {"method": "expel", "iterations": 1}}}, r"the row name 'dc' is taken"),
+        (
+            {"methods": {"trajectory_memory": {"seed_pool": True, "params": {"budgett": 2}}}},
+            r"'methods.trajectory_memory.params': .*no parameter\(s\) \['budgett'\]",
+        ),
+        (
+            {"methods": {"anti_persistence": {"seed_pool": True, "params": {"seed_pool": "x"}}}},
+            r"the study sets it",
+        ),
+        ({"methods": {"expel": {"train_per_iteration": -1}}}, r"'methods.expel.train_per_iteration' must be"),
     ],
 )
 def test_bad_profile_keys_are_named(tmp_path, change, message):
@@ -417,6 +486,7 @@ def test_obtain_study_loads_runs_or_shows_the_paper_alone(tmp_path, server, pool
         builder_options=None,
         regimes={"static_all": {}},
         evaluation={"seeds": [5], "heldout_limit": 1, "max_steps": 2},
+        methods=None,
     )
     (out,) = study.obtain_study(
         "run", None, profile="mini.yaml", root=tmp_path, out_root="o", endpoint=endpoint(server)

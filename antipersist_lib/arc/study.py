@@ -45,14 +45,13 @@ Analyses (all read the study folder): ``load_study``, ``step_table`` (Fig. 7(b))
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import math
 import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,15 +88,28 @@ from antipersist_lib.arc.lineage import (
 )
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.core.prompts import prompt_hashes
-from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.serving.profiles import read_mapping
 from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.studies import (
+    BACKBONE_OPTION_KEYS,
+    EMBEDDED,
+    MANIFEST_FILE,
+    StudyModels,
+    StudyProfileError,
+    check_int,
+    check_list,
+    check_mapping,
+    fail,
+    manifest_base,
+    open_models,
+    previous_wall_s,
+    with_restarts,
+)
 
 STUDY_FORMAT = 1
-MANIFEST_FILE = "study.json"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
 LEDGER_FILE = "ledger.jsonl"
@@ -109,8 +121,6 @@ JUDGE_FILE = "judge.json"
 SURGERY_FILE = "surgery.json"
 NO_MEMORY = "no_memory"
 EVAL_SETS = ("heldout", "train")
-EMBEDDED = "embedded"
-MAX_BACKBONE_RESTARTS = 3
 
 #: what run_study leaves in a condition folder (an incomplete one holding anything else is not cleared)
 _CONDITION_FILES = {CONFIG_FILE, SNAPSHOTS_FILE, MEMORY_FILE, EVALS_FILE, DONE_FILE, JUDGE_FILE, SURGERY_FILE}
@@ -150,7 +160,6 @@ STREAM_KEYS = {
     "manager_max_tokens",
 }
 EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers"}
-BACKBONE_OPTION_KEYS = {"threads", "n_ctx", "startup_timeout_s"}
 JUDGE_KEYS = {"conditions", "max_tokens"}
 SURGERY_KEYS = {"conditions", "max_entries", "eval_set"}
 
@@ -173,10 +182,6 @@ RESULT_COLUMNS = (
     "consolidations",
     "backbone",
 )
-
-
-class StudyProfileError(ValueError):
-    """A study profile is malformed; the message names the file and the key."""
 
 
 # -- the profile ------------------------------------------------------------------------------------
@@ -263,50 +268,23 @@ class StudyProfile:
         return self.conditions + baseline
 
 
-def _fail(path: Any, message: str) -> StudyProfileError:
-    return StudyProfileError(f"study profile {path}: {message}")
-
-
 def _section(data: Any, key: str, allowed: set[str], path: Any) -> dict[str, Any]:
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _fail(path, f"{key!r} must be a mapping with keys from {sorted(allowed)}, got {value!r}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise _fail(path, f"unknown key(s) {[f'{key}.{u}' for u in unknown]}; allowed in {key!r}: {sorted(allowed)}")
-    return dict(value)
-
-
-def _int(value: Any, key: str, path: Any, *, minimum: int = 0, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(path, f"{key!r} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
-    return value
-
-
-def _list(value: Any, key: str, path: Any) -> list[Any]:
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise _fail(path, f"{key!r} must list at least one value")
-    return items
+    return check_mapping(data.get(key), key, allowed, path)
 
 
 def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -> PoolSpec:
     spec = _section(data, key, POOL_KEYS, path)
     if not spec:
         if required:
-            raise _fail(path, f"{key!r} is required: {{name: one of {sorted(POOL_SIZES)}, seed, limit}}")
+            raise fail(path, f"{key!r} is required: {{name: one of {sorted(POOL_SIZES)}, seed, limit}}")
         return PoolSpec("heldout50")
     name = spec.get("name")
     if name not in POOL_SIZES:
-        raise _fail(path, f"{key}.name must be one of {sorted(POOL_SIZES)}, got {name!r}")
-    seed = _int(spec.get("seed", 0), f"{key}.seed", path)
-    limit = _int(spec.get("limit"), f"{key}.limit", path, minimum=1, optional=True)
+        raise fail(path, f"{key}.name must be one of {sorted(POOL_SIZES)}, got {name!r}")
+    seed = check_int(spec.get("seed", 0), f"{key}.seed", path)
+    limit = check_int(spec.get("limit"), f"{key}.limit", path, minimum=1, optional=True)
     if limit is not None and limit > POOL_SIZES[name]:
-        raise _fail(path, f"{key}.limit {limit} exceeds the {POOL_SIZES[name]} tasks of pool {name!r}")
+        raise fail(path, f"{key}.limit {limit} exceeds the {POOL_SIZES[name]} tasks of pool {name!r}")
     return PoolSpec(name, int(seed or 0), limit)
 
 
@@ -324,72 +302,72 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         raise StudyProfileError(f"study profile {exc}") from None
     backbone = data.get("backbone", EMBEDDED)
     if not isinstance(backbone, str) or not backbone:
-        raise _fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
     options = _section(data, "backbone_options", BACKBONE_OPTION_KEYS, path)
     train_pool = _pool(data, "train_pool", path)
     heldout_pool = _pool(data, "heldout_pool", path, required=False)
     examples = _section(data, "task_examples", EXAMPLE_KEYS, path)
-    n_train = _int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=1)
-    n_test = _int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
-    steps = _int(data.get("steps"), "steps", path, minimum=1)
-    base_tps = _int(data.get("tasks_per_step", 1), "tasks_per_step", path, minimum=1)
+    n_train = check_int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=1)
+    n_test = check_int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
+    steps = check_int(data.get("steps"), "steps", path, minimum=1)
+    base_tps = check_int(data.get("tasks_per_step", 1), "tasks_per_step", path, minimum=1)
     if "checkpoints" in data and "checkpoint_every" in data:
-        raise _fail(path, "give 'checkpoints' (a list of steps) or 'checkpoint_every', not both")
+        raise fail(path, "give 'checkpoints' (a list of steps) or 'checkpoint_every', not both")
     if "checkpoints" in data:
-        points = {_int(s, "checkpoints[]", path) for s in _list(data["checkpoints"], "checkpoints", path)}
+        points = {check_int(s, "checkpoints[]", path) for s in check_list(data["checkpoints"], "checkpoints", path)}
     else:
-        every = _int(data.get("checkpoint_every", steps), "checkpoint_every", path, minimum=1)
+        every = check_int(data.get("checkpoint_every", steps), "checkpoint_every", path, minimum=1)
         points = set(range(0, steps + 1, int(every or steps))) | {0}
     points.add(steps)
     late = sorted(p for p in points if p is not None and p > int(steps or 0))
     if late:
-        raise _fail(path, f"checkpoints {late} lie beyond the last step ({steps})")
+        raise fail(path, f"checkpoints {late} lie beyond the last step ({steps})")
 
     grid = _section(data, "conditions", CONDITION_KEYS, path)
     if not grid:
-        raise _fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
-    regimes = _list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
-    sources = _list(grid.get("source", ["gt"]), "conditions.source", path)
-    buffers = _list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
-    per_step = _list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
+        raise fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
+    regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
+    sources = check_list(grid.get("source", ["gt"]), "conditions.source", path)
+    buffers = check_list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
+    per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
     for r in regimes:
         if r not in REGIMES:
-            raise _fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
+            raise fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
     for s in sources:
         if s not in SOURCES:
-            raise _fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
+            raise fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
     for b in buffers:
-        _int(b, "conditions.buffer_size", path, minimum=1, optional=True)
+        check_int(b, "conditions.buffer_size", path, minimum=1, optional=True)
     for t in per_step:
-        _int(t, "conditions.tasks_per_step", path, minimum=1)
+        check_int(t, "conditions.tasks_per_step", path, minimum=1)
     conditions = tuple(
         Condition(condition_name(r, s, b, t), r, s, b, t)
         for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)
     )
     if len({c.name for c in conditions}) != len(conditions):
-        raise _fail(path, "conditions: a value is listed twice")
+        raise fail(path, "conditions: a value is listed twice")
 
     stream = _section(data, "stream", STREAM_KEYS, path)
     if "solver_memory" in stream:
-        stream["solver_memory"] = tuple(_list(stream["solver_memory"], "stream.solver_memory", path))
+        stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
     evaluation = _section(data, "evaluation", EVALUATION_KEYS, path)
-    sets = tuple(_list(evaluation.get("sets", ["heldout"]), "evaluation.sets", path))
+    sets = tuple(check_list(evaluation.get("sets", ["heldout"]), "evaluation.sets", path))
     bad_sets = [s for s in sets if s not in EVAL_SETS]
     if bad_sets:
-        raise _fail(path, f"evaluation.sets: {bad_sets} not in {EVAL_SETS}")
-    sources_eval = tuple(_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
+        raise fail(path, f"evaluation.sets: {bad_sets} not in {EVAL_SETS}")
+    sources_eval = tuple(check_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
     bad_sources = [s for s in sources_eval if s not in MEMORY_SOURCES]
     if bad_sources:
-        raise _fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
+        raise fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
     names = [c.name for c in conditions]
     judge = _optional_block(data, "judge", JUDGE_KEYS, names, path)
     surgery = _optional_block(data, "surgery", SURGERY_KEYS, names, path)
     if surgery is not None:
-        _int(surgery.get("max_entries"), "surgery.max_entries", path, minimum=1, optional=True)
+        check_int(surgery.get("max_entries"), "surgery.max_entries", path, minimum=1, optional=True)
         if surgery.setdefault("eval_set", "heldout") not in EVAL_SETS:
-            raise _fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
+            raise fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
     if judge is not None:
-        _int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
+        check_int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
     profile = StudyProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
@@ -400,14 +378,14 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         checkpoints=tuple(sorted(int(p) for p in points if p is not None)),
         conditions=conditions,
         no_memory=_bool(data.get("no_memory", True), "no_memory", path),
-        seed=int(_int(data.get("seed", 0), "seed", path) or 0),
+        seed=int(check_int(data.get("seed", 0), "seed", path) or 0),
         n_train=int(n_train or N_TRAIN),
         n_test=int(n_test or N_TEST),
         stream=stream,
         eval_sets=sets,
-        train_limit=_int(evaluation.get("train_limit"), "evaluation.train_limit", path, minimum=1, optional=True),
+        train_limit=check_int(evaluation.get("train_limit"), "evaluation.train_limit", path, minimum=1, optional=True),
         eval_sources=sources_eval,
-        eval_workers=int(_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
+        eval_workers=int(check_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
         judge=judge,
         surgery=surgery,
         response_cache=_bool(data.get("response_cache", True), "response_cache", path),
@@ -418,13 +396,13 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         try:
             profile.stream_config(cond)
         except (TypeError, ValueError) as exc:
-            raise _fail(path, f"stream settings: {exc}") from None
+            raise fail(path, f"stream settings: {exc}") from None
     return profile
 
 
 def _bool(value: Any, key: str, path: Any) -> bool:
     if not isinstance(value, bool):
-        raise _fail(path, f"{key!r} must be true or false, got {value!r}")
+        raise fail(path, f"{key!r} must be true or false, got {value!r}")
     return value
 
 
@@ -437,10 +415,10 @@ def _optional_block(
         return None
     block = {} if value is True else _section(data, key, allowed, path)
     chosen = block.get("conditions", "all")
-    chosen = names if chosen == "all" else _list(chosen, f"{key}.conditions", path)
+    chosen = names if chosen == "all" else check_list(chosen, f"{key}.conditions", path)
     unknown = [c for c in chosen if c not in names]
     if unknown:
-        raise _fail(path, f"{key}.conditions names unknown condition(s) {unknown}; the grid has {names}")
+        raise fail(path, f"{key}.conditions names unknown condition(s) {unknown}; the grid has {names}")
     block["conditions"] = list(chosen)
     return block
 
@@ -475,47 +453,6 @@ def training_slice(profile: StudyProfile, tasks: Sequence[ArcTask]) -> list[ArcT
 
 
 # -- the backbone ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Backbone:
-    endpoint: Endpoint
-    label: str
-    embedded: bool
-    server: Any = None  # the EmbeddedBackbone when embedded
-
-    @property
-    def note(self) -> str:
-        if not self.embedded:
-            return ""
-        from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
-
-        return WEAK_MODEL_NOTE
-
-
-@contextlib.contextmanager
-def open_backbone(profile: StudyProfile, out: Path, endpoint: Endpoint | None = None) -> Iterator[Backbone]:
-    """The endpoint to use: the explicit one, the embedded default (started here) or a backbone profile."""
-    if endpoint is not None:
-        yield Backbone(endpoint, endpoint.model, False)
-        return
-    if profile.backbone == EMBEDDED:
-        from threadpoolctl import threadpool_limits
-
-        from antipersist_lib.runner.main_job import BACKBONE_LABEL
-        from antipersist_lib.serving.embedded import EmbeddedBackbone
-
-        server = EmbeddedBackbone.from_options(profile.backbone_options, log_path=out / "llama_server.log")
-        with threadpool_limits(limits=1), server:
-            yield Backbone(server.endpoint, BACKBONE_LABEL, True, server)
-        return
-    from antipersist_lib.serving.profiles import backbone_endpoint
-
-    try:
-        resolved = backbone_endpoint(profile.backbone)
-    except ValueError as exc:
-        raise _fail(profile.path, f"backbone: {exc}") from None
-    yield Backbone(resolved, profile.backbone, False)
 
 
 # -- running ------------------------------------------------------------------------------------------
@@ -641,7 +578,7 @@ def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: 
     eval_set = spec.get("eval_set", "heldout")
     tasks = evalsets.get(eval_set)
     if not tasks:
-        raise _fail(profile.path, f"surgery.eval_set {eval_set!r} is not evaluated (evaluation.sets)")
+        raise fail(profile.path, f"surgery.eval_set {eval_set!r} is not evaluated (evaluation.sets)")
     memory = Memory.from_dict(_load_json(folder / MEMORY_FILE))
     baseline = _final_eval(folder, eval_set)
     entries = memory.entry_ids()[: spec.get("max_entries")]
@@ -671,43 +608,37 @@ def _load_json(path: Path) -> Any:
 
 def _manifest(
     profile: StudyProfile,
-    bb: Backbone,
+    bb: StudyModels,
     train: Sequence[ArcTask],
     evalsets: dict[str, list[ArcTask]],
     status: str,
     started: float,
+    before_s: float,
     ledger: Ledger | None = None,
     cache: ResponseCache | None = None,
 ) -> dict[str, Any]:
-    from antipersist_lib.versions import git_commit, package_versions
-
     calls = Counter(r.purpose for r in ledger.records) if ledger is not None else Counter()
-    return {
-        "format": STUDY_FORMAT,
-        "status": status,
-        "name": profile.name,
-        "profile_path": profile.path,
-        "profile": profile.raw,
-        "backbone": bb.label,
-        "embedded": bb.embedded,
-        "note": bb.note,
-        "endpoint": bb.endpoint.describe(),  # names the API-key variable, never the key
-        "seed": profile.seed,
-        "steps": profile.steps,
-        "checkpoints": list(profile.checkpoints),
-        "conditions": [asdict(c) for c in profile.all_conditions()],
-        "task_examples": {"n_train": profile.n_train, "n_test": profile.n_test},
-        "train_pool": asdict(profile.train_pool),
-        "heldout_pool": asdict(profile.heldout_pool),
-        "train_task_ids": [t.task_id for t in train],
-        "eval_task_ids": {k: [t.task_id for t in v] for k, v in evalsets.items()},
-        "prompt_hashes": {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")},
-        "package_versions": package_versions(),
-        "git_commit": git_commit(),
-        "calls": dict(sorted(calls.items())),
-        "cached_calls": sum(r.cached for r in ledger.records) if ledger is not None else 0,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    m = manifest_base("arc", STUDY_FORMAT, profile.path, profile.name, profile.raw, bb, status)
+    wall = time.monotonic() - started
+    m.update(
+        {
+            "seed": profile.seed,
+            "steps": profile.steps,
+            "checkpoints": list(profile.checkpoints),
+            "conditions": [asdict(c) for c in profile.all_conditions()],
+            "task_examples": {"n_train": profile.n_train, "n_test": profile.n_test},
+            "train_pool": asdict(profile.train_pool),
+            "heldout_pool": asdict(profile.heldout_pool),
+            "train_task_ids": [t.task_id for t in train],
+            "eval_task_ids": {k: [t.task_id for t in v] for k, v in evalsets.items()},
+            "prompt_hashes": {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")},
+            "calls": dict(sorted(calls.items())),
+            "cached_calls": sum(r.cached for r in ledger.records) if ledger is not None else 0,
+            "wall_s": round(wall, 1),  # this invocation
+            "wall_s_total": round(before_s + wall, 1),  # every invocation into this folder
+        }
+    )
+    return m
 
 
 def run_study(
@@ -722,35 +653,36 @@ def run_study(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    before_s = previous_wall_s(out)
     train = pool_tasks(profile.train_pool, n_train=profile.n_train, n_test=profile.n_test)
     heldout = pool_tasks(profile.heldout_pool, n_train=profile.n_train, n_test=profile.n_test)
     evalsets = {"heldout": heldout, "train": training_slice(profile, train)}
     evalsets = {k: v for k, v in evalsets.items() if k in profile.eval_sets}
-    with open_backbone(profile, out, endpoint) as bb:
+    with open_models(
+        profile.path, profile.backbone, out, backbone_options=profile.backbone_options, endpoint=endpoint
+    ) as bb:
         if bb.note:
             log(f"NOTE: {bb.note}")
         cache = ResponseCache(out / CACHE_DIR) if profile.response_cache else None
         with Ledger(out / LEDGER_FILE) as ledger:
             llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
-            atomic_write_json(out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started))
+            atomic_write_json(
+                out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s)
+            )
             for cond in profile.all_conditions():
                 folder = out / CONDITIONS_DIR / cond.name
                 if (folder / DONE_FILE).exists():
                     log(f"{cond.name}: complete, kept")
                 else:
                     t0 = time.monotonic()
-                    for attempt in range(MAX_BACKBONE_RESTARTS + 1):
-                        _clear_incomplete(folder)
-                        try:
-                            with ledger.tag(condition=cond.name):
-                                _run_condition(profile, cond, llm, train, evalsets, folder, bb.label)
-                            break
-                        except LLMUnavailableError:
-                            code = bb.server.exit_code if bb.server is not None else None
-                            if code is None or attempt == MAX_BACKBONE_RESTARTS:
-                                raise
-                            log(f"the embedded llama.cpp server exited with code {code}; restarting it")
-                            bb.server.restart()
+                    with ledger.tag(condition=cond.name):
+                        with_restarts(
+                            bb,
+                            f"condition {cond.name}",
+                            lambda c=cond, f=folder: _run_condition(profile, c, llm, train, evalsets, f, bb.label),
+                            before=lambda f=folder: _clear_incomplete(f),
+                            log=log,
+                        )
                     log(f"{cond.name}: done in {time.monotonic() - t0:.0f} s")
                 if profile.judge and cond.name in profile.judge["conditions"] and not (folder / JUDGE_FILE).exists():
                     with ledger.tag(condition=cond.name):
@@ -766,7 +698,7 @@ def run_study(
             frame = _frame(rows)
             atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows})
             frame.to_csv(out / RESULTS_CSV, index=False)
-            manifest = _manifest(profile, bb, train, evalsets, "complete", started, ledger, cache)
+            manifest = _manifest(profile, bb, train, evalsets, "complete", started, before_s, ledger, cache)
             atomic_write_json(out / MANIFEST_FILE, manifest)
     return StudyResult(out, frame, manifest)
 

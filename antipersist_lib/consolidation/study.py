@@ -9,7 +9,9 @@ trajectory-log baselines vs consolidators, with the red "(--)" mark).
 trajectory pool once (expert replays, earlier runs' episodes or a pool file), builds every (builder, regime)
 memory with ``regimes.build_memory`` (one snapshot per update step), then evaluates the bank at each chosen
 step through the kit's protocol (``run_cell``, method ``consolidated_memory``, ``train_per_iteration=0``,
-one iteration, one run per seed = one repeat), plus a no-memory row (``react``). It writes::
+one iteration, one run per seed = one repeat), plus a no-memory row (``react``) and, under ``methods``, the
+kit's own methods as rows beside them (Anti-Persistence, trajectory memory, ExpeL, ...; see "Method rows"
+below). It writes::
 
     <out_dir>/study.json                    manifest: profile, backbone label, endpoints (no key), package
                                             versions, git commit, prompt hashes, pool fingerprint, builds,
@@ -42,6 +44,16 @@ Kit choices where the paper is silent:
   consolidator whose value (at the table's precision) is below at least one trajectory-log column of the
   same row; ties are not marked. This rule reproduces every mark the paper prints (checked in the tests).
 
+Method rows (profile key ``methods``, one entry per row; the key names the row, ``method`` the kit method,
+default the key): each is run through the same protocol on the same held-out games and seeds as the banks.
+``seed_pool: true`` starts the method's trajectory store from this study's pool (``methods.seeding``; only
+``anti_persistence`` and ``trajectory_memory`` keep one), so it sees exactly the consolidators' data;
+``iterations`` x ``train_per_iteration`` (default 1 x 0) lets it also learn from its own training episodes
+on the benchmark's training split, as in the kit's main protocol (Anti-Persistence's bandit needs those:
+with an empty outcome log its first ``round_robin_iterations`` iterations cycle the modes). The row is read
+at the last iteration; its ``condition`` says how it got its memory. These rows are neither trajectory logs
+nor consolidators, so they never carry or cause the "(--)" mark.
+
 Analyses (all read study folders; several folders, e.g. one per backbone, stack into one frame): ``load_study``,
 ``results``, ``summary``, ``builds_table``, ``seed_means``, ``utility_curves`` (Fig. 1 shape), ``regime_bars``
 (Fig. 3 shape), ``homogeneity_curves`` (Fig. 4 shape), ``trajectory_log_table`` / ``paper_table_cells`` /
@@ -54,7 +66,6 @@ Analyses (all read study folders; several folders, e.g. one per backbone, stack 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import math
@@ -62,7 +73,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +81,7 @@ from typing import Any
 import pandas as pd
 
 from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.analysis.paper import METHOD_LABELS
 from antipersist_lib.consolidation import prompts as _consolidation_prompts  # noqa: F401  (registers prompts)
 from antipersist_lib.consolidation.bank import MemoryBank, load_bank
 from antipersist_lib.consolidation.pool import (
@@ -83,7 +95,6 @@ from antipersist_lib.consolidation.pool import (
 from antipersist_lib.consolidation.regimes import BANK_FILE, REGIMES, SNAPSHOTS_FILE, build_memory, make_builder
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.envs import BENCHMARKS
-from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec, run_cell
@@ -91,9 +102,26 @@ from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.serving.profiles import read_mapping
 from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.studies import (
+    BACKBONE_OPTION_KEYS,
+    EMBEDDED,
+    MANIFEST_FILE,
+    StudyModels,
+    StudyProfileError,
+    check_bool,
+    check_int,
+    check_mapping,
+    check_names,
+    fail,
+    manifest_base,
+    open_models,
+    previous_wall_s,
+    relative_to,
+    utc_now,
+    with_restarts,
+)
 
 STUDY_FORMAT = 1
-MANIFEST_FILE = "study.json"
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
 POOL_FILE = "pool.jsonl"
@@ -101,11 +129,9 @@ MEMORIES_DIR = "memories"
 RUNS_DIR = "runs"
 CACHE_DIR = "cache"
 LEDGER_FILE = "ledger.jsonl"
-EMBEDDED = "embedded"
 #: the no-memory row's builder (and protocol method)
 NO_MEMORY = "react"
 NO_MEMORY_CONDITION = "no_memory"
-MAX_BACKBONE_RESTARTS = 3
 
 PROFILE_KEYS = {
     "name",
@@ -122,12 +148,17 @@ PROFILE_KEYS = {
     "build_seed",
     "evaluation",
     "response_cache",
+    "methods",
 }
 POOL_KEYS = {"expert", "runs", "file", "successes_only"}
 EXPERT_KEYS = {"per_type", "seed", "types", "split", "allow_fewer"}
 REGIME_KEYS = {"regime", "batch_size", "homogeneous", "capacity", "initial", "builders", "steps"}
 EVALUATION_KEYS = {"seeds", "heldout_limit", "max_steps", "agent", "heldout_concurrency", "steps", "no_memory"}
-BACKBONE_OPTION_KEYS = {"threads", "n_ctx", "startup_timeout_s"}
+METHOD_ROW_KEYS = {"method", "params", "seed_pool", "iterations", "train_per_iteration", "train_pool_limit"}
+#: the kit methods that keep a trajectory store, and so can start from the study's pool (``seed_pool``)
+SEEDABLE_METHODS = ("anti_persistence", "trajectory_memory")
+#: the ``regime`` of a method row
+METHOD_REGIME = "method"
 #: builder_options key applied to every builder (before its own options)
 COMMON_OPTIONS = "common"
 BUILDER_NAMES = ("ace", "ace_gt", "awm", "dc", "clin", "all", "keep")
@@ -197,10 +228,6 @@ TABLE_STATEMENT = (
 )
 
 
-class StudyProfileError(ValueError):
-    """A study profile is malformed; the message names the file and the key."""
-
-
 # -- the profile ----------------------------------------------------------------------------------------
 
 
@@ -261,6 +288,30 @@ class Build:
 
 
 @dataclass(frozen=True)
+class MethodRow:
+    """One of the kit's methods evaluated beside the banks (an entry of the profile's ``methods``)."""
+
+    name: str  # the row's name: its builder and table column
+    method: str  # a kit method (``methods.METHODS``)
+    params: dict[str, Any] = field(default_factory=dict)
+    seed_pool: bool = False
+    iterations: int = 1
+    train_per_iteration: int = 0
+    train_pool_limit: int | None = None
+
+    @property
+    def training_episodes(self) -> int:
+        return self.iterations * self.train_per_iteration
+
+    def condition(self) -> str:
+        """How the row got its memory, e.g. "pool + 3x48 training"."""
+        parts = ["pool"] if self.seed_pool else []
+        if self.train_per_iteration:
+            parts.append(f"{self.iterations}x{self.train_per_iteration} training")
+        return " + ".join(parts) if parts else "no memory given"
+
+
+@dataclass(frozen=True)
 class StudyProfile:
     path: str
     name: str
@@ -282,6 +333,7 @@ class StudyProfile:
     backbone_options: dict[str, Any] = field(default_factory=dict)
     embedding: str = "qwen3-embedding-8b"
     response_cache: bool = True
+    methods: tuple[MethodRow, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
 
     def regime(self, name: str) -> RegimeSpec:
@@ -304,108 +356,67 @@ class StudyProfile:
         return {**self.builder_options.get(COMMON_OPTIONS, {}), **self.builder_options.get(builder, {})}
 
 
-def _fail(path: Any, message: str) -> StudyProfileError:
-    return StudyProfileError(f"study profile {path}: {message}")
-
-
-def _mapping(value: Any, key: str, allowed: set[str] | None, path: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _fail(path, f"{key!r} must be a mapping, got {value!r}")
-    if allowed is not None:
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise _fail(
-                path, f"unknown key(s) {[f'{key}.{u}' for u in unknown]}; allowed in {key!r}: {sorted(allowed)}"
-            )
-    return dict(value)
-
-
-def _int(value: Any, key: str, path: Any, *, minimum: int = 0, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(path, f"{key!r} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
-    return value
-
-
-def _bool(value: Any, key: str, path: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(path, f"{key!r} must be true or false, got {value!r}")
-    return value
-
-
-def _str_list(value: Any, key: str, path: Any) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(x, str) and x for x in items):
-        raise _fail(path, f"{key!r} must be a non-empty list of names, got {value!r}")
-    if len(set(items)) != len(items):
-        raise _fail(path, f"{key!r} lists a name twice: {items}")
-    return items
-
-
 def _valid_builder(name: str) -> bool:
     return name in BUILDER_NAMES or _FS.fullmatch(name) is not None
 
 
 def _pool_spec(data: dict[str, Any], path: Any) -> PoolSpec:
-    spec = _mapping(data.get("pool"), "pool", POOL_KEYS, path)
+    spec = check_mapping(data.get("pool"), "pool", POOL_KEYS, path)
     kinds = [k for k in ("expert", "runs", "file") if k in spec]
     if len(kinds) != 1:
-        raise _fail(path, f"'pool' needs exactly one of 'pool.expert', 'pool.runs', 'pool.file'; got {kinds or 'none'}")
-    successes_only = _bool(spec.get("successes_only", True), "pool.successes_only", path)
+        raise fail(path, f"'pool' needs exactly one of 'pool.expert', 'pool.runs', 'pool.file'; got {kinds or 'none'}")
+    successes_only = check_bool(spec.get("successes_only", True), "pool.successes_only", path)
     kind = kinds[0]
     if kind == "expert":
-        ex = _mapping(spec["expert"], "pool.expert", EXPERT_KEYS, path)
+        ex = check_mapping(spec["expert"], "pool.expert", EXPERT_KEYS, path)
         if data.get("benchmark") not in EXPERT_BENCHMARKS:
-            raise _fail(
+            raise fail(
                 path, f"'pool.expert' replays exist for {EXPERT_BENCHMARKS}, not benchmark {data.get('benchmark')!r}"
             )
         types = ex.get("types")
         return PoolSpec(
             "expert",
-            per_type=_int(ex.get("per_type"), "pool.expert.per_type", path, minimum=1),
-            seed=int(_int(ex.get("seed", 0), "pool.expert.seed", path) or 0),
-            types=None if types is None else tuple(_str_list(types, "pool.expert.types", path)),
+            per_type=check_int(ex.get("per_type"), "pool.expert.per_type", path, minimum=1),
+            seed=int(check_int(ex.get("seed", 0), "pool.expert.seed", path) or 0),
+            types=None if types is None else tuple(check_names(types, "pool.expert.types", path)),
             split=str(ex.get("split", "train")),
-            allow_fewer=_bool(ex.get("allow_fewer", False), "pool.expert.allow_fewer", path),
+            allow_fewer=check_bool(ex.get("allow_fewer", False), "pool.expert.allow_fewer", path),
         )
     if kind == "runs":
-        return PoolSpec("runs", runs=tuple(_str_list(spec["runs"], "pool.runs", path)), successes_only=successes_only)
+        return PoolSpec("runs", runs=tuple(check_names(spec["runs"], "pool.runs", path)), successes_only=successes_only)
     if not isinstance(spec["file"], str) or not spec["file"]:
-        raise _fail(path, f"'pool.file' must be a path to a pool .jsonl, got {spec['file']!r}")
+        raise fail(path, f"'pool.file' must be a path to a pool .jsonl, got {spec['file']!r}")
     return PoolSpec("file", file=spec["file"])
 
 
 def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[RegimeSpec, ...]:
     block = data.get("regimes")
     if not isinstance(block, dict) or not block:
-        raise _fail(path, f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME_KEYS))}}}")
+        raise fail(path, f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME_KEYS))}}}")
     out = []
     for name, value in block.items():
         key = f"regimes.{name}"
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise _fail(path, f"regime name {name!r} must be letters, digits, '_', '-' or '.'")
-        spec = _mapping(value, key, REGIME_KEYS, path)
+            raise fail(path, f"regime name {name!r} must be letters, digits, '_', '-' or '.'")
+        spec = check_mapping(value, key, REGIME_KEYS, path)
         regime = spec.get("regime", name)
         if regime not in REGIMES:
-            raise _fail(path, f"'{key}.regime' must be one of {REGIMES}, got {regime!r}")
+            raise fail(path, f"'{key}.regime' must be one of {REGIMES}, got {regime!r}")
         batch = homogeneous = None
         if regime == "stream":
-            batch = _int(spec.get("batch_size"), f"{key}.batch_size", path, minimum=1)
-            homogeneous = _bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
+            batch = check_int(spec.get("batch_size"), f"{key}.batch_size", path, minimum=1)
+            homogeneous = check_bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
         else:
             for k in ("batch_size", "homogeneous"):
                 if k in spec:
-                    raise _fail(path, f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
-        capacity = _int(spec.get("capacity"), f"{key}.capacity", path, minimum=1, optional=True)
+                    raise fail(path, f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
+        capacity = check_int(spec.get("capacity"), f"{key}.capacity", path, minimum=1, optional=True)
         only = None
         if "builders" in spec:
-            only = tuple(_str_list(spec["builders"], f"{key}.builders", path))
+            only = tuple(check_names(spec["builders"], f"{key}.builders", path))
             unknown = [b for b in only if b not in builders]
             if unknown:
-                raise _fail(path, f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
+                raise fail(path, f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
         steps = _steps(spec["steps"], path, f"{key}.steps") if "steps" in spec else None
         out.append(RegimeSpec(name, regime, batch, homogeneous, capacity, spec.get("initial"), only, steps))
     names = [r.name for r in out]
@@ -414,31 +425,79 @@ def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[Regi
             continue
         key = f"regimes.{r.name}.initial"
         if r.initial not in names or r.initial == r.name:
-            raise _fail(path, f"'{key}' must name another regime of 'regimes' ({names}), got {r.initial!r}")
+            raise fail(path, f"'{key}' must name another regime of 'regimes' ({names}), got {r.initial!r}")
         if next(x for x in out if x.name == r.initial).initial is not None:
-            raise _fail(path, f"'{key}': regime {r.initial!r} continues from another regime itself (one level only)")
+            raise fail(path, f"'{key}': regime {r.initial!r} continues from another regime itself (one level only)")
         if r.regime != "stream":
-            raise _fail(path, f"'{key}': only a stream continues from another regime's bank")
+            raise fail(path, f"'{key}': only a stream continues from another regime's bank")
         for b in r.builders if r.builders is not None else builders:
             base = next(x for x in out if x.name == r.initial)
             if not _FS.fullmatch(b) and base.builders is not None and b not in base.builders:
-                raise _fail(path, f"'{key}': regime {r.initial!r} does not build {b!r}")
+                raise fail(path, f"'{key}': regime {r.initial!r} does not build {b!r}")
     for r in out:
         for b in r.builders or ():
             if _FS.fullmatch(b) and (r.regime != "static_all" or r.initial is not None):
-                raise _fail(path, f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
+                raise fail(path, f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
     return tuple(out)
+
+
+def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path: Any) -> tuple[MethodRow, ...]:
+    from antipersist_lib.methods import METHODS, validate_method_params
+
+    rows = []
+    for name, spec in check_mapping(data.get("methods"), "methods", None, path).items():
+        key = f"methods.{name}"
+        spec = check_mapping(spec, key, METHOD_ROW_KEYS, path)
+        method = spec.get("method", name)
+        if method not in METHODS or method in ("consolidated_memory", NO_MEMORY):
+            allowed = [m for m in METHODS if m not in ("consolidated_memory", NO_MEMORY)]
+            raise fail(path, f"'{key}.method' must be a kit method from {allowed}, got {method!r}")
+        if name in builders or name == "no_mem" or name in TRAJECTORY_LOG_FIXED or _valid_builder(name):
+            raise fail(path, f"'{key}': the row name {name!r} is taken by a builder or table column; rename it")
+        seed = check_bool(spec.get("seed_pool", False), f"{key}.seed_pool", path)
+        if seed and method not in SEEDABLE_METHODS:
+            raise fail(
+                path, f"'{key}.seed_pool': {method!r} keeps no trajectory store; only {list(SEEDABLE_METHODS)} can"
+            )
+        params = check_mapping(spec.get("params"), f"{key}.params", None, path)
+        if "seed_pool" in params:
+            raise fail(path, f"'{key}.params.seed_pool': the study sets it; use '{key}.seed_pool: true'")
+        row = MethodRow(
+            name=name,
+            method=method,
+            params=params,
+            seed_pool=seed,
+            iterations=int(check_int(spec.get("iterations", 1), f"{key}.iterations", path, minimum=1) or 1),
+            train_per_iteration=int(
+                check_int(spec.get("train_per_iteration", 0), f"{key}.train_per_iteration", path, minimum=0) or 0
+            ),
+            train_pool_limit=check_int(
+                spec.get("train_pool_limit"), f"{key}.train_pool_limit", path, minimum=1, optional=True
+            ),
+        )
+        if not row.seed_pool and not row.train_per_iteration:
+            raise fail(
+                path,
+                f"'{key}': the method would start and stay empty (the no-memory row already covers that); "
+                "set seed_pool: true or train_per_iteration > 0",
+            )
+        try:
+            validate_method_params(method, params, benchmark)
+        except (TypeError, ValueError) as exc:
+            raise fail(path, f"'{key}.params': {exc}") from None
+        rows.append(row)
+    return tuple(rows)
 
 
 def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
     if value in ("last", "all"):
         return value
     if isinstance(value, dict):
-        spec = _mapping(value, key, {"every"}, path)
-        return {"every": _int(spec.get("every"), f"{key}.every", path, minimum=1)}
+        spec = check_mapping(value, key, {"every"}, path)
+        return {"every": check_int(spec.get("every"), f"{key}.every", path, minimum=1)}
     if isinstance(value, list) and value:
-        return sorted({int(_int(s, f"{key}[]", path, minimum=1) or 1) for s in value})
-    raise _fail(path, f"'{key}' must be 'last', 'all', a list of steps >= 1 or {{every: k}}, got {value!r}")
+        return sorted({int(check_int(s, f"{key}[]", path, minimum=1) or 1) for s in value})
+    raise fail(path, f"'{key}' must be 'last', 'all', a list of steps >= 1 or {{every: k}}, got {value!r}")
 
 
 def load_study_profile(path: str | Path) -> StudyProfile:
@@ -450,35 +509,35 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         raise StudyProfileError(f"study profile {exc}") from None
     benchmark = data.get("benchmark")
     if benchmark not in BENCHMARKS:
-        raise _fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
+        raise fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
     backbone = data.get("backbone", EMBEDDED)
     if not isinstance(backbone, str) or not backbone:
-        raise _fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
     embedding = data.get("embedding", "qwen3-embedding-8b")
     if not isinstance(embedding, str) or not embedding:
-        raise _fail(path, f"'embedding' must be a profile name in params/embeddings/, got {embedding!r}")
+        raise fail(path, f"'embedding' must be a profile name in params/embeddings/, got {embedding!r}")
     pool = _pool_spec(data, path)
     if "builders" not in data:
-        raise _fail(path, f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")
-    builders = _str_list(data["builders"], "builders", path)
+        raise fail(path, f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")
+    builders = check_names(data["builders"], "builders", path)
     bad = [b for b in builders if not _valid_builder(b) or b == NO_MEMORY]
     if bad:
-        raise _fail(path, f"'builders': unknown builder(s) {bad}; expected names from {list(BUILDER_NAMES)} or fs<N>")
+        raise fail(path, f"'builders': unknown builder(s) {bad}; expected names from {list(BUILDER_NAMES)} or fs<N>")
     regimes = _regimes(data, builders, path)
     if any(_FS.fullmatch(b) for b in builders) and not any(
         r.regime == "static_all" and r.initial is None for r in regimes
     ):
-        raise _fail(path, "'builders' lists fs<N> (FS=N), which is built under static_all: add a static_all regime")
-    options = _mapping(data.get("builder_options"), "builder_options", set(builders) | {COMMON_OPTIONS}, path)
+        raise fail(path, "'builders' lists fs<N> (FS=N), which is built under static_all: add a static_all regime")
+    options = check_mapping(data.get("builder_options"), "builder_options", set(builders) | {COMMON_OPTIONS}, path)
     for name, opts in options.items():
-        _mapping(opts, f"builder_options.{name}", None, path)
-    evaluation = _mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
+        check_mapping(opts, f"builder_options.{name}", None, path)
+    evaluation = check_mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
     seeds = evaluation.get("seeds", [42, 43])
     seeds = seeds if isinstance(seeds, list) else [seeds]
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
-        raise _fail(path, f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
-    agent = _mapping(evaluation.get("agent"), "evaluation.agent", set(AGENT_KEYS), path)
-    bench_opts = _mapping(data.get("benchmark_options"), "benchmark_options", None, path)
+        raise fail(path, f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
+    agent = check_mapping(evaluation.get("agent"), "evaluation.agent", set(AGENT_KEYS), path)
+    bench_opts = check_mapping(data.get("benchmark_options"), "benchmark_options", None, path)
     profile = StudyProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
@@ -488,27 +547,30 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         builders=tuple(builders),
         regimes=regimes,
         seeds=tuple(int(s) for s in seeds),
-        heldout_limit=_int(evaluation.get("heldout_limit"), "evaluation.heldout_limit", path, minimum=1, optional=True),
-        max_steps=int(_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
+        heldout_limit=check_int(
+            evaluation.get("heldout_limit"), "evaluation.heldout_limit", path, minimum=1, optional=True
+        ),
+        max_steps=int(check_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
         agent=agent,
         heldout_concurrency=int(
-            _int(evaluation.get("heldout_concurrency", 1), "evaluation.heldout_concurrency", path, minimum=1) or 1
+            check_int(evaluation.get("heldout_concurrency", 1), "evaluation.heldout_concurrency", path, minimum=1) or 1
         ),
         steps=_steps(evaluation.get("steps", "last"), path),
-        no_memory=_bool(evaluation.get("no_memory", True), "evaluation.no_memory", path),
-        build_seed=int(_int(data.get("build_seed", 0), "build_seed", path) or 0),
+        no_memory=check_bool(evaluation.get("no_memory", True), "evaluation.no_memory", path),
+        build_seed=int(check_int(data.get("build_seed", 0), "build_seed", path) or 0),
         builder_options={k: dict(v or {}) for k, v in options.items()},
         benchmark_options=bench_opts,
-        backbone_options=_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path),
+        backbone_options=check_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path),
         embedding=embedding,
-        response_cache=_bool(data.get("response_cache", True), "response_cache", path),
+        response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
+        methods=_method_rows(data, builders, benchmark, path),
         raw=data,
     )
     for b in builders:  # the builders' own checks of their options, with the key named
         try:
             make_builder(b, llm=_Unused(), embedder=_Unused(), seed=0, **profile.options(b))
         except (TypeError, ValueError) as exc:
-            raise _fail(path, f"'builder_options' for {b!r}: {exc}") from None
+            raise fail(path, f"'builder_options' for {b!r}: {exc}") from None
     try:  # the protocol's own checks (agent fields, limits), with the profile named
         RunSpec(
             method=NO_MEMORY,
@@ -521,7 +583,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             benchmark_options=bench_opts,
         )
     except ValueError as exc:
-        raise _fail(path, f"'evaluation': {exc}") from None
+        raise fail(path, f"'evaluation': {exc}") from None
     return profile
 
 
@@ -674,72 +736,6 @@ def table_column(builder: str, regime: str) -> str | None:
 # -- the backbone -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Models:
-    endpoint: Endpoint
-    embed_endpoint: Endpoint
-    label: str
-    embed_label: str
-    embedded: bool
-    server: Any = None
-
-    @property
-    def note(self) -> str:
-        if not self.embedded:
-            return ""
-        from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
-
-        return WEAK_MODEL_NOTE
-
-
-@contextlib.contextmanager
-def open_models(
-    profile: StudyProfile, out: Path, endpoint: Endpoint | None = None, embed_endpoint: Endpoint | None = None
-) -> Iterator[Models]:
-    """The chat and embedding endpoints: the explicit ones, the embedded default (started here) or profiles."""
-    if endpoint is not None:
-        label = profile.backbone if profile.backbone != EMBEDDED else endpoint.model
-        emb = embed_endpoint or endpoint
-        yield Models(endpoint, emb, label, emb.model if embed_endpoint is not None else profile.embedding, False)
-        return
-    if profile.backbone == EMBEDDED:
-        from threadpoolctl import threadpool_limits
-
-        from antipersist_lib.runner.main_job import BACKBONE_LABEL
-        from antipersist_lib.serving.embedded import EMBEDDER_MODEL, EmbeddedBackbone, EmbeddedEmbedder
-
-        server = EmbeddedBackbone.from_options(profile.backbone_options, log_path=out / "llama_server.log")
-        with threadpool_limits(limits=1), server:
-            if embed_endpoint is not None:
-                yield Models(server.endpoint, embed_endpoint, BACKBONE_LABEL, embed_endpoint.model, True, server)
-                return
-            with EmbeddedEmbedder() as em:
-                yield Models(server.endpoint, em.endpoint, BACKBONE_LABEL, EMBEDDER_MODEL, True, server)
-        return
-    from antipersist_lib.serving.profiles import backbone_endpoint, embedding_endpoint
-
-    try:
-        chat = backbone_endpoint(profile.backbone)
-        emb = embed_endpoint or embedding_endpoint(profile.embedding)
-    except ValueError as exc:
-        raise _fail(profile.path, f"'backbone' / 'embedding': {exc}") from None
-    yield Models(chat, emb, profile.backbone, emb.model if embed_endpoint is not None else profile.embedding, False)
-
-
-def _with_restarts(models: Models, what: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn``; when the embedded llama.cpp server died under it, restart it and run ``fn`` again (resumes)."""
-    for attempt in range(MAX_BACKBONE_RESTARTS + 1):
-        try:
-            return fn()
-        except LLMUnavailableError:
-            code = None if models.server is None else models.server.exit_code
-            if code is None or attempt == MAX_BACKBONE_RESTARTS:
-                raise
-            print(f"the embedded llama.cpp server exited with code {code} during {what}; restarting it and resuming")
-            models.server.restart()
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 # -- running a study ------------------------------------------------------------------------------------
 
 
@@ -750,22 +746,18 @@ class StudyResult:
     manifest: dict[str, Any]
 
 
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return path.resolve().relative_to(base.resolve()).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def _evaluate(
     profile: StudyProfile,
-    models: Models,
+    models: StudyModels,
     out: Path,
     *,
     method: str,
     method_params: dict[str, Any],
     name: str,
     seed: int,
+    iterations: int = 1,
+    train_per_iteration: int = 0,
+    train_pool_limit: int | None = None,
 ) -> dict[str, Any]:
     spec = RunSpec(
         method=method,
@@ -773,8 +765,9 @@ def _evaluate(
         backbone=models.label,
         embedding=models.embed_label,
         seed=int(seed),
-        iterations=1,
-        train_per_iteration=0,
+        iterations=iterations,
+        train_per_iteration=train_per_iteration,
+        train_pool_limit=train_pool_limit,
         max_steps=profile.max_steps,
         heldout_concurrency=profile.heldout_concurrency,
         heldout_limit=profile.heldout_limit,
@@ -786,7 +779,7 @@ def _evaluate(
         cache_dir=str(out / CACHE_DIR) if profile.response_cache else None,
         progress=False,
     )
-    summaries = _with_restarts(
+    summaries = with_restarts(
         models,
         f"run {name} seed {seed}",
         lambda: run_cell(spec, endpoint=models.endpoint, embed_endpoint=models.embed_endpoint),
@@ -802,7 +795,7 @@ def _evaluate(
         "infra_failures": last.infra_failures,
         "mean_steps": _finite(last.mean_steps),
         "mean_calls": _finite(last.mean_calls),
-        "run_dir": _rel(spec.run_dir(), out),
+        "run_dir": relative_to(spec.run_dir(), out),
     }
 
 
@@ -836,15 +829,23 @@ def run_study(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    before = _previous_wall_s(out)
+    started = utc_now()
+    before = previous_wall_s(out)
     pool = obtain_pool(profile, out, root=Path(root) if root is not None else None)
     fingerprint = pool_fingerprint(pool, out / POOL_FILE)
     rows: list[dict[str, Any]] = []
     builds_info: list[dict[str, Any]] = []
     ledger = Ledger(out / LEDGER_FILE)
     try:
-        with open_models(profile, out, endpoint, embed_endpoint) as models:
+        with open_models(
+            profile.path,
+            profile.backbone,
+            out,
+            backbone_options=profile.backbone_options,
+            endpoint=endpoint,
+            embedding=profile.embedding,
+            embed_endpoint=embed_endpoint,
+        ) as models:
             if models.note:
                 print("note:", models.note)
             manifest = _manifest(profile, models, fingerprint, started, status="running")
@@ -866,7 +867,7 @@ def run_study(
             for build in profile.builds():
                 b0 = time.monotonic()
                 with ledger.tag(build=build.key):
-                    snaps = _with_restarts(
+                    snaps = with_restarts(
                         models, f"build {build.key}", lambda b=build: _run_build(profile, b, pool, out, llm, embedder)
                     )
                 steps = snapshot_steps(snaps)
@@ -881,7 +882,7 @@ def run_study(
                         "final_entries": steps[-1].n_entries if steps else 0,
                         "update_errors": steps[-1].update_errors if steps else 0,
                         "evaluated_steps": [s.step for s in chosen],
-                        "memory": _rel(snaps, out),
+                        "memory": relative_to(snaps, out),
                         "build_s": round(time.monotonic() - b0, 1),
                     }
                 )
@@ -904,6 +905,25 @@ def run_study(
                         )
                         rows.append({**base, **_build_fields(build, info), **res})
                         _progress(rows[-1])
+            for mrow in profile.methods:
+                params = dict(mrow.params)
+                if mrow.seed_pool:
+                    params["seed_pool"] = str(out / POOL_FILE)
+                for seed in profile.seeds:
+                    res = _evaluate(
+                        profile,
+                        models,
+                        out,
+                        method=mrow.method,
+                        method_params=params,
+                        name=f"{METHOD_REGIME}--{mrow.name}",
+                        seed=seed,
+                        iterations=mrow.iterations,
+                        train_per_iteration=mrow.train_per_iteration,
+                        train_pool_limit=mrow.train_pool_limit,
+                    )
+                    rows.append({**base, **_method_fields(mrow, len(pool)), **res})
+                    _progress(rows[-1])
             frame = _write_results(out, rows, models.note)
             manifest = _manifest(profile, models, fingerprint, started, status="complete")
             manifest.update(
@@ -913,22 +933,13 @@ def run_study(
                     "calls": {"consolidation": ledger.totals(), "evaluation": _run_call_totals(out, rows)},
                     "wall_s": round(time.monotonic() - t0, 1),  # this invocation
                     "wall_s_total": round(before + time.monotonic() - t0, 1),  # every invocation into this folder
-                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "finished_at": utc_now(),
                 }
             )
             atomic_write_json(out / MANIFEST_FILE, manifest)
     finally:
         ledger.close()
     return StudyResult(out, frame, manifest)
-
-
-def _previous_wall_s(out: Path) -> float:
-    """Seconds the earlier (finished) invocations into ``out`` took, so a resumed study reports its whole cost."""
-    try:
-        m = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0.0
-    return float(m.get("wall_s_total", m.get("wall_s", 0.0)) or 0.0) if isinstance(m, dict) else 0.0
 
 
 def _slug(s: str) -> str:  # the protocol's cache folder name for a model (so both share one cache)
@@ -950,6 +961,26 @@ def _no_memory_fields() -> dict[str, Any]:
         "examples_seen": 0,
         "n_entries": 0,
         "memory_chars": 0,
+        "update_errors": 0,
+    }
+
+
+def _method_fields(row: MethodRow, pool_size: int) -> dict[str, Any]:
+    seen = (pool_size if row.seed_pool else 0) + row.training_episodes
+    return {
+        "builder": row.name,
+        "column": row.name,
+        "condition": row.condition(),
+        "regime": METHOD_REGIME,
+        "batch_size": None,
+        "homogeneous": None,
+        "capacity": None,
+        "initial": None,
+        "step": row.iterations,
+        "updates": row.training_episodes,
+        "examples_seen": seen,
+        "n_entries": None,
+        "memory_chars": None,
         "update_errors": 0,
     }
 
@@ -978,7 +1009,8 @@ def _progress(row: dict[str, Any]) -> None:
     success = row["success"]
     print(
         f"  {row['builder']:>6} {row['condition']:<16} step {row['step']:>3} seed {row['seed']}: held-out success "
-        f"{'n/a' if success is None else f'{100 * success:5.1f}%'} (n={row['heldout_n']}, {row['n_entries']} entries)",
+        f"{'n/a' if success is None else f'{100 * success:5.1f}%'} (n={row['heldout_n']}, "
+        + ("kit method)" if row["regime"] == METHOD_REGIME else f"{row['n_entries']} entries)"),
         flush=True,
     )
 
@@ -998,35 +1030,26 @@ def _run_call_totals(out: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _manifest(
-    profile: StudyProfile, models: Models, fingerprint: dict[str, Any], started: str, *, status: str
+    profile: StudyProfile, models: StudyModels, fingerprint: dict[str, Any], started: str, *, status: str
 ) -> dict[str, Any]:
     from antipersist_lib.methods import prompt_hashes as all_prompt_hashes
-    from antipersist_lib.versions import git_commit, package_versions
 
     consolidation = {k: v for k, v in prompt_hashes().items() if k.startswith("consolidation_")}
-    return {
-        "kit": "antipersist",
-        "study": "consolidation",
-        "format": STUDY_FORMAT,
-        "status": status,
-        "name": profile.name,
-        "profile_path": profile.path,
-        "profile": profile.raw,
-        "benchmark": profile.benchmark,
-        "backbone": models.label,
-        "embedded": models.embedded,
-        "note": models.note,
-        "endpoint": models.endpoint.describe(),
-        "embedding": models.embed_label,
-        "embedding_endpoint": models.embed_endpoint.describe(),
-        "pool": fingerprint,
-        "regimes": {r.name: r.label() for r in profile.regimes},
-        "seeds": list(profile.seeds),
-        "prompt_hashes": {"consolidation": consolidation, "all": all_prompt_hashes()},
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "started_at": started,
-    }
+    m = manifest_base("consolidation", STUDY_FORMAT, profile.path, profile.name, profile.raw, models, status)
+    m.update(
+        {
+            "benchmark": profile.benchmark,
+            "pool": fingerprint,
+            "regimes": {r.name: r.label() for r in profile.regimes},
+            "methods": {
+                r.name: {"method": r.method, "condition": r.condition(), "params": r.params} for r in profile.methods
+            },
+            "seeds": list(profile.seeds),
+            "prompt_hashes": {"consolidation": consolidation, "all": all_prompt_hashes()},
+            "started_at": started,
+        }
+    )
+    return m
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -1163,6 +1186,8 @@ def _label(row: Mapping[str, Any]) -> str:
     if row["builder"] == NO_MEMORY:
         return "no memory"
     regime = row["regime"]
+    if regime == METHOD_REGIME:
+        return f"kit method ({row['condition']})"
     if regime == "static_all":
         base = "Static-All"
     elif regime == "static_group":
@@ -1277,7 +1302,7 @@ def regime_bars(df: pd.DataFrame) -> pd.DataFrame:
     ]
     if means.empty:
         return pd.DataFrame(columns=cols)
-    built = means[means["builder"] != NO_MEMORY]
+    built = means[(means["builder"] != NO_MEMORY) & (means["regime"] != METHOD_REGIME)]
     last = built.loc[built.groupby(["benchmark", "backbone", "builder", "condition"], sort=False)["step"].idxmax()]
     nm = _no_memory(means).set_index(["benchmark", "backbone"])["success"]
     last = last.assign(no_memory=[nm.get((b, bb), float("nan")) for b, bb in zip(last["benchmark"], last["backbone"])])
@@ -1333,6 +1358,8 @@ def is_trajectory_log(column: str) -> bool:
 def column_label(column: str) -> str:
     if column in faulty_paper.COLUMN_LABELS:
         return faulty_paper.COLUMN_LABELS[column]
+    if column in METHOD_LABELS:
+        return METHOD_LABELS[column]
     m = _FS.fullmatch(column)
     return f"FS={m.group(1)}" if m else column.upper()
 

@@ -48,6 +48,7 @@ class AntiPersistenceConfig:
     fixed_mode: str | None = None
     persist: bool = False  # Table 2: keep the guidance as abstractions instead of discarding it
     frozen_skills: str | None = None  # F.2: a skill library (JSON file or run directory) in every context
+    seed_pool: str | None = None  # a trajectory pool (JSONL) M_0 starts from (faulty-memories study; methods.seeding)
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -66,6 +67,8 @@ class AntiPersistenceConfig:
             raise ValueError(f"policy 'fixed' needs fixed_mode in {MODES}, got {self.fixed_mode!r}")
         if self.policy != "fixed" and self.fixed_mode is not None:
             raise ValueError("fixed_mode is only used with policy 'fixed'")
+        if self.seed_pool is not None and not isinstance(self.seed_pool, str):
+            raise ValueError(f"seed_pool must be a path string, got {self.seed_pool!r}")
 
     def params(self) -> dict[str, Any]:
         """The flat method parameters (selector and clipping fields lifted to the top level)."""

@@ -18,6 +18,8 @@ Variants (``core.config.AntiPersistenceConfig`` fields, given as method paramete
   later tasks, next to that task's own guidance;
 * ``frozen_skills=<path>``: a frozen persistent skill layer (F.2) shown in every context, never
   updated (format: ``frozen_skills.load_skill_library``);
+* ``seed_pool=<path>``: M_0 starts from a fixed trajectory pool instead of empty (the
+  faulty-memories study's shared pool; ``methods.seeding``); L_0 still starts empty;
 * every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
   epsilon, lambda) for the sensitivity sweeps, and the kit's own choices where the paper is silent
   (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``).
@@ -40,6 +42,7 @@ from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.methods.frozen_skills import format_skills, load_skill_library
+from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import SYNTHESIS_MODES, Task
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import embed_text
@@ -86,6 +89,12 @@ class AntiPersistence(Method):
             AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync) if self.config.persist else None
         )
         self.skills = load_skill_library(self.config.frozen_skills) if self.config.frozen_skills else []
+        self.seed_pool = check_seed_pool(self.config.seed_pool)
+
+    def begin(self) -> None:
+        """Seed M_0 from ``seed_pool`` (the records not yet written; nothing without one)."""
+        if self.seed_pool is not None:
+            seed_store(self.memory, self.seed_pool, self.ctx.embedder, prefix_chars=self.config.embed_prefix_chars)
 
     @property
     def update_index(self) -> int:

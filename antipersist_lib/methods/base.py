@@ -6,6 +6,8 @@ The protocol (``protocol.py``) drives every method the same way:
   the context blocks for the agent's system prompt, the persistent abstractions shown (provenance
   parents of the trajectory about to be generated), and metadata (mode, synthesis calls...).
   Called for training and held-out tasks; must not write state when frozen.
+* ``begin()``: once per run, after crash recovery and before the first task (e.g. seeding a store
+  from a fixed pool); a per-task user (``runner.protocol.run_task``) calls it once too.
 * ``learn(task, ctx, episode, iteration=..., position=...)``: training episodes only.
 * ``end_iteration(iteration)``: after an iteration's training episodes (insight extraction,
   skill evolution, pruning...).
@@ -72,6 +74,9 @@ class Method(ABC):
         self._lock = threading.Lock()
 
     # -- the interface ---------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Write initial state (once per run, before the first task; must be idempotent on resume)."""
 
     def prepare(
         self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int

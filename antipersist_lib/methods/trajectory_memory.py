@@ -4,7 +4,8 @@ Retrieval is Anti-Persistence's ``none`` mode without the bandit or synthesis: t
 any outcome (same task type), shown verbatim with their outcomes under the factual-context
 header. So the comparison with Anti-Persistence isolates mode selection and on-demand
 synthesis. The kit's choice (the paper says only "retrieves stored trajectories"): records of
-both outcomes, labelled, as in the ``none`` mode.
+both outcomes, labelled, as in the ``none`` mode. ``seed_pool=<path>`` starts the store from a
+fixed trajectory pool (``methods.seeding``), as Anti-Persistence's does.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
+from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.serving.embeddings import OBSERVATION_PREFIX_CHARS
 
 
 class TrajectoryMemoryMethod(Method):
     name = "trajectory_memory"
     state_files = (RunDirectory.TRAJECTORIES,)
     #: B and the task-type filter as Anti-Persistence's (Table 3, ``anti_persistence.TABLE3``)
-    DEFAULTS: dict[str, Any] = {"budget": TABLE3.budget, "task_filter": TABLE3.task_filter}
+    DEFAULTS: dict[str, Any] = {"budget": TABLE3.budget, "task_filter": TABLE3.task_filter, "seed_pool": None}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
@@ -34,6 +37,11 @@ class TrajectoryMemoryMethod(Method):
         self.memory = TrajectoryStore(
             self.path(RunDirectory.TRAJECTORIES), task_filter=self.params["task_filter"], fsync=ctx.fsync
         )
+        self.seed_pool = check_seed_pool(self.params.get("seed_pool"))  # subclasses may not take it
+
+    def begin(self) -> None:
+        if self.seed_pool is not None:
+            seed_store(self.memory, self.seed_pool, self.ctx.embedder, prefix_chars=OBSERVATION_PREFIX_CHARS)
 
     def records_context(self, task: Task, embedding: Any) -> tuple[str, tuple[int, ...]]:
         got = self.memory.retrieve(embedding, "none", task, budget=int(self.params["budget"]))

@@ -394,6 +394,7 @@ class Runner:
             train_env = self.env_factory()
             envs.append(train_env)
             resumed = rd.check_or_write_manifest(self._manifest(train_env, method), IDENTITY_KEYS)
+            method.begin()
             if resumed:
                 self.on_event("resume", {"run_dir": str(rd.path), "train_done": len(journal.train_done)})
             train_writer = JsonlWriter(layout.episodes_path("train"), fsync=self.fsync)

@@ -1,0 +1,231 @@
+"""What the faulty-memories study runners share: profile checks, the models, restarts, the manifest.
+
+``arc.study`` (ARC-AGI Stream) and ``consolidation.study`` (consolidators over trajectory pools) each
+read a YAML profile, open a backbone (an explicit endpoint, the embedded default started here, or a
+backbone profile of ``params/backbones/``), run resumably into one folder, and describe the run in a
+``study.json`` manifest. The pieces that must behave the same in both live here, so that a malformed
+profile is reported the same way, the embedded server is restarted the same way, and every manifest
+carries the same provenance (backbone, endpoints without keys, package versions, git commit, prompt
+hashes, wall time across resumed invocations).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.errors import LLMUnavailableError
+from antipersist_lib.serving.llm import Endpoint
+
+#: ``backbone: embedded`` starts the embedded default (Gemma 3 270M on llama.cpp)
+EMBEDDED = "embedded"
+#: keys a profile's ``backbone_options`` may set for the embedded server
+BACKBONE_OPTION_KEYS = {"threads", "n_ctx", "startup_timeout_s"}
+#: how often a study restarts an embedded server that died under it before giving up
+MAX_BACKBONE_RESTARTS = 3
+MANIFEST_FILE = "study.json"
+
+
+class StudyProfileError(ValueError):
+    """A study profile is malformed; the message names the file and the key."""
+
+
+# -- profile checks (every message names the file and the key) ---------------------------------------
+
+
+def fail(path: Any, message: str) -> StudyProfileError:
+    return StudyProfileError(f"study profile {path}: {message}")
+
+
+def check_mapping(value: Any, key: str, allowed: set[str] | None, path: Any) -> dict[str, Any]:
+    """``value`` as a dict ({} for null); keys outside ``allowed`` (when given) are named in the error."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        expected = f"a mapping with keys from {sorted(allowed)}" if allowed else "a mapping"
+        raise fail(path, f"{key!r} must be {expected}, got {value!r}")
+    if allowed is not None:
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise fail(path, f"unknown key(s) {[f'{key}.{u}' for u in unknown]}; allowed in {key!r}: {sorted(allowed)}")
+    return dict(value)
+
+
+def check_int(value: Any, key: str, path: Any, *, minimum: int = 0, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise fail(path, f"{key!r} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
+    return value
+
+
+def check_bool(value: Any, key: str, path: Any) -> bool:
+    if not isinstance(value, bool):
+        raise fail(path, f"{key!r} must be true or false, got {value!r}")
+    return value
+
+
+def check_list(value: Any, key: str, path: Any) -> list[Any]:
+    """A scalar or a non-empty list, as a list."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise fail(path, f"{key!r} must list at least one value")
+    return items
+
+
+def check_names(value: Any, key: str, path: Any) -> list[str]:
+    """A non-empty list of distinct non-empty strings."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(x, str) and x for x in items):
+        raise fail(path, f"{key!r} must be a non-empty list of names, got {value!r}")
+    if len(set(items)) != len(items):
+        raise fail(path, f"{key!r} lists a name twice: {items}")
+    return items
+
+
+# -- the models ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyModels:
+    """The chat endpoint (and, for studies that embed, the embedding endpoint) a study runs on."""
+
+    endpoint: Endpoint
+    label: str
+    embedded: bool
+    server: Any = None  # the EmbeddedBackbone when embedded (restarted by ``with_restarts``)
+    embed_endpoint: Endpoint | None = None
+    embed_label: str | None = None
+
+    @property
+    def note(self) -> str:
+        """The weak-model note when the embedded default runs, else ""."""
+        if not self.embedded:
+            return ""
+        from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
+
+        return WEAK_MODEL_NOTE
+
+
+@contextlib.contextmanager
+def open_models(
+    path: Any,
+    backbone: str,
+    out: Path,
+    *,
+    backbone_options: dict[str, Any] | None = None,
+    endpoint: Endpoint | None = None,
+    embedding: str | None = None,
+    embed_endpoint: Endpoint | None = None,
+) -> Iterator[StudyModels]:
+    """The models a study uses: ``endpoint`` when given; else the profile's ``backbone`` (``embedded`` starts
+    the embedded default here, with its server log in ``out``; any other name is a backbone profile). With
+    ``embedding`` (a profile name) the study also gets an embedding endpoint: ``embed_endpoint`` when given,
+    the embedded embedder beside the embedded backbone, else that embeddings profile."""
+    wants_embeddings = embedding is not None or embed_endpoint is not None
+    if endpoint is not None:
+        label = backbone if backbone != EMBEDDED else endpoint.model
+        emb = (embed_endpoint or endpoint) if wants_embeddings else None
+        emb_label = (embed_endpoint.model if embed_endpoint is not None else embedding) if wants_embeddings else None
+        yield StudyModels(endpoint, label, False, None, emb, emb_label)
+        return
+    if backbone == EMBEDDED:
+        from threadpoolctl import threadpool_limits
+
+        from antipersist_lib.runner.main_job import BACKBONE_LABEL
+        from antipersist_lib.serving.embedded import EMBEDDER_MODEL, EmbeddedBackbone, EmbeddedEmbedder
+
+        server = EmbeddedBackbone.from_options(backbone_options or {}, log_path=out / "llama_server.log")
+        with threadpool_limits(limits=1), server:
+            if not wants_embeddings or embed_endpoint is not None:
+                emb_label = embed_endpoint.model if embed_endpoint is not None else None
+                yield StudyModels(server.endpoint, BACKBONE_LABEL, True, server, embed_endpoint, emb_label)
+                return
+            with EmbeddedEmbedder() as em:
+                yield StudyModels(server.endpoint, BACKBONE_LABEL, True, server, em.endpoint, EMBEDDER_MODEL)
+        return
+    from antipersist_lib.serving.profiles import backbone_endpoint, embedding_endpoint
+
+    try:
+        chat = backbone_endpoint(backbone)
+        emb = (embed_endpoint or embedding_endpoint(embedding)) if wants_embeddings else None  # type: ignore[arg-type]
+    except ValueError as exc:
+        what = "'backbone' / 'embedding'" if wants_embeddings else "'backbone'"
+        raise fail(path, f"{what}: {exc}") from None
+    emb_label = (embed_endpoint.model if embed_endpoint is not None else embedding) if wants_embeddings else None
+    yield StudyModels(chat, backbone, False, None, emb, emb_label)
+
+
+def with_restarts(
+    models: StudyModels, what: str, fn: Callable[[], Any], *, before: Callable[[], None] | None = None, log: Any = print
+) -> Any:
+    """Run ``fn`` (after ``before``, e.g. clearing a half-written folder); when the embedded llama.cpp server
+    died under it, restart the server and run both again, up to ``MAX_BACKBONE_RESTARTS`` times. Any other
+    unavailable endpoint, or a server that keeps dying, raises."""
+    for attempt in range(MAX_BACKBONE_RESTARTS + 1):
+        if before is not None:
+            before()
+        try:
+            return fn()
+        except LLMUnavailableError:
+            code = None if models.server is None else models.server.exit_code
+            if code is None or attempt == MAX_BACKBONE_RESTARTS:
+                raise
+            log(f"the embedded llama.cpp server exited with code {code} during {what}; restarting it and resuming")
+            models.server.restart()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- the manifest and resume bookkeeping -------------------------------------------------------------
+
+
+def manifest_base(
+    study: str, study_format: int, profile_path: str, name: str, raw: dict[str, Any], models: StudyModels, status: str
+) -> dict[str, Any]:
+    """The provenance every study manifest starts with; endpoints name their API-key variable, never a key."""
+    from antipersist_lib.versions import git_commit, package_versions
+
+    out = {
+        "kit": "antipersist",
+        "study": study,
+        "format": study_format,
+        "status": status,
+        "name": name,
+        "profile_path": profile_path,
+        "profile": raw,
+        "backbone": models.label,
+        "embedded": models.embedded,
+        "note": models.note,
+        "endpoint": models.endpoint.describe(),
+    }
+    if models.embed_endpoint is not None:
+        out["embedding"] = models.embed_label
+        out["embedding_endpoint"] = models.embed_endpoint.describe()
+    out.update({"versions": package_versions(), "git_commit": git_commit()})
+    return out
+
+
+def previous_wall_s(out: Path) -> float:
+    """Seconds the earlier invocations into ``out`` took (its manifest), so a resumed study reports its whole cost."""
+    try:
+        m = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0.0
+    return float(m.get("wall_s_total", m.get("wall_s", 0.0)) or 0.0) if isinstance(m, dict) else 0.0
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def relative_to(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` when inside it (so a study folder can be moved), else as given."""
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return str(path)
