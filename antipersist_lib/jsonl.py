@@ -173,3 +173,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """One JSON document (a manifest, a memory, a results file)."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from antipersist_lib.analysis import faulty_paper
-from antipersist_lib.arc import study
+from antipersist_lib.arc import analysis, figures, study
 from antipersist_lib.arc.controller import gt_code
 from antipersist_lib.arc.prompts import EMPTY_HISTORY, render_grid
 from antipersist_lib.serving.llm import Endpoint
@@ -161,40 +161,40 @@ def test_load_study_round_trip(tiny_study):
 
 def test_analyses_read_the_study_back(tiny_study):
     out = tiny_study["result"].out_dir
-    steps = study.step_table(out)
+    steps = analysis.step_table(out)
     assert len(steps) == 9 and steps.groupby("condition")["step"].max().eq(3).all()
     force = steps[steps["condition"] == "force-gt-b8"]
     assert force["misclassified_cumulative"].tolist() == [0, 1, 2]  # each merge adds a family
 
-    cov = study.coverage_table(out).set_index("condition")
+    cov = analysis.coverage_table(out).set_index("condition")
     assert cov.loc["force-gt-b8", "covered"] == pytest.approx(2.0) and cov.loc["auto-gt-b8", "buffer_size"] == 2.0
-    t4 = study.table4_beside_paper(out)
+    t4 = analysis.table4_beside_paper(out)
     cell = t4[(t4["metric"] == "Avg. Covered") & (t4["|B|"] == 8) & (t4["regime"] == "force")].iloc[0]
     assert cell["paper"] == 5.00 and cell["this run"] == pytest.approx(2.0) and cell["condition"] == "force-gt-b8"
     assert t4[t4["|B|"] == 1]["this run"].isna().all()  # no |B| = 1 condition in this study
 
-    lin = study.lineage_example(out)
+    lin = analysis.lineage_example(out)
     assert lin is not None and lin.condition == "force-gt-b8"
     assert lin.chain["entry_id"].tolist() == ["S3", "S2", "S1"] and lin.chain["kind"].tolist()[-1] == "new"
     assert len(lin.trajectories) == 3
 
-    mis = study.misclassification_table(out).set_index("condition")
+    mis = analysis.misclassification_table(out).set_index("condition")
     assert mis.loc["force-gt-b8", "misclassified"] == 2 and mis.loc["auto-gt-b8", "actions"] == 0
 
-    judge = study.judge_table(out)
+    judge = analysis.judge_table(out)
     assert judge is not None and judge.set_index("condition").loc["force-gt-b8", "over-generalized"] == 1
-    surgery = study.surgery_table(out)
+    surgery = analysis.surgery_table(out)
     assert surgery is not None and surgery["entry_id"].tolist() == ["E1", "E2"]
     assert (surgery["full_accuracy"] == 1.0).all()  # removing one of three episodes leaves the others in the prompt
 
-    reg = study.regression_table(study.load_study(out))
+    reg = analysis.regression_table(study.load_study(out))
     assert reg.iloc[0]["no_memory"] == 100.0 and reg.iloc[0]["with_memory"] == 54.0
     assert set(reg["condition"][1:]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
 
-    curves = study.utility_table(study.load_study(out))
+    curves = analysis.utility_table(study.load_study(out))
     assert set(curves["condition"]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
     assert (curves["no_memory_pct"] == 0).all()
-    fig = study.plot_utility(curves, title="t")
+    fig = figures.plot_utility(curves, title="t")
     assert fig.axes
 
 
@@ -372,4 +372,8 @@ def test_obtain_study_modes(tiny_study, tmp_path):
         study.obtain_study("run", "x", root=tmp_path)
     empty = study.results(None)
     assert empty.empty and list(empty.columns) == list(study.RESULT_COLUMNS)
-    assert study.step_table(None).empty and study.lineage_example(None) is None and study.judge_table(None) is None
+    assert (
+        analysis.step_table(None).empty
+        and analysis.lineage_example(None) is None
+        and analysis.judge_table(None) is None
+    )

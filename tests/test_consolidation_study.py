@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.consolidation import analysis, figures, study
 from antipersist_lib.consolidation import prompts as CP
-from antipersist_lib.consolidation import study
 from antipersist_lib.consolidation.bank import load_bank
 from antipersist_lib.consolidation.pool import batches, load_pool
 from antipersist_lib.rundir import RunDirectory
@@ -183,18 +183,18 @@ def test_method_rows_start_from_the_pool_and_train_on_their_own(tiny_study):
     actions = {s.action for p in pool for s in p.trajectory.steps if len(s.action) > 8}
     systems = [r["body"]["messages"][0]["content"] for r in srv.requests_for("/v1/chat/completions")]
     assert any("Outcome: SUCCESS" in s and any(a in s for a in actions) for s in systems)
-    cells = study.trajectory_log_table(df).set_index("column")
+    cells = analysis.trajectory_log_table(df).set_index("column")
     assert cells.loc["trajectory_memory", "label"] == "Trajectory memory"
     assert cells.loc["ap_trained", "condition"] == "pool + 2x2 training" and cells.loc["ap_trained", "step"] == 2
     assert not cells.loc[["trajectory_memory", "ap_trained"], "beaten"].any()  # never marked "(--)"
     assert study.load_manifest(out)["methods"]["ap_trained"]["method"] == "anti_persistence"
-    assert study.METHOD_REGIME not in set(study.regime_bars(df)["regime"])
+    assert study.METHOD_REGIME not in set(analysis.regime_bars(df)["regime"])
 
 
 def test_a_scripted_cheatsheet_that_names_the_rooms_beats_no_memory(tiny_study):
     """The loop is wired: the bank a builder wrote reaches the agent's context at evaluation."""
     result, srv = tiny_study
-    means = study.seed_means(result.frame)
+    means = analysis.seed_means(result.frame)
     dc = means[(means["builder"] == "dc") & (means["condition"] == "static_all")]["success"].iloc[0]
     none = means[means["builder"] == "react"]["success"].iloc[0]
     assert dc == 100.0 and none < dc
@@ -243,29 +243,29 @@ def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_pa
 
 def test_curves_and_bars_from_a_study(tiny_study):
     result, _ = tiny_study
-    curves = study.utility_curves(result.frame)
+    curves = analysis.utility_curves(result.frame)
     dc = curves[(curves["builder"] == "dc") & (curves["condition"] == "stream_het")]
     assert list(dc["step"])[0] == 0 and dc["point"].iloc[0] == "no memory (step 0)" and len(dc) >= 3
     assert (
         not (curves["condition"] == "dc_more").any() or curves.loc[curves["condition"] == "dc_more", "step"].min() > 0
     )
-    bars = study.regime_bars(result.frame)
+    bars = analysis.regime_bars(result.frame)
     dc_bars = bars[bars["builder"] == "dc"]
     assert list(dc_bars["regime"]) == ["static_all", "stream", "stream", "stream"]
     assert dc_bars["no_memory"].notna().all()
-    hom = study.homogeneity_curves(result.frame)
+    hom = analysis.homogeneity_curves(result.frame)
     assert set(hom.loc[hom["builder"] == "dc", "batches"]) == {"homogeneous", "heterogeneous"}
     for fig in (
-        study.plot_utility(curves, reference=study.paper_reference(), title="t"),
-        study.plot_regime_bars(bars, title="t", note="n"),
-        study.plot_homogeneity(hom, title="t"),
+        figures.plot_utility(curves, reference=analysis.paper_reference(), title="t"),
+        figures.plot_regime_bars(bars, title="t", note="n"),
+        figures.plot_homogeneity(hom, title="t"),
     ):
         assert fig.axes
 
 
 def test_the_table_of_a_study_names_its_conditions(tiny_study):
     result, _ = tiny_study
-    cells = study.trajectory_log_table(result.frame)
+    cells = analysis.trajectory_log_table(result.frame)
     by = cells.set_index("column")
     assert list(cells["column"]) == [
         "no_mem",
@@ -280,7 +280,7 @@ def test_the_table_of_a_study_names_its_conditions(tiny_study):
     ]
     assert by.loc["dc", "condition"] == "stream_het" and by.loc["dc", "step"] == 3  # stream preferred, last step
     assert by.loc["all", "condition"] == "static_all" and by.loc["incr_keep", "condition"] == "stream_het"
-    shown = study.table_display(cells)
+    shown = analysis.table_display(cells)
     assert list(shown.columns) == [
         "NoMem",
         "All",
@@ -292,9 +292,9 @@ def test_the_table_of_a_study_names_its_conditions(tiny_study):
         "Trajectory memory",
         "AP_TRAINED",
     ]
-    beside = study.tables_beside_paper(cells)
+    beside = analysis.tables_beside_paper(cells)
     assert list(beside.index) == [("this run", "errandworld", "scripted-loopback")]  # the paper has no ErrandWorld
-    assert study.plot_table(cells, title="t").axes
+    assert figures.plot_table(cells, title="t").axes
 
 
 # -- the "(--)" and best-in-row marks ----------------------------------------------------------------
@@ -354,7 +354,7 @@ def test_table_marks_consolidators_beaten_by_a_trajectory_log_on_a_hand_made_fra
             ("ace_gt", "ace_gt", "static_all", 1, 1, 0.74),  # only static_all exists: used; 74 < 75
         ]
     )
-    cells = study.trajectory_log_table(df).set_index("column")
+    cells = analysis.trajectory_log_table(df).set_index("column")
     assert cells.loc["all", "value"] == 75.0 and cells.loc["ace", "value"] == 90.0 and cells.loc["ace", "step"] == 4
     assert cells.loc["dc", "condition"] == "stream" and cells.loc["ace_gt", "condition"] == "static_all"
     beaten = cells["beaten"].to_dict()
@@ -368,7 +368,7 @@ def test_table_marks_consolidators_beaten_by_a_trajectory_log_on_a_hand_made_fra
         "dc": True,
     }
     assert cells.index[cells["best"]].tolist() == ["ace"]
-    row = study.table_display(cells.reset_index()).iloc[0].to_dict()
+    row = analysis.table_display(cells.reset_index()).iloc[0].to_dict()
     assert row == {
         "NoMem": "50",
         "All": "75",
@@ -378,23 +378,23 @@ def test_table_marks_consolidators_beaten_by_a_trajectory_log_on_a_hand_made_fra
         "AWM": "75",
         "DC": "60 (--)",
     }
-    beside = study.tables_beside_paper(cells.reset_index())
+    beside = analysis.tables_beside_paper(cells.reset_index())
     assert [i[0] for i in beside.index] == ["Table 2"] * 3 + ["this run"]
     assert beside.loc[("Table 2", "alfworld", "GPT-5.4-Mini"), "FS=64"] == "**92**"
     assert beside.loc[("this run", "alfworld", "m"), "FS=64"] == "" and "FS=32" in beside.columns
     assert beside.loc[("this run", "alfworld", "m")].tolist()[-2:] == ["75", "60 (--)"]  # no footnote mark
     # at one decimal 74.6 is below 75.0; at the paper's integer precision it ties and is not marked
-    assert study.row_marks({"all": 75.0, "dc": 74.6}, decimals=0)[0] == {"dc": False}
-    assert study.row_marks({"all": 75.0, "dc": 74.6}, decimals=1)[0] == {"dc": True}
-    assert study.row_marks({"all": 81, "fs64": 81, "ace": 60})[1] == {"all", "fs64"}  # ties: both best
+    assert analysis.row_marks({"all": 75.0, "dc": 74.6}, decimals=0)[0] == {"dc": False}
+    assert analysis.row_marks({"all": 75.0, "dc": 74.6}, decimals=1)[0] == {"dc": True}
+    assert analysis.row_marks({"all": 81, "fs64": 81, "ace": 60})[1] == {"all", "fs64"}  # ties: both best
 
 
 def test_the_mark_rule_reproduces_every_mark_the_paper_prints():
-    cells = study.paper_table_cells()
+    cells = analysis.paper_table_cells()
     assert len(cells) == len(faulty_paper.table2()) + len(faulty_paper.table3())
     assert (cells["beaten"] == cells["beaten_computed"]).all()
     assert (cells["best"] == cells["best_computed"]).all()
-    t3 = study.table_display(study.paper_table_cells(source="Table 3"))
+    t3 = analysis.table_display(analysis.paper_table_cells(source="Table 3"))
     assert t3.loc[("Table 3", "webshop", "GPT-5.4-Mini"), "ACE"] == "0 (*)"
     assert t3.loc[("Table 3", "webshop", "GPT-5.4-Mini"), "AWM"] == "23 (--)"
     assert t3.loc[("Table 3", "webshop", "GPT-5-Mini"), "ACE_GT"] == "—"
@@ -467,13 +467,15 @@ def test_the_recorded_smoke_fixture_loads():
     assert set(df["seed"]) and df["seed"].nunique() == 2 and set(df["benchmark"]) == {"alfworld"}
     assert {"react", "all", "dc", "awm", "ace"} <= set(df["builder"])
     assert {"static_all", "stream"} <= set(df["regime"])
-    assert not study.trajectory_log_table(df).empty
+    assert not analysis.trajectory_log_table(df).empty
 
 
 def test_obtain_study_loads_runs_or_shows_the_paper_alone(tmp_path, server, pool_run):
     assert study.obtain_study("paper", "anything", root=tmp_path) == []
     assert (
-        study.results([]).empty and study.study_note([]) == "" and study.trajectory_log_table(study.results([])).empty
+        study.results([]).empty
+        and study.study_note([]) == ""
+        and analysis.trajectory_log_table(study.results([])).empty
     )
     with pytest.raises(FileNotFoundError, match="no study results"):
         study.obtain_study("load", "missing", root=tmp_path)

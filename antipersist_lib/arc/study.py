@@ -1,5 +1,5 @@
-"""ARC-AGI Stream studies: a profile's grid of stream conditions, held-out utility vs updates, and the analyses
-notebooks 09 and 10 show (faulty-memories paper §4.1, §5, §6.1-6.2, Table 4, Figs. 2, 5, 7, 9, App. C.1, I, K.2).
+"""ARC-AGI Stream studies: run a profile's grid of stream conditions and evaluate the memory at its checkpoints
+for notebooks 09 and 10 (faulty-memories paper §4.1, §5, §6.1-6.2, Table 4, Figs. 2, 5, 7, 9, App. C.1, I, K.2).
 
 ``run_study(profile, out_dir)`` reads a study profile (``params/arc/*.yaml``), runs ``controller.run_stream``
 once per condition of its grid (regime x source x buffer size [x tasks per step]) on a training pool, then
@@ -34,12 +34,11 @@ Kit choices where the paper is silent:
   small model's context holds them; the paper uses 10 and 10 (the default).
 - Table 4's numbers are the per-step coverage averaged over the stream (``lineage.average_coverage``).
 
-Analyses (all read the study folder): ``load_study``, ``step_table`` (Fig. 7(b)), ``utility_table``
-(Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
-``misclassification_table`` (Fig. 7(a)), ``lineage_example`` (App. C.1), ``judge_table`` (§6.2),
-``surgery_table`` (App. I), and the figures ``plot_*``. Command line::
+Reading a study back: ``load_study``, ``load_manifest``, ``results``, ``summary``, ``study_note`` and the
+notebooks' run-or-load step ``obtain_study``; the tables are in ``arc.analysis``, the figures in
+``arc.figures``. Command line::
 
-    python -m antipersist_lib.arc.study --profile params/arc/smoke.yaml --out outputs/arc/smoke
+    python -m antipersist_lib arc-study --profile params/arc/smoke.yaml --out outputs/arc/smoke
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.analysis import faulty_paper
 from antipersist_lib.arc.controller import (
     CONFIG_FILE,
     MEMORY_FILE,
@@ -77,18 +75,13 @@ from antipersist_lib.arc.controller import (
 )
 from antipersist_lib.arc.generator import N_TEST, N_TRAIN, POOL_SIZES, ArcTask, make_task, pool_plan
 from antipersist_lib.arc.lineage import (
-    Lineage,
-    SnapshotIndex,
-    average_coverage,
     judge_memory,
     label_counts,
     memory_surgery,
-    misclassifications,
-    trace_lineage,
 )
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.core.prompts import prompt_hashes
-from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json, read_jsonl
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.serving.profiles import read_mapping
@@ -565,7 +558,7 @@ def _final_eval(folder: Path, eval_set: str) -> EvalResult | None:
 
 
 def _run_judge(profile: StudyProfile, llm: LLMClient, folder: Path) -> None:
-    memory = Memory.from_dict(_load_json(folder / MEMORY_FILE))
+    memory = Memory.from_dict(read_json(folder / MEMORY_FILE))
     labels = judge_memory(llm, memory, max_tokens=int((profile.judge or {}).get("max_tokens", 1024)))
     atomic_write_json(
         folder / JUDGE_FILE,
@@ -579,7 +572,7 @@ def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: 
     tasks = evalsets.get(eval_set)
     if not tasks:
         raise fail(profile.path, f"surgery.eval_set {eval_set!r} is not evaluated (evaluation.sets)")
-    memory = Memory.from_dict(_load_json(folder / MEMORY_FILE))
+    memory = Memory.from_dict(read_json(folder / MEMORY_FILE))
     baseline = _final_eval(folder, eval_set)
     entries = memory.entry_ids()[: spec.get("max_entries")]
     results = []
@@ -598,12 +591,6 @@ def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: 
     atomic_write_json(
         folder / SURGERY_FILE, {"eval_set": eval_set, "n_entries": len(memory.entry_ids()), "results": results}
     )
-
-
-def _load_json(path: Path) -> Any:
-    import json
-
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _manifest(
@@ -704,7 +691,7 @@ def run_study(
 
 
 def _condition_rows(out: Path, name: str) -> list[dict[str, Any]]:
-    return list(_load_json(out / CONDITIONS_DIR / name / DONE_FILE)["rows"])
+    return list(read_json(out / CONDITIONS_DIR / name / DONE_FILE)["rows"])
 
 
 def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -721,7 +708,7 @@ def load_study(out_dir: str | Path) -> pd.DataFrame:
     path = Path(out_dir) / RESULTS_JSON
     if not path.exists():
         raise FileNotFoundError(f"no study results at {path}: run `python -m antipersist_lib.arc.study` first")
-    data = _load_json(path)
+    data = read_json(path)
     return _frame(data["rows"])
 
 
@@ -729,7 +716,7 @@ def load_manifest(out_dir: str | Path) -> dict[str, Any]:
     path = Path(out_dir) / MANIFEST_FILE
     if not path.exists():
         raise FileNotFoundError(f"no study manifest at {path}")
-    return dict(_load_json(path))
+    return dict(read_json(path))
 
 
 def results(out_dir: str | Path | None) -> pd.DataFrame:
@@ -768,337 +755,9 @@ def condition_snapshots(out_dir: str | Path, name: str) -> list[dict[str, Any]]:
     return load_snapshots(Path(out_dir) / CONDITIONS_DIR / name)
 
 
-def _conditions(out_dir: str | Path | None) -> dict[str, dict[str, Any]]:
+def condition_specs(out_dir: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The manifest's conditions by name ({} for no study)."""
     return {} if out_dir is None else {c["name"]: c for c in load_manifest(out_dir)["conditions"]}
-
-
-STEP_COLUMNS = (
-    "condition",
-    "regime",
-    "source",
-    "buffer_capacity",
-    "step",
-    "buffer_size",
-    "abstract_entries",
-    "covered",
-    "fused",
-    "buffer_families",
-    "decision",
-    "decision_source",
-    "extraction_called",
-    "extraction_applied",
-    "extraction_error",
-    "solved",
-    "solves",
-    "misclassified",
-    "misclassified_cumulative",
-)
-
-
-def step_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Per (condition, step): memory sizes, coverage, the decision and misclassified actions (Fig. 7)."""
-    rows = []
-    conds = _conditions(out_dir)
-    for name in condition_names(out_dir):
-        snaps = condition_snapshots(out_dir, name)
-        per_step = misclassifications(snaps).per_step
-        running = 0
-        for snap in snaps:
-            running += per_step.get(snap["step"], 0)
-            solves = snap["solves"]
-            rows.append(
-                {
-                    "condition": name,
-                    "regime": conds[name]["regime"],
-                    "source": conds[name]["source"],
-                    "buffer_capacity": conds[name]["buffer_size"],
-                    "step": snap["step"],
-                    "buffer_size": snap["coverage"]["buffer_size"],
-                    "abstract_entries": len(snap["memory"]["abstract"]["entries"]),
-                    "covered": snap["coverage"]["covered"],
-                    "fused": snap["coverage"]["fused"],
-                    "buffer_families": len(snap["coverage"]["episodic_families"]),
-                    "decision": snap["decision"]["action"],
-                    "decision_source": snap["decision"].get("source"),
-                    "extraction_called": snap.get("extraction") is not None,
-                    "extraction_applied": bool((snap.get("extraction") or {}).get("applied")),
-                    "extraction_error": (snap.get("extraction") or {}).get("error"),
-                    "solved": sum(s["passed"] for s in solves),
-                    "solves": len(solves),
-                    "misclassified": per_step.get(snap["step"], 0),
-                    "misclassified_cumulative": running,
-                }
-            )
-    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-
-
-def decision_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Per condition: the memory actions taken, where they came from, and how many extractions were applied."""
-    steps = step_table(out_dir)
-    rows = []
-    for name, grp in steps.groupby("condition", sort=False):
-        actions = grp["decision"].value_counts()
-        sources = grp["decision_source"].value_counts()
-        rows.append(
-            {
-                "condition": name,
-                "steps": len(grp),
-                **{f"action_{a}": int(actions.get(a, 0)) for a in ("retain", "delete", "consolidate")},
-                **{f"decided_by_{k}": int(sources.get(k, 0)) for k in ("model", "fallback", "forced", "skipped")},
-                "extractions": int(grp["extraction_called"].sum()),
-                "extractions_applied": int(grp["extraction_applied"].sum()),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-#: the columns of ``utility_table`` a notebook shows
-CURVE_COLUMNS = [
-    "condition",
-    "step",
-    "examples_seen",
-    "accuracy_pct",
-    "no_memory_pct",
-    "n_tasks",
-    "buffer_size",
-    "abstract_entries",
-]
-
-
-def utility_table(df: pd.DataFrame, eval_set: str = "heldout") -> pd.DataFrame:
-    """Accuracy (%) vs step for each stream condition, with the no-memory baseline's accuracy beside it."""
-    sub = df[df["eval_set"] == eval_set]
-    base = sub[sub["regime"] == "none"]["accuracy"]
-    streams = sub[sub["regime"] != "none"].copy()
-    streams["accuracy_pct"] = 100 * streams["accuracy"]
-    streams["no_memory_pct"] = 100 * float(base.iloc[0]) if len(base) else None
-    return streams.reset_index(drop=True)
-
-
-def regression_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's."""
-    paper_before = faulty_paper.stated("arc19_no_memory_accuracy").value
-    paper_after = faulty_paper.stated("arc19_after_consolidation_accuracy").value
-    rows = [
-        {
-            "source": "paper (GPT-5.4, 19-problem slice, GT)",
-            "condition": "consolidation loop",
-            "n_tasks": int(faulty_paper.stated("arc19_slice_size").value),
-            "no_memory": paper_before,
-            "with_memory": paper_after,
-        }
-    ]
-    sub = df[df["eval_set"] == "train"]
-    if not sub.empty:
-        base = sub[sub["regime"] == "none"]
-        if base.empty:
-            base = sub[sub["step"] == 0]
-        before = 100 * float(base["accuracy"].iloc[0])
-        for name, grp in sub[sub["regime"] != "none"].groupby("condition", sort=False):
-            last = grp.loc[grp["step"].idxmax()]
-            rows.append(
-                {
-                    "source": f"this run ({last['backbone']})",
-                    "condition": name,
-                    "n_tasks": int(last["n_tasks"]),
-                    "no_memory": before,
-                    "with_memory": 100 * float(last["accuracy"]),
-                }
-            )
-    out = pd.DataFrame(rows)
-    out["delta"] = out["with_memory"] - out["no_memory"]
-    return out
-
-
-def coverage_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Table 4's numbers for every stream condition: per-step coverage averaged over its steps."""
-    rows = []
-    conds = _conditions(out_dir)
-    for name in condition_names(out_dir):
-        avg = average_coverage(condition_snapshots(out_dir, name))
-        c = conds[name]
-        rows.append(
-            {
-                "condition": name,
-                "regime": c["regime"],
-                "source": c["source"],
-                "buffer_capacity": c["buffer_size"],
-                "tasks_per_step": c["tasks_per_step"],
-                **avg,
-            }
-        )
-    cols = ["condition", "regime", "source", "buffer_capacity", "tasks_per_step", "covered", "fused", "buffer_size"]
-    return pd.DataFrame(rows, columns=[*cols, "n_steps"])
-
-
-def table4_beside_paper(out_dir: str | Path | None, *, source: str = "gt") -> pd.DataFrame:
-    """Table 4 long form: metric x |B| x regime, the paper's value beside this run's (GT conditions)."""
-    mine = coverage_table(out_dir)
-    rows = []
-    for cell in faulty_paper.table4():
-        match = mine[
-            (mine["regime"] == cell.regime) & (mine["buffer_capacity"] == cell.buffer) & (mine["source"] == source)
-        ]
-        value = match[cell.metric].iloc[0] if len(match) else None
-        rows.append(
-            {
-                "metric": faulty_paper.TABLE4_LABELS[cell.metric],
-                "|B|": cell.buffer,
-                "regime": cell.regime,
-                "paper": cell.value,
-                "this run": None if value is None or pd.isna(value) else float(value),
-                "condition": match["condition"].iloc[0] if len(match) else None,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families."""
-    rows = []
-    conds = _conditions(out_dir)
-    for name in condition_names(out_dir):
-        report = misclassifications(condition_snapshots(out_dir, name))
-        rows.append(
-            {
-                "condition": name,
-                "regime": conds[name]["regime"],
-                "buffer_capacity": conds[name]["buffer_size"],
-                "actions": len(report.actions),
-                "misclassified": report.count,
-                "families_per_action": (
-                    sum(len(a.families) for a in report.actions) / len(report.actions) if report.actions else None
-                ),
-            }
-        )
-    cols = ["condition", "regime", "buffer_capacity", "actions", "misclassified", "families_per_action"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-@dataclass(frozen=True)
-class LineageExample:
-    condition: str
-    lineage: Lineage
-    chain: pd.DataFrame  # C.1's chain from the final entry back to its root
-    trajectories: pd.DataFrame  # the trajectories that fed any ancestor
-
-
-def final_strategies(out_dir: str | Path | None) -> pd.DataFrame:
-    """Every abstract entry of every condition's final memory."""
-    rows = []
-    for name in condition_names(out_dir):
-        memory = _load_json(Path(out_dir) / CONDITIONS_DIR / name / MEMORY_FILE)
-        for s in memory["abstract"]["entries"]:
-            rows.append(
-                {
-                    "condition": name,
-                    "entry_id": s["entry_id"],
-                    "kind": s["kind"],
-                    "created_step": s["created_step"],
-                    "families": len(s["families"]),
-                    "from_existing": len(s["from_existing"]),
-                }
-            )
-    return pd.DataFrame(rows, columns=["condition", "entry_id", "kind", "created_step", "families", "from_existing"])
-
-
-NO_LINEAGE = (
-    "No final memory of this study holds an abstract entry, so there is no strategy lineage to trace: the "
-    "extraction replies were not applied (see the decision table: a reply that does not parse leaves the "
-    "strategy memory unchanged; expected of a 270M model) or no condition consolidates. A study on a stronger "
-    "backbone (a profile naming a vLLM backbone, mode 'run') shows C.1's chain here."
-)
-JUDGE_HOWTO = (
-    "This study ran no LLM judge. Add `judge: true` (or `judge: {conditions: [...]}`) to the study profile "
-    "and run `python -m antipersist_lib.arc.study --profile <profile> --out <study folder>` again: complete "
-    "conditions are kept and only the judge calls (one per final abstract entry) are made."
-)
-SURGERY_HOWTO = (
-    "This study ran no memory surgery. Add `surgery: {conditions: [...], max_entries: N}` to the study "
-    "profile and run the study command again on the same folder (only the surgery evaluations are made), "
-    "or use mode 'run' with such a profile."
-)
-
-
-def lineage_example(
-    out_dir: str | Path | None, condition: str | None = None, entry_id: str | None = None
-) -> LineageExample | None:
-    """Trace one final abstract entry (App. C.1); by default the one with the longest ancestry.
-
-    None when no condition's final memory holds an abstract entry (e.g. every extraction reply failed to parse).
-    """
-    if out_dir is None:
-        return None
-    finals = final_strategies(out_dir)
-    if condition is not None:
-        finals = finals[finals["condition"] == condition]
-    if entry_id is not None:
-        finals = finals[finals["entry_id"] == entry_id]
-        if finals.empty:
-            raise KeyError(f"no final abstract entry {entry_id!r} in {condition or 'any condition'}")
-    if finals.empty:
-        return None
-    best: tuple[int, int, str, Lineage] | None = None
-    for name, grp in finals.groupby("condition", sort=False):
-        index = SnapshotIndex(condition_snapshots(out_dir, str(name)))
-        for eid in grp["entry_id"]:
-            lin = trace_lineage(index, eid)
-            key = (len(lin.chain), len(lin.trajectories))
-            if best is None or key > best[:2]:
-                best = (*key, str(name), lin)
-    assert best is not None
-    name, lin = best[2], best[3]
-    chain = pd.DataFrame(
-        [
-            {
-                "entry_id": n.entry_id,
-                "kind": n.kind,
-                "created_step": n.created_step,
-                "from_existing": ", ".join(n.from_existing),
-                "from_functions": ", ".join(n.from_functions),
-                "text": n.text,
-            }
-            for n in lin.chain
-        ]
-    )
-    trajectories = pd.DataFrame([asdict(t) for t in lin.trajectories])
-    return LineageExample(name, lin, chain, trajectories)
-
-
-def judge_table(out_dir: str | Path | None) -> pd.DataFrame | None:
-    """LLM-judge label counts per condition's final abstract store (None: the study ran no judge)."""
-    rows = []
-    for name in condition_names(out_dir):
-        path = Path(out_dir) / CONDITIONS_DIR / name / JUDGE_FILE
-        if path.exists():
-            data = _load_json(path)
-            rows.append({"condition": name, "entries": data["n_entries"], **data["counts"]})
-    return pd.DataFrame(rows) if rows else None
-
-
-def surgery_table(out_dir: str | Path | None) -> pd.DataFrame | None:
-    """Memory surgery (App. I): one row per removed entry (None: the study ran no surgery)."""
-    rows = []
-    for name in condition_names(out_dir):
-        path = Path(out_dir) / CONDITIONS_DIR / name / SURGERY_FILE
-        if path.exists():
-            data = _load_json(path)
-            for r in data["results"]:
-                rows.append(
-                    {
-                        "condition": name,
-                        "entry_id": r["entry_id"],
-                        "kind": r["kind"],
-                        "eval_set": r["eval_set"],
-                        "n_tasks": r["n_tasks"],
-                        "full_accuracy": r["base_accuracy"],
-                        "ablated_accuracy": r["ablated_accuracy"],
-                        "delta": r["delta"],
-                        "to_pass": len(r["to_pass"]),
-                        "to_fail": len(r["to_fail"]),
-                    }
-                )
-    return pd.DataFrame(rows) if rows else None
 
 
 def study_note(out_dir: str | Path | None) -> str:
@@ -1139,172 +798,6 @@ def obtain_study(
         run_study(base / profile, out, endpoint=endpoint)
         return out
     raise ValueError(f"mode must be one of ('paper', 'load', 'run'), got {mode!r}")
-
-
-# -- figures --------------------------------------------------------------------------------------------
-
-
-def _note(fig: Any, note: str) -> None:
-    import textwrap
-
-    if note:
-        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(note, 160)), fontsize=6.5, color="dimgray", va="top")
-
-
-def _dodged(df: pd.DataFrame, by: str, x: str = "step", width: float = 0.06) -> pd.DataFrame:
-    """Shift each group's x a little so that lines with equal values (all 0 % on a weak model) stay visible."""
-    if df.empty:
-        return df
-    groups = list(dict.fromkeys(df[by]))
-    offset = {g: (i - (len(groups) - 1) / 2) * width for i, g in enumerate(groups)}
-    out = df.copy()
-    out[x] = out[x] + out[by].map(offset)
-    return out
-
-
-def _integer_steps(ax: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
-    """Figs. 5 / 9(a): accuracy (%) vs step, one line per condition, the no-memory baseline dotted;
-    one panel per buffer capacity. ``curves``: ``utility_table``'s output."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401  (selects a headless backend outside a kernel)
-
-    sns.set_theme(style="whitegrid")
-    caps = list(dict.fromkeys(curves["buffer_capacity"])) if not curves.empty else [None]
-    fig, axes = plt.subplots(1, len(caps), figsize=(5.2 * len(caps), 3.9), squeeze=False)
-    for ax, cap in zip(axes[0], caps):
-        sub = curves[curves["buffer_capacity"] == cap] if not curves.empty else curves
-        if sub.empty:
-            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
-        else:
-            sns.lineplot(
-                data=_dodged(sub, "condition"),
-                x="step",
-                y="accuracy_pct",
-                hue="regime",
-                style="source",
-                markers=True,
-                ax=ax,
-            )
-            base = sub["no_memory_pct"].dropna()
-            if len(base):
-                ax.axhline(float(base.iloc[0]), color="black", linestyle=":", label="no memory")
-            ax.legend(fontsize=7)
-        ax.set_ylim(-3, 103)
-        _integer_steps(ax)
-        ax.set_xlabel("stream step (memory updates)")
-        ax.set_ylabel("held-out accuracy (%)")
-        ax.set_title(f"|B| = {cap}" if cap is not None else "")
-    fig.suptitle(title)
-    fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
-    plt.close(fig)
-    return fig
-
-
-def plot_regression(table: pd.DataFrame, *, title: str, note: str = "") -> Any:
-    """Fig. 2: training-slice accuracy without memory and after the stream, the paper's beside this run's."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
-    sns.set_theme(style="whitegrid")
-    long = table.melt(
-        id_vars=["source", "condition", "n_tasks"], value_vars=["no_memory", "with_memory"], var_name="memory"
-    )
-    long["who"] = [
-        f"paper: GPT-5.4\n({n} problems)" if src.startswith("paper") else f"this run:\n{cond}\n({n} tasks)"
-        for src, cond, n in zip(long["source"], long["condition"], long["n_tasks"])
-    ]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * long["who"].nunique() + 2), 4.0))
-    sns.barplot(data=long, x="who", y="value", hue="memory", ax=ax, errorbar=None)
-    for container in ax.containers:
-        ax.bar_label(container, fmt="%.0f", fontsize=7, padding=1)
-    ax.set_ylim(0, 110)
-    ax.set_xlabel("")
-    ax.set_ylabel("accuracy on the training slice (%)")
-    ax.tick_params(axis="x", labelsize=7)
-    ax.set_title(title)
-    fig.tight_layout()
-    _note(fig, note)
-    plt.close(fig)
-    return fig
-
-
-def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
-    """Fig. 7(b): episodic buffer size and abstract store size per step, one line per condition."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
-    sns.set_theme(style="whitegrid")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, col, label in (
-        (axes[0], "buffer_size", "episodic buffer entries"),
-        (axes[1], "abstract_entries", "abstract store entries"),
-    ):
-        if steps.empty:
-            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
-        else:
-            sns.lineplot(
-                data=_dodged(steps, "condition"),
-                x="step",
-                y=col,
-                hue="condition",
-                style="condition",
-                markers=True,
-                ax=ax,
-            )
-            ax.legend(fontsize=7)
-        _integer_steps(ax)
-        ax.set_xlabel("stream step")
-        ax.set_ylabel(label)
-    fig.suptitle(title)
-    fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
-    plt.close(fig)
-    return fig
-
-
-def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
-    """Fig. 7(a): cumulative misclassified memory actions per step, one line per condition."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
-    sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    if steps.empty:
-        ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
-    else:
-        sns.lineplot(
-            data=_dodged(steps, "condition"),
-            x="step",
-            y="misclassified_cumulative",
-            hue="condition",
-            style="condition",
-            markers=True,
-            ax=ax,
-        )
-        ax.legend(fontsize=7)
-    _integer_steps(ax)
-    ax.set_xlabel("stream step")
-    ax.set_ylabel("misclassified actions (cumulative)")
-    ax.set_title(title)
-    fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
-    plt.close(fig)
-    return fig
 
 
 # -- command line ---------------------------------------------------------------------------------------

@@ -1,0 +1,363 @@
+"""ARC-AGI Stream analyses: the tables notebooks 09 and 10 show, computed from a study folder.
+
+Each function reads what ``arc.study.run_study`` wrote (results, per-step snapshots, judge and surgery
+files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``decision_table``, ``utility_table``
+(Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
+``misclassification_table`` (Fig. 7(a)), ``final_strategies`` and ``lineage_example`` (App. C.1),
+``judge_table`` (§6.2) and ``surgery_table`` (App. I). Figures are in ``arc.figures``. A ``None`` study
+(notebook mode "paper") gives empty tables, so a notebook shows the paper's numbers alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.arc.controller import MEMORY_FILE
+from antipersist_lib.arc.lineage import (
+    Lineage,
+    SnapshotIndex,
+    average_coverage,
+    misclassifications,
+    trace_lineage,
+)
+from antipersist_lib.arc.study import (
+    CONDITIONS_DIR,
+    JUDGE_FILE,
+    SURGERY_FILE,
+    condition_names,
+    condition_snapshots,
+    condition_specs,
+)
+from antipersist_lib.jsonl import read_json
+
+STEP_COLUMNS = (
+    "condition",
+    "regime",
+    "source",
+    "buffer_capacity",
+    "step",
+    "buffer_size",
+    "abstract_entries",
+    "covered",
+    "fused",
+    "buffer_families",
+    "decision",
+    "decision_source",
+    "extraction_called",
+    "extraction_applied",
+    "extraction_error",
+    "solved",
+    "solves",
+    "misclassified",
+    "misclassified_cumulative",
+)
+
+
+def step_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Per (condition, step): memory sizes, coverage, the decision and misclassified actions (Fig. 7)."""
+    rows = []
+    conds = condition_specs(out_dir)
+    for name in condition_names(out_dir):
+        snaps = condition_snapshots(out_dir, name)
+        per_step = misclassifications(snaps).per_step
+        running = 0
+        for snap in snaps:
+            running += per_step.get(snap["step"], 0)
+            solves = snap["solves"]
+            rows.append(
+                {
+                    "condition": name,
+                    "regime": conds[name]["regime"],
+                    "source": conds[name]["source"],
+                    "buffer_capacity": conds[name]["buffer_size"],
+                    "step": snap["step"],
+                    "buffer_size": snap["coverage"]["buffer_size"],
+                    "abstract_entries": len(snap["memory"]["abstract"]["entries"]),
+                    "covered": snap["coverage"]["covered"],
+                    "fused": snap["coverage"]["fused"],
+                    "buffer_families": len(snap["coverage"]["episodic_families"]),
+                    "decision": snap["decision"]["action"],
+                    "decision_source": snap["decision"].get("source"),
+                    "extraction_called": snap.get("extraction") is not None,
+                    "extraction_applied": bool((snap.get("extraction") or {}).get("applied")),
+                    "extraction_error": (snap.get("extraction") or {}).get("error"),
+                    "solved": sum(s["passed"] for s in solves),
+                    "solves": len(solves),
+                    "misclassified": per_step.get(snap["step"], 0),
+                    "misclassified_cumulative": running,
+                }
+            )
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+def decision_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Per condition: the memory actions taken, where they came from, and how many extractions were applied."""
+    steps = step_table(out_dir)
+    rows = []
+    for name, grp in steps.groupby("condition", sort=False):
+        actions = grp["decision"].value_counts()
+        sources = grp["decision_source"].value_counts()
+        rows.append(
+            {
+                "condition": name,
+                "steps": len(grp),
+                **{f"action_{a}": int(actions.get(a, 0)) for a in ("retain", "delete", "consolidate")},
+                **{f"decided_by_{k}": int(sources.get(k, 0)) for k in ("model", "fallback", "forced", "skipped")},
+                "extractions": int(grp["extraction_called"].sum()),
+                "extractions_applied": int(grp["extraction_applied"].sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+#: the columns of ``utility_table`` a notebook shows
+CURVE_COLUMNS = [
+    "condition",
+    "step",
+    "examples_seen",
+    "accuracy_pct",
+    "no_memory_pct",
+    "n_tasks",
+    "buffer_size",
+    "abstract_entries",
+]
+
+
+def utility_table(df: pd.DataFrame, eval_set: str = "heldout") -> pd.DataFrame:
+    """Accuracy (%) vs step for each stream condition, with the no-memory baseline's accuracy beside it."""
+    sub = df[df["eval_set"] == eval_set]
+    base = sub[sub["regime"] == "none"]["accuracy"]
+    streams = sub[sub["regime"] != "none"].copy()
+    streams["accuracy_pct"] = 100 * streams["accuracy"]
+    streams["no_memory_pct"] = 100 * float(base.iloc[0]) if len(base) else None
+    return streams.reset_index(drop=True)
+
+
+def regression_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's."""
+    paper_before = faulty_paper.stated("arc19_no_memory_accuracy").value
+    paper_after = faulty_paper.stated("arc19_after_consolidation_accuracy").value
+    rows = [
+        {
+            "source": "paper (GPT-5.4, 19-problem slice, GT)",
+            "condition": "consolidation loop",
+            "n_tasks": int(faulty_paper.stated("arc19_slice_size").value),
+            "no_memory": paper_before,
+            "with_memory": paper_after,
+        }
+    ]
+    sub = df[df["eval_set"] == "train"]
+    if not sub.empty:
+        base = sub[sub["regime"] == "none"]
+        if base.empty:
+            base = sub[sub["step"] == 0]
+        before = 100 * float(base["accuracy"].iloc[0])
+        for name, grp in sub[sub["regime"] != "none"].groupby("condition", sort=False):
+            last = grp.loc[grp["step"].idxmax()]
+            rows.append(
+                {
+                    "source": f"this run ({last['backbone']})",
+                    "condition": name,
+                    "n_tasks": int(last["n_tasks"]),
+                    "no_memory": before,
+                    "with_memory": 100 * float(last["accuracy"]),
+                }
+            )
+    out = pd.DataFrame(rows)
+    out["delta"] = out["with_memory"] - out["no_memory"]
+    return out
+
+
+def coverage_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Table 4's numbers for every stream condition: per-step coverage averaged over its steps."""
+    rows = []
+    conds = condition_specs(out_dir)
+    for name in condition_names(out_dir):
+        avg = average_coverage(condition_snapshots(out_dir, name))
+        c = conds[name]
+        rows.append(
+            {
+                "condition": name,
+                "regime": c["regime"],
+                "source": c["source"],
+                "buffer_capacity": c["buffer_size"],
+                "tasks_per_step": c["tasks_per_step"],
+                **avg,
+            }
+        )
+    cols = ["condition", "regime", "source", "buffer_capacity", "tasks_per_step", "covered", "fused", "buffer_size"]
+    return pd.DataFrame(rows, columns=[*cols, "n_steps"])
+
+
+def table4_beside_paper(out_dir: str | Path | None, *, source: str = "gt") -> pd.DataFrame:
+    """Table 4 long form: metric x |B| x regime, the paper's value beside this run's (GT conditions)."""
+    mine = coverage_table(out_dir)
+    rows = []
+    for cell in faulty_paper.table4():
+        match = mine[
+            (mine["regime"] == cell.regime) & (mine["buffer_capacity"] == cell.buffer) & (mine["source"] == source)
+        ]
+        value = match[cell.metric].iloc[0] if len(match) else None
+        rows.append(
+            {
+                "metric": faulty_paper.TABLE4_LABELS[cell.metric],
+                "|B|": cell.buffer,
+                "regime": cell.regime,
+                "paper": cell.value,
+                "this run": None if value is None or pd.isna(value) else float(value),
+                "condition": match["condition"].iloc[0] if len(match) else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
+    """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families."""
+    rows = []
+    conds = condition_specs(out_dir)
+    for name in condition_names(out_dir):
+        report = misclassifications(condition_snapshots(out_dir, name))
+        rows.append(
+            {
+                "condition": name,
+                "regime": conds[name]["regime"],
+                "buffer_capacity": conds[name]["buffer_size"],
+                "actions": len(report.actions),
+                "misclassified": report.count,
+                "families_per_action": (
+                    sum(len(a.families) for a in report.actions) / len(report.actions) if report.actions else None
+                ),
+            }
+        )
+    cols = ["condition", "regime", "buffer_capacity", "actions", "misclassified", "families_per_action"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+@dataclass(frozen=True)
+class LineageExample:
+    condition: str
+    lineage: Lineage
+    chain: pd.DataFrame  # C.1's chain from the final entry back to its root
+    trajectories: pd.DataFrame  # the trajectories that fed any ancestor
+
+
+def final_strategies(out_dir: str | Path | None) -> pd.DataFrame:
+    """Every abstract entry of every condition's final memory."""
+    rows = []
+    for name in condition_names(out_dir):
+        memory = read_json(Path(out_dir) / CONDITIONS_DIR / name / MEMORY_FILE)
+        for s in memory["abstract"]["entries"]:
+            rows.append(
+                {
+                    "condition": name,
+                    "entry_id": s["entry_id"],
+                    "kind": s["kind"],
+                    "created_step": s["created_step"],
+                    "families": len(s["families"]),
+                    "from_existing": len(s["from_existing"]),
+                }
+            )
+    return pd.DataFrame(rows, columns=["condition", "entry_id", "kind", "created_step", "families", "from_existing"])
+
+
+NO_LINEAGE = (
+    "No final memory of this study holds an abstract entry, so there is no strategy lineage to trace: the "
+    "extraction replies were not applied (see the decision table: a reply that does not parse leaves the "
+    "strategy memory unchanged; expected of a 270M model) or no condition consolidates. A study on a stronger "
+    "backbone (a profile naming a vLLM backbone, mode 'run') shows C.1's chain here."
+)
+JUDGE_HOWTO = (
+    "This study ran no LLM judge. Add `judge: true` (or `judge: {conditions: [...]}`) to the study profile "
+    "and run `python -m antipersist_lib.arc.study --profile <profile> --out <study folder>` again: complete "
+    "conditions are kept and only the judge calls (one per final abstract entry) are made."
+)
+SURGERY_HOWTO = (
+    "This study ran no memory surgery. Add `surgery: {conditions: [...], max_entries: N}` to the study "
+    "profile and run the study command again on the same folder (only the surgery evaluations are made), "
+    "or use mode 'run' with such a profile."
+)
+
+
+def lineage_example(
+    out_dir: str | Path | None, condition: str | None = None, entry_id: str | None = None
+) -> LineageExample | None:
+    """Trace one final abstract entry (App. C.1); by default the one with the longest ancestry.
+
+    None when no condition's final memory holds an abstract entry (e.g. every extraction reply failed to parse).
+    """
+    if out_dir is None:
+        return None
+    finals = final_strategies(out_dir)
+    if condition is not None:
+        finals = finals[finals["condition"] == condition]
+    if entry_id is not None:
+        finals = finals[finals["entry_id"] == entry_id]
+        if finals.empty:
+            raise KeyError(f"no final abstract entry {entry_id!r} in {condition or 'any condition'}")
+    if finals.empty:
+        return None
+    best: tuple[int, int, str, Lineage] | None = None
+    for name, grp in finals.groupby("condition", sort=False):
+        index = SnapshotIndex(condition_snapshots(out_dir, str(name)))
+        for eid in grp["entry_id"]:
+            lin = trace_lineage(index, eid)
+            key = (len(lin.chain), len(lin.trajectories))
+            if best is None or key > best[:2]:
+                best = (*key, str(name), lin)
+    assert best is not None
+    name, lin = best[2], best[3]
+    chain = pd.DataFrame(
+        [
+            {
+                "entry_id": n.entry_id,
+                "kind": n.kind,
+                "created_step": n.created_step,
+                "from_existing": ", ".join(n.from_existing),
+                "from_functions": ", ".join(n.from_functions),
+                "text": n.text,
+            }
+            for n in lin.chain
+        ]
+    )
+    trajectories = pd.DataFrame([asdict(t) for t in lin.trajectories])
+    return LineageExample(name, lin, chain, trajectories)
+
+
+def judge_table(out_dir: str | Path | None) -> pd.DataFrame | None:
+    """LLM-judge label counts per condition's final abstract store (None: the study ran no judge)."""
+    rows = []
+    for name in condition_names(out_dir):
+        path = Path(out_dir) / CONDITIONS_DIR / name / JUDGE_FILE
+        if path.exists():
+            data = read_json(path)
+            rows.append({"condition": name, "entries": data["n_entries"], **data["counts"]})
+    return pd.DataFrame(rows) if rows else None
+
+
+def surgery_table(out_dir: str | Path | None) -> pd.DataFrame | None:
+    """Memory surgery (App. I): one row per removed entry (None: the study ran no surgery)."""
+    rows = []
+    for name in condition_names(out_dir):
+        path = Path(out_dir) / CONDITIONS_DIR / name / SURGERY_FILE
+        if path.exists():
+            data = read_json(path)
+            for r in data["results"]:
+                rows.append(
+                    {
+                        "condition": name,
+                        "entry_id": r["entry_id"],
+                        "kind": r["kind"],
+                        "eval_set": r["eval_set"],
+                        "n_tasks": r["n_tasks"],
+                        "full_accuracy": r["base_accuracy"],
+                        "ablated_accuracy": r["ablated_accuracy"],
+                        "delta": r["delta"],
+                        "to_pass": len(r["to_pass"]),
+                        "to_fail": len(r["to_fail"]),
+                    }
+                )
+    return pd.DataFrame(rows) if rows else None

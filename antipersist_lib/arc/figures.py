@@ -1,0 +1,174 @@
+"""ARC-AGI Stream figures (seaborn/matplotlib) from the tables of ``arc.analysis``.
+
+Each takes a table and a title, and writes the study's provenance note (the weak-model note when the
+study ran on the embedded default) and, where given, the paper's statement under the axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def _note(fig: Any, note: str) -> None:
+    import textwrap
+
+    if note:
+        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(note, 160)), fontsize=6.5, color="dimgray", va="top")
+
+
+def _dodged(df: pd.DataFrame, by: str, x: str = "step", width: float = 0.06) -> pd.DataFrame:
+    """Shift each group's x a little so that lines with equal values (all 0 % on a weak model) stay visible."""
+    if df.empty:
+        return df
+    groups = list(dict.fromkeys(df[by]))
+    offset = {g: (i - (len(groups) - 1) / 2) * width for i, g in enumerate(groups)}
+    out = df.copy()
+    out[x] = out[x] + out[by].map(offset)
+    return out
+
+
+def _integer_steps(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Figs. 5 / 9(a): accuracy (%) vs step, one line per condition, the no-memory baseline dotted;
+    one panel per buffer capacity. ``curves``: ``utility_table``'s output."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401  (selects a headless backend outside a kernel)
+
+    sns.set_theme(style="whitegrid")
+    caps = list(dict.fromkeys(curves["buffer_capacity"])) if not curves.empty else [None]
+    fig, axes = plt.subplots(1, len(caps), figsize=(5.2 * len(caps), 3.9), squeeze=False)
+    for ax, cap in zip(axes[0], caps):
+        sub = curves[curves["buffer_capacity"] == cap] if not curves.empty else curves
+        if sub.empty:
+            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+        else:
+            sns.lineplot(
+                data=_dodged(sub, "condition"),
+                x="step",
+                y="accuracy_pct",
+                hue="regime",
+                style="source",
+                markers=True,
+                ax=ax,
+            )
+            base = sub["no_memory_pct"].dropna()
+            if len(base):
+                ax.axhline(float(base.iloc[0]), color="black", linestyle=":", label="no memory")
+            ax.legend(fontsize=7)
+        ax.set_ylim(-3, 103)
+        _integer_steps(ax)
+        ax.set_xlabel("stream step (memory updates)")
+        ax.set_ylabel("held-out accuracy (%)")
+        ax.set_title(f"|B| = {cap}" if cap is not None else "")
+    fig.suptitle(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig
+
+
+def plot_regression(table: pd.DataFrame, *, title: str, note: str = "") -> Any:
+    """Fig. 2: training-slice accuracy without memory and after the stream, the paper's beside this run's."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    long = table.melt(
+        id_vars=["source", "condition", "n_tasks"], value_vars=["no_memory", "with_memory"], var_name="memory"
+    )
+    long["who"] = [
+        f"paper: GPT-5.4\n({n} problems)" if src.startswith("paper") else f"this run:\n{cond}\n({n} tasks)"
+        for src, cond, n in zip(long["source"], long["condition"], long["n_tasks"])
+    ]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * long["who"].nunique() + 2), 4.0))
+    sns.barplot(data=long, x="who", y="value", hue="memory", ax=ax, errorbar=None)
+    for container in ax.containers:
+        ax.bar_label(container, fmt="%.0f", fontsize=7, padding=1)
+    ax.set_ylim(0, 110)
+    ax.set_xlabel("")
+    ax.set_ylabel("accuracy on the training slice (%)")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    _note(fig, note)
+    plt.close(fig)
+    return fig
+
+
+def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Fig. 7(b): episodic buffer size and abstract store size per step, one line per condition."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, col, label in (
+        (axes[0], "buffer_size", "episodic buffer entries"),
+        (axes[1], "abstract_entries", "abstract store entries"),
+    ):
+        if steps.empty:
+            ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+        else:
+            sns.lineplot(
+                data=_dodged(steps, "condition"),
+                x="step",
+                y=col,
+                hue="condition",
+                style="condition",
+                markers=True,
+                ax=ax,
+            )
+            ax.legend(fontsize=7)
+        _integer_steps(ax)
+        ax.set_xlabel("stream step")
+        ax.set_ylabel(label)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig
+
+
+def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Fig. 7(a): cumulative misclassified memory actions per step, one line per condition."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from antipersist_lib.analysis import plots  # noqa: F401
+
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    if steps.empty:
+        ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+    else:
+        sns.lineplot(
+            data=_dodged(steps, "condition"),
+            x="step",
+            y="misclassified_cumulative",
+            hue="condition",
+            style="condition",
+            markers=True,
+            ax=ax,
+        )
+        ax.legend(fontsize=7)
+    _integer_steps(ax)
+    ax.set_xlabel("stream step")
+    ax.set_ylabel("misclassified actions (cumulative)")
+    ax.set_title(title)
+    fig.tight_layout()
+    _note(fig, "\n".join(x for x in (statement, note) if x))
+    plt.close(fig)
+    return fig

@@ -1,0 +1,443 @@
+"""The consolidation study's profile (``params/consolidation/*.yaml``): what it may name, checked before anything runs.
+
+A profile names the benchmark and backbone, the fixed pool (expert replays, run directories or a pool
+file), the builders (consolidators and trajectory logs) and the regimes they are built under, the evaluation
+(seeds = repeats, held-out games, step budget, which update steps to evaluate) and the kit's own methods to
+evaluate beside them. ``load_study_profile`` reads it into a ``StudyProfile``; every unknown or malformed key
+is named in a ``StudyProfileError`` together with the file, and the builders' and protocol's own checks run
+on the profile's options, so a typo fails in seconds rather than hours into a run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS
+from antipersist_lib.consolidation.regimes import REGIMES, make_builder
+from antipersist_lib.envs import BENCHMARKS
+from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec
+from antipersist_lib.serving.profiles import read_mapping
+from antipersist_lib.studies import (
+    BACKBONE_OPTION_KEYS,
+    EMBEDDED,
+    StudyProfileError,
+    check_bool,
+    check_int,
+    check_mapping,
+    check_names,
+    fail,
+)
+
+#: the no-memory row's builder (and protocol method)
+NO_MEMORY = "react"
+NO_MEMORY_CONDITION = "no_memory"
+
+PROFILE_KEYS = {
+    "name",
+    "description",
+    "benchmark",
+    "benchmark_options",
+    "backbone",
+    "backbone_options",
+    "embedding",
+    "pool",
+    "builders",
+    "builder_options",
+    "regimes",
+    "build_seed",
+    "evaluation",
+    "response_cache",
+    "methods",
+}
+POOL_KEYS = {"expert", "runs", "file", "successes_only"}
+EXPERT_KEYS = {"per_type", "seed", "types", "split", "allow_fewer"}
+REGIME_KEYS = {"regime", "batch_size", "homogeneous", "capacity", "initial", "builders", "steps"}
+EVALUATION_KEYS = {"seeds", "heldout_limit", "max_steps", "agent", "heldout_concurrency", "steps", "no_memory"}
+METHOD_ROW_KEYS = {"method", "params", "seed_pool", "iterations", "train_per_iteration", "train_pool_limit"}
+#: the kit methods that keep a trajectory store, and so can start from the study's pool (``seed_pool``)
+SEEDABLE_METHODS = ("anti_persistence", "trajectory_memory")
+#: the ``regime`` of a method row
+METHOD_REGIME = "method"
+#: builder_options key applied to every builder (before its own options)
+COMMON_OPTIONS = "common"
+BUILDER_NAMES = ("ace", "ace_gt", "awm", "dc", "clin", "all", "keep")
+FS_PATTERN = re.compile(r"fs([1-9]\d*)")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Where the fixed trajectory pool comes from: exactly one of expert replays, run directories, a file."""
+
+    kind: str  # "expert" | "runs" | "file"
+    per_type: int | None = None
+    seed: int = 0
+    types: tuple[str, ...] | None = None
+    split: str = "train"
+    allow_fewer: bool = False
+    runs: tuple[str, ...] = ()
+    successes_only: bool = True
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class RegimeSpec:
+    """One construction condition (a named entry of the profile's ``regimes``)."""
+
+    name: str
+    regime: str
+    batch_size: int | None = None
+    homogeneous: bool | None = None  # None for the static regimes
+    capacity: int | None = None
+    initial: str | None = None  # continue from this regime's final bank (of the same builder)
+    builders: tuple[str, ...] | None = None  # None: every builder of the profile
+    steps: Any = None  # evaluation steps of this regime (None: the profile's ``evaluation.steps``)
+
+    def label(self) -> str:
+        """A readable label for tables and figures, e.g. "Stream (b=4, het., cap 20)"."""
+        if self.regime == "static_all":
+            base = "Static-All"
+        elif self.regime == "static_group":
+            base = "Static-Group"
+        else:
+            parts = [f"b={self.batch_size}", "hom." if self.homogeneous else "het."]
+            if self.capacity is not None:
+                parts.append(f"cap {self.capacity}")
+            base = f"Stream ({', '.join(parts)})"
+        if self.regime != "stream" and self.capacity is not None:
+            base += f" (cap {self.capacity})"
+        return base + (f" from {self.initial}" if self.initial else "")
+
+
+@dataclass(frozen=True)
+class Build:
+    """One memory to build: a builder under a regime."""
+
+    builder: str
+    regime: RegimeSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.builder}/{self.regime.name}"
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One of the kit's methods evaluated beside the banks (an entry of the profile's ``methods``)."""
+
+    name: str  # the row's name: its builder and table column
+    method: str  # a kit method (``methods.METHODS``)
+    params: dict[str, Any] = field(default_factory=dict)
+    seed_pool: bool = False
+    iterations: int = 1
+    train_per_iteration: int = 0
+    train_pool_limit: int | None = None
+
+    @property
+    def training_episodes(self) -> int:
+        return self.iterations * self.train_per_iteration
+
+    def condition(self) -> str:
+        """How the row got its memory, e.g. "pool + 3x48 training"."""
+        parts = ["pool"] if self.seed_pool else []
+        if self.train_per_iteration:
+            parts.append(f"{self.iterations}x{self.train_per_iteration} training")
+        return " + ".join(parts) if parts else "no memory given"
+
+
+@dataclass(frozen=True)
+class StudyProfile:
+    path: str
+    name: str
+    benchmark: str
+    backbone: str
+    pool: PoolSpec
+    builders: tuple[str, ...]
+    regimes: tuple[RegimeSpec, ...]
+    seeds: tuple[int, ...] = (42, 43)
+    heldout_limit: int | None = None
+    max_steps: int = 50
+    agent: dict[str, Any] = field(default_factory=dict)
+    heldout_concurrency: int = 1
+    steps: Any = "last"  # "last" | "all" | [int, ...] | {"every": k}
+    no_memory: bool = True
+    build_seed: int = 0
+    builder_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    benchmark_options: dict[str, Any] = field(default_factory=dict)
+    backbone_options: dict[str, Any] = field(default_factory=dict)
+    embedding: str = "qwen3-embedding-8b"
+    response_cache: bool = True
+    methods: tuple[MethodRow, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def regime(self, name: str) -> RegimeSpec:
+        for r in self.regimes:
+            if r.name == name:
+                return r
+        raise KeyError(f"no regime {name!r}; known: {[r.name for r in self.regimes]}")
+
+    def builds(self) -> list[Build]:
+        """Every (builder, regime) to build, those another one continues from first."""
+        out = []
+        for r in sorted(self.regimes, key=lambda r: r.initial is not None):
+            for b in r.builders if r.builders is not None else self.builders:
+                if FS_PATTERN.fullmatch(b) and (r.regime != "static_all" or r.initial is not None):
+                    continue  # FS=N samples the whole pool once
+                out.append(Build(b, r))
+        return out
+
+    def options(self, builder: str) -> dict[str, Any]:
+        return {**self.builder_options.get(COMMON_OPTIONS, {}), **self.builder_options.get(builder, {})}
+
+
+def _valid_builder(name: str) -> bool:
+    return name in BUILDER_NAMES or FS_PATTERN.fullmatch(name) is not None
+
+
+def _pool_spec(data: dict[str, Any], path: Any) -> PoolSpec:
+    spec = check_mapping(data.get("pool"), "pool", POOL_KEYS, path)
+    kinds = [k for k in ("expert", "runs", "file") if k in spec]
+    if len(kinds) != 1:
+        raise fail(path, f"'pool' needs exactly one of 'pool.expert', 'pool.runs', 'pool.file'; got {kinds or 'none'}")
+    successes_only = check_bool(spec.get("successes_only", True), "pool.successes_only", path)
+    kind = kinds[0]
+    if kind == "expert":
+        ex = check_mapping(spec["expert"], "pool.expert", EXPERT_KEYS, path)
+        if data.get("benchmark") not in EXPERT_BENCHMARKS:
+            raise fail(
+                path, f"'pool.expert' replays exist for {EXPERT_BENCHMARKS}, not benchmark {data.get('benchmark')!r}"
+            )
+        types = ex.get("types")
+        return PoolSpec(
+            "expert",
+            per_type=check_int(ex.get("per_type"), "pool.expert.per_type", path, minimum=1),
+            seed=int(check_int(ex.get("seed", 0), "pool.expert.seed", path) or 0),
+            types=None if types is None else tuple(check_names(types, "pool.expert.types", path)),
+            split=str(ex.get("split", "train")),
+            allow_fewer=check_bool(ex.get("allow_fewer", False), "pool.expert.allow_fewer", path),
+        )
+    if kind == "runs":
+        return PoolSpec("runs", runs=tuple(check_names(spec["runs"], "pool.runs", path)), successes_only=successes_only)
+    if not isinstance(spec["file"], str) or not spec["file"]:
+        raise fail(path, f"'pool.file' must be a path to a pool .jsonl, got {spec['file']!r}")
+    return PoolSpec("file", file=spec["file"])
+
+
+def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[RegimeSpec, ...]:
+    block = data.get("regimes")
+    if not isinstance(block, dict) or not block:
+        raise fail(path, f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME_KEYS))}}}")
+    out = []
+    for name, value in block.items():
+        key = f"regimes.{name}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise fail(path, f"regime name {name!r} must be letters, digits, '_', '-' or '.'")
+        spec = check_mapping(value, key, REGIME_KEYS, path)
+        regime = spec.get("regime", name)
+        if regime not in REGIMES:
+            raise fail(path, f"'{key}.regime' must be one of {REGIMES}, got {regime!r}")
+        batch = homogeneous = None
+        if regime == "stream":
+            batch = check_int(spec.get("batch_size"), f"{key}.batch_size", path, minimum=1)
+            homogeneous = check_bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
+        else:
+            for k in ("batch_size", "homogeneous"):
+                if k in spec:
+                    raise fail(path, f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
+        capacity = check_int(spec.get("capacity"), f"{key}.capacity", path, minimum=1, optional=True)
+        only = None
+        if "builders" in spec:
+            only = tuple(check_names(spec["builders"], f"{key}.builders", path))
+            unknown = [b for b in only if b not in builders]
+            if unknown:
+                raise fail(path, f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
+        steps = _steps(spec["steps"], path, f"{key}.steps") if "steps" in spec else None
+        out.append(RegimeSpec(name, regime, batch, homogeneous, capacity, spec.get("initial"), only, steps))
+    names = [r.name for r in out]
+    for r in out:
+        if r.initial is None:
+            continue
+        key = f"regimes.{r.name}.initial"
+        if r.initial not in names or r.initial == r.name:
+            raise fail(path, f"'{key}' must name another regime of 'regimes' ({names}), got {r.initial!r}")
+        if next(x for x in out if x.name == r.initial).initial is not None:
+            raise fail(path, f"'{key}': regime {r.initial!r} continues from another regime itself (one level only)")
+        if r.regime != "stream":
+            raise fail(path, f"'{key}': only a stream continues from another regime's bank")
+        for b in r.builders if r.builders is not None else builders:
+            base = next(x for x in out if x.name == r.initial)
+            if not FS_PATTERN.fullmatch(b) and base.builders is not None and b not in base.builders:
+                raise fail(path, f"'{key}': regime {r.initial!r} does not build {b!r}")
+    for r in out:
+        for b in r.builders or ():
+            if FS_PATTERN.fullmatch(b) and (r.regime != "static_all" or r.initial is not None):
+                raise fail(path, f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
+    return tuple(out)
+
+
+def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path: Any) -> tuple[MethodRow, ...]:
+    from antipersist_lib.methods import METHODS, validate_method_params
+
+    rows = []
+    for name, spec in check_mapping(data.get("methods"), "methods", None, path).items():
+        key = f"methods.{name}"
+        spec = check_mapping(spec, key, METHOD_ROW_KEYS, path)
+        method = spec.get("method", name)
+        if method not in METHODS or method in ("consolidated_memory", NO_MEMORY):
+            allowed = [m for m in METHODS if m not in ("consolidated_memory", NO_MEMORY)]
+            raise fail(path, f"'{key}.method' must be a kit method from {allowed}, got {method!r}")
+        if name in builders or name == "no_mem" or name in TRAJECTORY_LOG_FIXED or _valid_builder(name):
+            raise fail(path, f"'{key}': the row name {name!r} is taken by a builder or table column; rename it")
+        seed = check_bool(spec.get("seed_pool", False), f"{key}.seed_pool", path)
+        if seed and method not in SEEDABLE_METHODS:
+            raise fail(
+                path, f"'{key}.seed_pool': {method!r} keeps no trajectory store; only {list(SEEDABLE_METHODS)} can"
+            )
+        params = check_mapping(spec.get("params"), f"{key}.params", None, path)
+        if "seed_pool" in params:
+            raise fail(path, f"'{key}.params.seed_pool': the study sets it; use '{key}.seed_pool: true'")
+        row = MethodRow(
+            name=name,
+            method=method,
+            params=params,
+            seed_pool=seed,
+            iterations=int(check_int(spec.get("iterations", 1), f"{key}.iterations", path, minimum=1) or 1),
+            train_per_iteration=int(
+                check_int(spec.get("train_per_iteration", 0), f"{key}.train_per_iteration", path, minimum=0) or 0
+            ),
+            train_pool_limit=check_int(
+                spec.get("train_pool_limit"), f"{key}.train_pool_limit", path, minimum=1, optional=True
+            ),
+        )
+        if not row.seed_pool and not row.train_per_iteration:
+            raise fail(
+                path,
+                f"'{key}': the method would start and stay empty (the no-memory row already covers that); "
+                "set seed_pool: true or train_per_iteration > 0",
+            )
+        try:
+            validate_method_params(method, params, benchmark)
+        except (TypeError, ValueError) as exc:
+            raise fail(path, f"'{key}.params': {exc}") from None
+        rows.append(row)
+    return tuple(rows)
+
+
+def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
+    if value in ("last", "all"):
+        return value
+    if isinstance(value, dict):
+        spec = check_mapping(value, key, {"every"}, path)
+        return {"every": check_int(spec.get("every"), f"{key}.every", path, minimum=1)}
+    if isinstance(value, list) and value:
+        return sorted({int(check_int(s, f"{key}[]", path, minimum=1) or 1) for s in value})
+    raise fail(path, f"'{key}' must be 'last', 'all', a list of steps >= 1 or {{every: k}}, got {value!r}")
+
+
+def load_study_profile(path: str | Path) -> StudyProfile:
+    """Read and check a study profile; any unknown or malformed key is named in the error."""
+    path = Path(path)
+    try:
+        data = read_mapping(path, PROFILE_KEYS)
+    except ValueError as exc:
+        raise StudyProfileError(f"study profile {exc}") from None
+    benchmark = data.get("benchmark")
+    if benchmark not in BENCHMARKS:
+        raise fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
+    backbone = data.get("backbone", EMBEDDED)
+    if not isinstance(backbone, str) or not backbone:
+        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+    embedding = data.get("embedding", "qwen3-embedding-8b")
+    if not isinstance(embedding, str) or not embedding:
+        raise fail(path, f"'embedding' must be a profile name in params/embeddings/, got {embedding!r}")
+    pool = _pool_spec(data, path)
+    if "builders" not in data:
+        raise fail(path, f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")
+    builders = check_names(data["builders"], "builders", path)
+    bad = [b for b in builders if not _valid_builder(b) or b == NO_MEMORY]
+    if bad:
+        raise fail(path, f"'builders': unknown builder(s) {bad}; expected names from {list(BUILDER_NAMES)} or fs<N>")
+    regimes = _regimes(data, builders, path)
+    if any(FS_PATTERN.fullmatch(b) for b in builders) and not any(
+        r.regime == "static_all" and r.initial is None for r in regimes
+    ):
+        raise fail(path, "'builders' lists fs<N> (FS=N), which is built under static_all: add a static_all regime")
+    options = check_mapping(data.get("builder_options"), "builder_options", set(builders) | {COMMON_OPTIONS}, path)
+    for name, opts in options.items():
+        check_mapping(opts, f"builder_options.{name}", None, path)
+    evaluation = check_mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
+    seeds = evaluation.get("seeds", [42, 43])
+    seeds = seeds if isinstance(seeds, list) else [seeds]
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise fail(path, f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
+    agent = check_mapping(evaluation.get("agent"), "evaluation.agent", set(AGENT_KEYS), path)
+    bench_opts = check_mapping(data.get("benchmark_options"), "benchmark_options", None, path)
+    profile = StudyProfile(
+        path=str(path),
+        name=str(data.get("name", path.stem)),
+        benchmark=benchmark,
+        backbone=backbone,
+        pool=pool,
+        builders=tuple(builders),
+        regimes=regimes,
+        seeds=tuple(int(s) for s in seeds),
+        heldout_limit=check_int(
+            evaluation.get("heldout_limit"), "evaluation.heldout_limit", path, minimum=1, optional=True
+        ),
+        max_steps=int(check_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
+        agent=agent,
+        heldout_concurrency=int(
+            check_int(evaluation.get("heldout_concurrency", 1), "evaluation.heldout_concurrency", path, minimum=1) or 1
+        ),
+        steps=_steps(evaluation.get("steps", "last"), path),
+        no_memory=check_bool(evaluation.get("no_memory", True), "evaluation.no_memory", path),
+        build_seed=int(check_int(data.get("build_seed", 0), "build_seed", path) or 0),
+        builder_options={k: dict(v or {}) for k, v in options.items()},
+        benchmark_options=bench_opts,
+        backbone_options=check_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path),
+        embedding=embedding,
+        response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
+        methods=_method_rows(data, builders, benchmark, path),
+        raw=data,
+    )
+    for b in builders:  # the builders' own checks of their options, with the key named
+        try:
+            make_builder(b, llm=_Unused(), embedder=_Unused(), seed=0, **profile.options(b))
+        except (TypeError, ValueError) as exc:
+            raise fail(path, f"'builder_options' for {b!r}: {exc}") from None
+    try:  # the protocol's own checks (agent fields, limits), with the profile named
+        RunSpec(
+            method=NO_MEMORY,
+            benchmark=benchmark,
+            backbone="check",
+            max_steps=profile.max_steps,
+            heldout_limit=profile.heldout_limit,
+            agent=agent,
+            heldout_concurrency=profile.heldout_concurrency,
+            benchmark_options=bench_opts,
+        )
+    except ValueError as exc:
+        raise fail(path, f"'evaluation': {exc}") from None
+    return profile
+
+
+class _Unused:
+    """Stands in for a model while a profile's builder options are checked (never called)."""
+
+    def chat(self, *a: Any, **k: Any) -> Any:  # pragma: no cover - never called
+        raise AssertionError("profile check must not call a model")
+
+
+#: the trajectory-log columns of Tables 2-3 that are not FS=N
+TRAJECTORY_LOG_FIXED = ("all", "incr_keep", "one_pass_keep")
+
+
+def table_column(builder: str, regime: str) -> str | None:
+    """The Tables 2-3 column a (builder, regime) fills: ``keep`` streamed is Incr. Keep, under static_all One-Pass Keep."""
+    if builder == NO_MEMORY:
+        return "no_mem"
+    if builder == "keep":
+        return {"stream": "incr_keep", "static_all": "one_pass_keep"}.get(regime)
+    return builder
