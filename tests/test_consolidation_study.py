@@ -458,6 +458,10 @@ def test_the_kit_profiles_load():
     assert len(smoke.seeds) == len(paper.seeds) == 2  # the paper's two repeats
     assert {r.regime for r in paper.regimes} == {"static_all", "static_group", "stream"}
     assert {"ace", "ace_gt", "awm", "dc", "all", "fs64", "fs32", "fs16", "keep"} <= set(paper.builders)
+    assert {m.name for m in paper.methods} == {"trajectory_memory", "anti_persistence", "expel"}
+    sw = study.load_study_profile(ROOT / "params" / "consolidation" / "scienceworld.yaml")
+    assert sw.benchmark == "scienceworld" and len(sw.pool.types) == 15  # Table 9's tasks
+    assert {r.capacity for r in sw.regimes if r.regime == "stream"} == {20, 50, 100}
 
 
 def test_the_recorded_smoke_fixture_loads():
@@ -466,6 +470,9 @@ def test_the_recorded_smoke_fixture_loads():
     assert m["status"] == "complete" and m["embedded"] and m["note"]
     assert set(df["seed"]) and df["seed"].nunique() == 2 and set(df["benchmark"]) == {"alfworld"}
     assert {"react", "all", "dc", "awm", "ace"} <= set(df["builder"])
+    kit = df[df["regime"] == study.METHOD_REGIME]  # the kit's methods, started from the fixture's own pool
+    assert set(kit["builder"]) == {"trajectory_memory", "anti_persistence"} and set(kit["condition"]) == {"pool"}
+    assert kit["heldout_n"].eq(2).all() and kit["seed"].nunique() == 2
     assert {"static_all", "stream"} <= set(df["regime"])
     assert not analysis.trajectory_log_table(df).empty
 
