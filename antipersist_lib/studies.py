@@ -42,6 +42,24 @@ def fail(path: Any, message: str) -> StudyProfileError:
     return StudyProfileError(f"study profile {path}: {message}")
 
 
+def read_profile(path: Path, keys: set[str]) -> dict[str, Any]:
+    """The profile's top-level mapping; a missing file, bad YAML or an unknown top-level key is named."""
+    from antipersist_lib.serving.profiles import read_mapping
+
+    try:
+        return read_mapping(path, keys)
+    except ValueError as exc:
+        raise StudyProfileError(f"study profile {exc}") from None
+
+
+def check_backbone(data: dict[str, Any], path: Any) -> str:
+    """``backbone``: ``embedded`` (the default) or a backbone profile name in ``params/backbones/``."""
+    backbone = data.get("backbone", EMBEDDED)
+    if not isinstance(backbone, str) or not backbone:
+        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+    return backbone
+
+
 def check_mapping(value: Any, key: str, allowed: set[str] | None, path: Any) -> dict[str, Any]:
     """``value`` as a dict ({} for null); keys outside ``allowed`` (when given) are named in the error."""
     if value is None:

@@ -81,12 +81,14 @@ def _titles(fig: plt.Figure, ax: plt.Axes, title: str, note: str) -> None:
     fig.tight_layout()
 
 
-def _note(fig: plt.Figure, note: str, y: float = -0.02) -> None:
-    """A wrapped provenance note under the figure (multi-panel figures)."""
+def footnote(fig: plt.Figure, *parts: str, y: float = -0.02, width: int = 170) -> None:
+    """Small wrapped lines under a figure, one paragraph per non-empty part (e.g. the paper's statement, then
+    the provenance note such as "a 270M CPU model")."""
     import textwrap
 
-    if note:
-        fig.text(0.01, y, "\n".join(textwrap.wrap(note, 170)), fontsize=6.5, color="dimgray", va="top")
+    lines = [line for part in parts if part for line in textwrap.wrap(part, width)]
+    if lines:
+        fig.text(0.01, y, "\n".join(lines), fontsize=6.5, color="dimgray", va="top")
 
 
 def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: bool = False) -> plt.Figure:
@@ -111,7 +113,7 @@ def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: boo
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, note)
+    footnote(fig, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
@@ -159,7 +161,7 @@ def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
             )
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, note)
+    footnote(fig, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
@@ -197,7 +199,7 @@ def mode_heatmaps(freq: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
             ax.set_yticklabels([])
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.92))
-    _note(fig, note)
+    footnote(fig, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
@@ -226,7 +228,7 @@ def provenance_rates(rates: pd.DataFrame, *, title: str, note: str = "") -> plt.
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    _note(fig, note)
+    footnote(fig, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 

@@ -9,13 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-
-def _note(fig: Any, note: str) -> None:
-    import textwrap
-
-    if note:
-        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(note, 160)), fontsize=6.5, color="dimgray", va="top")
+from antipersist_lib.analysis.plots import footnote, plt, sns
 
 
 def _dodged(df: pd.DataFrame, by: str, x: str = "step", width: float = 0.06) -> pd.DataFrame:
@@ -30,19 +26,12 @@ def _dodged(df: pd.DataFrame, by: str, x: str = "step", width: float = 0.06) -> 
 
 
 def _integer_steps(ax: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Figs. 5 / 9(a): accuracy (%) vs step, one line per condition, the no-memory baseline dotted;
     one panel per buffer capacity. ``curves``: ``utility_table``'s output."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401  (selects a headless backend outside a kernel)
-
     sns.set_theme(style="whitegrid")
     caps = list(dict.fromkeys(curves["buffer_capacity"])) if not curves.empty else [None]
     fig, axes = plt.subplots(1, len(caps), figsize=(5.2 * len(caps), 3.9), squeeze=False)
@@ -71,18 +60,13 @@ def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement:
         ax.set_title(f"|B| = {cap}" if cap is not None else "")
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig
 
 
 def plot_regression(table: pd.DataFrame, *, title: str, note: str = "") -> Any:
     """Fig. 2: training-slice accuracy without memory and after the stream, the paper's beside this run's."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
     sns.set_theme(style="whitegrid")
     long = table.melt(
         id_vars=["source", "condition", "n_tasks"], value_vars=["no_memory", "with_memory"], var_name="memory"
@@ -101,18 +85,13 @@ def plot_regression(table: pd.DataFrame, *, title: str, note: str = "") -> Any:
     ax.tick_params(axis="x", labelsize=7)
     ax.set_title(title)
     fig.tight_layout()
-    _note(fig, note)
+    footnote(fig, note)
     plt.close(fig)
     return fig
 
 
 def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Fig. 7(b): episodic buffer size and abstract store size per step, one line per condition."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
     sns.set_theme(style="whitegrid")
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, col, label in (
@@ -137,18 +116,13 @@ def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statem
         ax.set_ylabel(label)
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig
 
 
 def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Fig. 7(a): cumulative misclassified memory actions per step, one line per condition."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from antipersist_lib.analysis import plots  # noqa: F401
-
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     if steps.empty:
@@ -169,6 +143,6 @@ def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", 
     ax.set_ylabel("misclassified actions (cumulative)")
     ax.set_title(title)
     fig.tight_layout()
-    _note(fig, "\n".join(x for x in (statement, note) if x))
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig

@@ -84,14 +84,13 @@ from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json, read_jsonl
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
-from antipersist_lib.serving.profiles import read_mapping
 from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
-    EMBEDDED,
     MANIFEST_FILE,
     StudyModels,
     StudyProfileError,
+    check_backbone,
     check_int,
     check_list,
     check_mapping,
@@ -99,6 +98,7 @@ from antipersist_lib.studies import (
     manifest_base,
     open_models,
     previous_wall_s,
+    read_profile,
     with_restarts,
 )
 
@@ -289,13 +289,8 @@ def condition_name(regime: str, source: str, buffer_size: int | None, tasks_per_
 def load_study_profile(path: str | Path) -> StudyProfile:
     """Read and check a study profile; any unknown or malformed key is named in the error."""
     path = Path(path)
-    try:
-        data = read_mapping(path, PROFILE_KEYS)
-    except ValueError as exc:
-        raise StudyProfileError(f"study profile {exc}") from None
-    backbone = data.get("backbone", EMBEDDED)
-    if not isinstance(backbone, str) or not backbone:
-        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+    data = read_profile(path, PROFILE_KEYS)
+    backbone = check_backbone(data, path)
     options = _section(data, "backbone_options", BACKBONE_OPTION_KEYS, path)
     train_pool = _pool(data, "train_pool", path)
     heldout_pool = _pool(data, "heldout_pool", path, required=False)

@@ -10,24 +10,10 @@ import math
 from typing import Any
 
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
+from antipersist_lib.analysis.plots import footnote, plt, sns
 from antipersist_lib.consolidation.analysis import column_group, column_order
-
-
-def _plt() -> Any:
-    import matplotlib.pyplot as plt
-
-    from antipersist_lib.analysis import plots  # noqa: F401  (selects the headless backend outside notebooks)
-
-    return plt
-
-
-def _note(fig: Any, note: str, statement: str = "") -> None:
-    import textwrap
-
-    text = "\n".join(x for x in (statement, note) if x)
-    if text:
-        fig.text(0.01, -0.01, "\n".join(textwrap.wrap(text, 170)), fontsize=6.5, color="dimgray", va="top")
 
 
 def plot_utility(
@@ -42,10 +28,6 @@ def plot_utility(
     """Fig. 1 shape. Left panel: the paper's stated points (``paper_reference``: WebShop AWM vs examples, and
     no memory). Right panels, one per benchmark x backbone: this study's success vs ``x`` (updates or
     examples_seen), one line per builder and stream condition; the dotted line is no memory."""
-    import seaborn as sns
-    from matplotlib.ticker import MaxNLocator
-
-    plt = _plt()
     sns.set_theme(style="whitegrid")
     panels = list(dict.fromkeys(zip(curves["benchmark"], curves["backbone"]))) if not curves.empty else []
     n = 1 + max(1, len(panels))
@@ -95,7 +77,7 @@ def plot_utility(
         ax.set_title(f"this run: {bench}, {bb}", fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, note, statement)
+    footnote(fig, statement, note, y=-0.01)
     plt.close(fig)
     return fig
 
@@ -103,9 +85,6 @@ def plot_utility(
 def plot_regime_bars(bars: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Fig. 3 shape: held-out success per builder, one bar per construction condition (Static-All, Static-Group,
     Stream ...), the dotted line the no-memory level; every bar carries its value."""
-    import seaborn as sns
-
-    plt = _plt()
     sns.set_theme(style="whitegrid")
     panels = list(dict.fromkeys(zip(bars["benchmark"], bars["backbone"]))) if not bars.empty else []
     n = max(1, len(panels))
@@ -129,7 +108,7 @@ def plot_regime_bars(bars: pd.DataFrame, *, title: str, note: str = "", statemen
         ax.legend(fontsize=7, title="condition", title_fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, note, statement)
+    footnote(fig, statement, note, y=-0.01)
     plt.close(fig)
     return fig
 
@@ -137,10 +116,6 @@ def plot_regime_bars(bars: pd.DataFrame, *, title: str, note: str = "", statemen
 def plot_homogeneity(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Fig. 4 shape: success vs updates per builder (one panel each), homogeneous vs heterogeneous stream
     batches as colour, batch size as marker; a panel says so when the study streamed one kind of batch only."""
-    import seaborn as sns
-    from matplotlib.ticker import MaxNLocator
-
-    plt = _plt()
     sns.set_theme(style="whitegrid")
     builders = list(dict.fromkeys(curves["builder"])) if not curves.empty else []
     n = max(1, len(builders))
@@ -173,7 +148,7 @@ def plot_homogeneity(curves: pd.DataFrame, *, title: str, note: str = "", statem
         ax.legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
-    _note(fig, note, statement)
+    footnote(fig, statement, note, y=-0.01)
     plt.close(fig)
     return fig
 
@@ -181,9 +156,6 @@ def plot_homogeneity(curves: pd.DataFrame, *, title: str, note: str = "", statem
 def plot_table(cells: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Tables 2-3 as bars: one panel per table row (source, benchmark, backbone), one bar per column, coloured by
     group (no memory, trajectory logs, consolidators); "(--)" over a consolidator beaten by a trajectory log."""
-    import seaborn as sns
-
-    plt = _plt()
     sns.set_theme(style="whitegrid")
     if cells.empty:
         fig, ax = plt.subplots(figsize=(6, 3))
@@ -222,6 +194,6 @@ def plot_table(cells: pd.DataFrame, *, title: str, note: str = "", statement: st
     fig.legend(handles, shown, loc="upper right", fontsize=7)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 0.93, 1))
-    _note(fig, note, statement)
+    footnote(fig, statement, note, y=-0.01)
     plt.close(fig)
     return fig

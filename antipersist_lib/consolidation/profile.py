@@ -19,16 +19,15 @@ from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS
 from antipersist_lib.consolidation.regimes import REGIMES, make_builder
 from antipersist_lib.envs import BENCHMARKS
 from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec
-from antipersist_lib.serving.profiles import read_mapping
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
-    EMBEDDED,
-    StudyProfileError,
+    check_backbone,
     check_bool,
     check_int,
     check_mapping,
     check_names,
     fail,
+    read_profile,
 )
 
 #: the no-memory row's builder (and protocol method)
@@ -339,16 +338,11 @@ def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
 def load_study_profile(path: str | Path) -> StudyProfile:
     """Read and check a study profile; any unknown or malformed key is named in the error."""
     path = Path(path)
-    try:
-        data = read_mapping(path, PROFILE_KEYS)
-    except ValueError as exc:
-        raise StudyProfileError(f"study profile {exc}") from None
+    data = read_profile(path, PROFILE_KEYS)
     benchmark = data.get("benchmark")
     if benchmark not in BENCHMARKS:
         raise fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
-    backbone = data.get("backbone", EMBEDDED)
-    if not isinstance(backbone, str) or not backbone:
-        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+    backbone = check_backbone(data, path)
     embedding = data.get("embedding", "qwen3-embedding-8b")
     if not isinstance(embedding, str) or not embedding:
         raise fail(path, f"'embedding' must be a profile name in params/embeddings/, got {embedding!r}")
