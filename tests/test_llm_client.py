@@ -128,13 +128,13 @@ def test_transient_faults_are_retried_and_counted(serve: Any, faults: list[str])
 
 
 def test_timeout_is_retried(serve: Any) -> None:
-    srv = serve(responder=lambda r: "late but fine", faults=FaultPlan.scripted(["timeout"], hang_s=3.0))
+    srv = serve(responder=lambda r: "late but fine", faults=FaultPlan.scripted(["timeout"], hang_s=6.0))
     client = LLMClient(endpoint(srv, timeout_s=0.5), ledger=Ledger())
     start = time.monotonic()
     reply = client.chat(MSGS, purpose="execution")
     elapsed = time.monotonic() - start
     assert reply.text == "late but fine" and reply.retries == 1
-    assert 0.4 < elapsed < 2.5  # gave up after ~0.5 s instead of waiting the 3 s hang
+    assert 0.4 < elapsed < 4.0  # gave up after ~0.5 s instead of waiting the 6 s hang (margin for a loaded CI)
     assert reply.latency_s == pytest.approx(elapsed, abs=0.1)
 
 
@@ -201,7 +201,19 @@ def test_stopped_server_connection_refused_is_unavailable() -> None:
 
 
 def test_concurrent_chats_get_their_own_replies(serve: Any) -> None:
-    srv = serve(responder=lambda r: "echo " + r["messages"][-1]["content"], latency_s=0.02)
+    lock = threading.Lock()
+    in_flight = {"now": 0, "peak": 0}
+
+    def responder(r: dict) -> str:  # counts the requests the server holds at once (no wall-clock bound)
+        with lock:
+            in_flight["now"] += 1
+            in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+        time.sleep(0.1)
+        with lock:
+            in_flight["now"] -= 1
+        return "echo " + r["messages"][-1]["content"]
+
+    srv = serve(responder=responder)
     ledger = Ledger()
     client = LLMClient(endpoint(srv), ledger=ledger)
     results: dict[int, str] = {}
@@ -210,13 +222,12 @@ def test_concurrent_chats_get_their_own_replies(serve: Any) -> None:
         results[i] = client.chat([{"role": "user", "content": f"q{i}"}], purpose="execution", tags={"worker": i}).text
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
-    start = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert results == {i: f"echo q{i}" for i in range(24)}
-    assert time.monotonic() - start < 24 * 0.02  # requests overlapped
+    assert in_flight["peak"] > 1  # the client does not serialize requests: they overlapped at the server
     assert sorted(r.call_id for r in ledger.records) == list(range(1, 25))
     assert sorted(r.tags["worker"] for r in ledger.records) == list(range(24))
 
