@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,3 +247,39 @@ def relative_to(path: Path, base: Path) -> str:
         return path.resolve().relative_to(base.resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+
+def command_line(
+    argv: Sequence[str] | None,
+    *,
+    study: str,
+    description: str,
+    run: Callable[[str, Path], Any],
+    show: Callable[[Any], Any],
+) -> int:
+    """``--profile`` / ``--out`` (default ``outputs/<study>/<profile name>``): run or resume the study, print
+    ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message."""
+    import argparse
+    import math
+    import sys
+
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib.{study}.study", description=description)
+    parser.add_argument("--profile", required=True, help=f"a study profile, e.g. params/{study}/smoke.yaml")
+    parser.add_argument("--out", help=f"output folder (default outputs/{study}/<profile name>)")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else Path("outputs") / study / Path(args.profile).stem
+    t0 = time.monotonic()
+    try:
+        result = run(args.profile, out)
+    except (StudyProfileError, FileNotFoundError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(show(result).to_string(index=False))
+    print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
+    return 0

@@ -43,11 +43,8 @@ notebooks' run-or-load step ``obtain_study``; the tables are in ``arc.analysis``
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import math
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -89,11 +86,12 @@ from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
     MANIFEST_FILE,
     StudyModels,
-    StudyProfileError,
+    StudyProfileError,  # noqa: F401  (re-exported: what a caller of run_study catches)
     check_backbone,
     check_int,
     check_list,
     check_mapping,
+    command_line,
     fail,
     manifest_base,
     open_models,
@@ -798,25 +796,15 @@ def obtain_study(
 # -- command line ---------------------------------------------------------------------------------------
 
 
+def _show(result: StudyResult) -> pd.DataFrame:
+    cols = ["condition", "step", "eval_set", "accuracy", "buffer_size", "abstract_entries", "covered", "fused"]
+    return result.frame[cols]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m antipersist_lib.arc.study", description="Run an ARC-AGI Stream study profile."
+    return command_line(
+        argv, study="arc", description="Run an ARC-AGI Stream study profile.", run=run_study, show=_show
     )
-    parser.add_argument("--profile", required=True, help="a study profile, e.g. params/arc/smoke.yaml")
-    parser.add_argument("--out", help="output folder (default outputs/arc/<profile name>)")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path("outputs") / "arc" / Path(args.profile).stem
-    t0 = time.monotonic()
-    try:
-        result = run_study(args.profile, out)
-    except (StudyProfileError, FileExistsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        cols = ["condition", "step", "eval_set", "accuracy", "buffer_size", "abstract_entries", "covered", "fused"]
-        print(result.frame[cols].to_string(index=False))
-    print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
-    return 0
 
 
 if __name__ == "__main__":

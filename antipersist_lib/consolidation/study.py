@@ -64,12 +64,10 @@ figures in ``consolidation.figures``. Command line::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,7 +106,8 @@ from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.studies import (
     MANIFEST_FILE,
     StudyModels,
-    StudyProfileError,
+    StudyProfileError,  # noqa: F401  (re-exported: what a caller of run_study catches)
+    command_line,
     manifest_base,
     open_models,
     previous_wall_s,
@@ -125,7 +124,8 @@ MEMORIES_DIR = "memories"
 RUNS_DIR = "runs"
 CACHE_DIR = "cache"
 LEDGER_FILE = "ledger.jsonl"
-RESULT_COLUMNS = (
+#: what identifies one evaluated bank (a row of a table is these, averaged over seeds)
+CONDITION_COLUMNS = (
     "benchmark",
     "backbone",
     "builder",
@@ -136,6 +136,9 @@ RESULT_COLUMNS = (
     "homogeneous",
     "capacity",
     "initial",
+)
+RESULT_COLUMNS = (
+    *CONDITION_COLUMNS,
     "step",
     "updates",
     "examples_seen",
@@ -150,19 +153,6 @@ RESULT_COLUMNS = (
     "mean_steps",
     "mean_calls",
     "run_dir",
-)
-#: what identifies one evaluated bank (a row of a table is these, averaged over seeds)
-CONDITION_COLUMNS = (
-    "benchmark",
-    "backbone",
-    "builder",
-    "column",
-    "condition",
-    "regime",
-    "batch_size",
-    "homogeneous",
-    "capacity",
-    "initial",
 )
 
 # -- pools, builds --------------------------------------------------------------------------------------
@@ -744,29 +734,21 @@ def obtain_study(
 # -- command line -----------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m antipersist_lib.consolidation.study",
-        description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
-    )
-    parser.add_argument("--profile", required=True, help="a study profile, e.g. params/consolidation/smoke.yaml")
-    parser.add_argument("--out", help="output folder (default outputs/consolidation/<profile name>)")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path("outputs") / "consolidation" / Path(args.profile).stem
-    t0 = time.monotonic()
-    try:
-        result = run_study(args.profile, out)
-    except (StudyProfileError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def _show(result: StudyResult) -> pd.DataFrame:
     from antipersist_lib.consolidation.analysis import seed_means
 
-    means = seed_means(result.frame)
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        cols = ["builder", "condition", "step", "n_entries", "update_errors", "success", "seeds"]
-        print(means[cols].round(1).to_string(index=False))
-    print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
-    return 0
+    cols = ["builder", "condition", "step", "n_entries", "update_errors", "success", "seeds"]
+    return seed_means(result.frame)[cols].round(1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return command_line(
+        argv,
+        study="consolidation",
+        description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
+        run=run_study,
+        show=_show,
+    )
 
 
 if __name__ == "__main__":
