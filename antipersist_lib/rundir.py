@@ -14,6 +14,8 @@ Layout::
     state/                   the method's own stores (trajectories.jsonl, outcome_log.jsonl,
                              abstractions/events.jsonl, and each method's own files)
     snapshots/               per-iteration abstraction-store snapshots, abstractions_iter_NN.json
+    demonstrations/          the agent's in-context demonstrations (expert replays), only when the
+                             run has icl_examples > 0 and no cache_dir (core/demonstrations.py)
     summary.json             per-iteration metrics (rewritten atomically after each evaluation)
     run.lock                 held while a process works on the run
 
@@ -104,6 +106,7 @@ class RunDirectory:
     LOCK = "run.lock"
     STATE = "state"
     SNAPSHOTS = "snapshots"
+    DEMONSTRATIONS = "demonstrations"  # expert replays for icl_examples when the run has no cache_dir
     #: the stores' files inside ``state/`` (each method lists its own in ``Method.state_files``)
     TRAJECTORIES = "trajectories.jsonl"
     OUTCOME_LOG = "outcome_log.jsonl"
@@ -145,6 +148,10 @@ class RunDirectory:
     @property
     def snapshot_dir(self) -> Path:
         return self.path / self.SNAPSHOTS
+
+    @property
+    def demonstrations_dir(self) -> Path:
+        return self.path / self.DEMONSTRATIONS
 
     def episodes_path(self, phase: str) -> Path:
         """``episodes_train.jsonl`` or ``episodes_heldout.jsonl``."""

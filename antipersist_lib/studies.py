@@ -15,17 +15,18 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.errors import LLMUnavailableError
+from antipersist_lib.serving.embedded import BACKBONE_OPTION_KEYS  # noqa: F401  (re-exported for the study profiles)
 from antipersist_lib.serving.llm import Endpoint
 
-#: ``backbone: embedded`` starts the embedded default (Gemma 3 270M on llama.cpp)
+#: ``backbone: embedded`` starts the embedded default (a registry model on the kit's llama.cpp build)
 EMBEDDED = "embedded"
-#: keys a profile's ``backbone_options`` may set for the embedded server
-BACKBONE_OPTION_KEYS = {"threads", "n_ctx", "startup_timeout_s"}
+#: keys a profile's ``backbone_options`` may set for the embedded server (model, server, threads, n_ctx, ...):
+#: ``serving.embedded.BACKBONE_OPTION_KEYS``, re-exported here for the study profiles' checks
 #: how often a study restarts an embedded server that died under it before giving up
 MAX_BACKBONE_RESTARTS = 3
 MANIFEST_FILE = "study.json"
@@ -53,11 +54,41 @@ def read_profile(path: Path, keys: set[str]) -> dict[str, Any]:
 
 
 def check_backbone(data: dict[str, Any], path: Any) -> str:
-    """``backbone``: ``embedded`` (the default) or a backbone profile name in ``params/backbones/``."""
+    """``backbone``: ``embedded`` (the default), a backbone profile name in ``params/backbones/``, or a backbone
+    profile file (a path, ``serving.profiles.is_profile_path``), which is read and checked here."""
     backbone = data.get("backbone", EMBEDDED)
     if not isinstance(backbone, str) or not backbone:
-        raise fail(path, f"'backbone' must be 'embedded' or a profile name in params/backbones/, got {backbone!r}")
+        raise fail(
+            path,
+            f"'backbone' must be 'embedded' or a profile name in params/backbones/ or a profile file (.yaml), "
+            f"got {backbone!r}",
+        )
+    _check_profile_file("backbones", backbone, "backbone", path)
     return backbone
+
+
+def check_embedding(data: dict[str, Any], path: Any, default: str) -> str:
+    """``embedding``: a profile name in ``params/embeddings/``, a profile file (checked here), or ``embedded``
+    (the in-process MiniLM embedder, with any backbone)."""
+    embedding = data.get("embedding", default)
+    if not isinstance(embedding, str) or not embedding:
+        raise fail(
+            path,
+            f"'embedding' must be a profile name in params/embeddings/, a profile file (.yaml) or 'embedded', "
+            f"got {embedding!r}",
+        )
+    _check_profile_file("embeddings", embedding, "embedding", path)
+    return embedding
+
+
+def _check_profile_file(kind: str, value: str, key: str, path: Any) -> None:
+    from antipersist_lib.serving.profiles import is_profile_path, load_profile
+
+    if is_profile_path(value):
+        try:
+            load_profile(kind, value)
+        except ValueError as exc:
+            raise fail(path, f"{key!r}: {exc}") from None
 
 
 def check_mapping(value: Any, key: str, allowed: set[str] | None, path: Any) -> dict[str, Any]:
@@ -119,6 +150,26 @@ class StudyModels:
     server: Any = None  # the EmbeddedBackbone when embedded (restarted by ``with_restarts``)
     embed_endpoint: Endpoint | None = None
     embed_label: str | None = None
+    #: check the endpoints before the study's first piece of work (``check_endpoints``); off only explicitly
+    preflight: bool = True
+    _checked: set[str] = field(default_factory=set)
+
+    def check_endpoints(self, what: str, *, embeddings: bool = True) -> None:
+        """The study's preflight (``serving.preflight``), once per invocation and endpoint, before the first
+        piece of work that needs it: one small chat request, and (``embeddings``, when the study has an
+        embedding endpoint) one embedding request. ``PreflightError`` names the endpoint that failed. Does
+        nothing when ``preflight`` is off or the endpoint already passed."""
+        if not self.preflight:
+            return
+        from antipersist_lib.serving.preflight import Probe, run_preflight
+
+        probes = [Probe("chat", self.endpoint, f"backbone {self.label}")]
+        if embeddings and self.embed_endpoint is not None:
+            probes.append(Probe("embedding", self.embed_endpoint, f"embedding {self.embed_label}"))
+        probes = [p for p in probes if p.kind not in self._checked]
+        if probes:
+            run_preflight(probes, what=what)
+            self._checked.update(p.kind for p in probes)
 
     @property
     def note(self) -> str:
@@ -133,50 +184,68 @@ class StudyModels:
 @contextlib.contextmanager
 def open_models(
     path: Any,
-    backbone: str,
+    backbone: str | Endpoint,
     out: Path,
     *,
     backbone_options: dict[str, Any] | None = None,
     endpoint: Endpoint | None = None,
     embedding: str | None = None,
     embed_endpoint: Endpoint | None = None,
+    preflight: bool = True,
 ) -> Iterator[StudyModels]:
     """The models a study uses: ``endpoint`` when given; else the profile's ``backbone`` (``embedded`` starts
-    the embedded default here, with its server log in ``out``; any other name is a backbone profile). With
-    ``embedding`` (a profile name) the study also gets an embedding endpoint: ``embed_endpoint`` when given,
-    the embedded embedder beside the embedded backbone, else that embeddings profile."""
+    the embedded default here, with its server log in ``out``; any other value is a backbone profile, by name
+    or file; an ``Endpoint`` is an ad-hoc endpoint from ``--base-url/--model``, labelled by its model). With
+    ``embedding`` (a profile name or file, or ``embedded``) the study also gets an embedding endpoint:
+    ``embed_endpoint`` when given, the embedded embedder beside the embedded backbone or for
+    ``embedding: embedded`` (started here), else that embeddings profile. ``preflight`` is handed to the
+    models (``StudyModels.check_endpoints``)."""
     wants_embeddings = embedding is not None or embed_endpoint is not None
     if endpoint is not None:
-        label = backbone if backbone != EMBEDDED else endpoint.model
+        label = backbone if isinstance(backbone, str) and backbone != EMBEDDED else endpoint.model
         emb = (embed_endpoint or endpoint) if wants_embeddings else None
         emb_label = (embed_endpoint.model if embed_endpoint is not None else embedding) if wants_embeddings else None
-        yield StudyModels(endpoint, label, False, None, emb, emb_label)
+        yield StudyModels(endpoint, label, False, None, emb, emb_label, preflight=preflight)
         return
     if backbone == EMBEDDED:
         from threadpoolctl import threadpool_limits
 
-        from antipersist_lib.runner.main_job import BACKBONE_LABEL
         from antipersist_lib.serving.embedded import EMBEDDER_MODEL, EmbeddedBackbone, EmbeddedEmbedder
 
         server = EmbeddedBackbone.from_options(backbone_options or {}, log_path=out / "llama_server.log")
         with threadpool_limits(limits=1), server:
             if not wants_embeddings or embed_endpoint is not None:
                 emb_label = embed_endpoint.model if embed_endpoint is not None else None
-                yield StudyModels(server.endpoint, BACKBONE_LABEL, True, server, embed_endpoint, emb_label)
+                yield StudyModels(
+                    server.endpoint, server.label, True, server, embed_endpoint, emb_label, preflight=preflight
+                )
                 return
             with EmbeddedEmbedder() as em:
-                yield StudyModels(server.endpoint, BACKBONE_LABEL, True, server, em.endpoint, EMBEDDER_MODEL)
+                yield StudyModels(
+                    server.endpoint, server.label, True, server, em.endpoint, EMBEDDER_MODEL, preflight=preflight
+                )
         return
-    from antipersist_lib.serving.profiles import backbone_endpoint, embedding_endpoint
+    from antipersist_lib.serving.profiles import EMBEDDED as IN_PROCESS_EMBEDDER
+    from antipersist_lib.serving.profiles import adhoc_label, backbone_endpoint, embedding_endpoint
 
+    in_process = wants_embeddings and embed_endpoint is None and embedding == IN_PROCESS_EMBEDDER
     try:
-        chat = backbone_endpoint(backbone)
-        emb = (embed_endpoint or embedding_endpoint(embedding)) if wants_embeddings else None  # type: ignore[arg-type]
+        if isinstance(backbone, Endpoint):
+            chat, label = backbone, adhoc_label(backbone.model)
+        else:
+            chat, label = backbone_endpoint(backbone), backbone
+        emb = (embed_endpoint or embedding_endpoint(embedding)) if wants_embeddings and not in_process else None  # type: ignore[arg-type]
     except ValueError as exc:
         what = "'backbone' / 'embedding'" if wants_embeddings else "'backbone'"
         raise fail(path, f"{what}: {exc}") from None
+    if in_process:
+        from antipersist_lib.serving.embedded import EmbeddedEmbedder
+
+        with EmbeddedEmbedder() as em:
+            yield StudyModels(chat, label, False, None, em.endpoint, IN_PROCESS_EMBEDDER, preflight=preflight)
+        return
     emb_label = (embed_endpoint.model if embed_endpoint is not None else embedding) if wants_embeddings else None
-    yield StudyModels(chat, backbone, False, None, emb, emb_label)
+    yield StudyModels(chat, label, False, None, emb, emb_label, preflight=preflight)
 
 
 def with_restarts(
@@ -190,11 +259,16 @@ def with_restarts(
             before()
         try:
             return fn()
-        except LLMUnavailableError:
+        except LLMUnavailableError as exc:
             code = None if models.server is None else models.server.exit_code
-            if code is None or attempt == MAX_BACKBONE_RESTARTS:
+            if code is None:
                 raise
-            log(f"the embedded llama.cpp server exited with code {code} during {what}; restarting it and resuming")
+            report = models.server.crash_report(f"it died during {what}")
+            if attempt == MAX_BACKBONE_RESTARTS:
+                from antipersist_lib.errors import EmbeddedServerError
+
+                raise EmbeddedServerError(f"{report}\n(it died {attempt + 1} times; completed work is saved)") from exc
+            log(f"{report}\nrestarting it and resuming")
             models.server.restart()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -221,6 +295,8 @@ def manifest_base(
         "note": models.note,
         "endpoint": models.endpoint.describe(),
     }
+    if models.server is not None:
+        out["embedded_backbone"] = models.server.describe()
     if models.embed_endpoint is not None:
         out["embedding"] = models.embed_label
         out["embedding_endpoint"] = models.embed_endpoint.describe()
@@ -261,7 +337,10 @@ def command_line(
     show: Callable[[Any], Any],
 ) -> int:
     """``--profile`` / ``--out`` (default ``outputs/<study>/<profile name>``): run or resume the study, print
-    ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message."""
+    ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message, an
+    endpoint that does not answer (its preflight) exits 3. ``--base-url URL --model NAME`` (with
+    ``--api-key-env``, ``--context-length``) replace the profile's backbone by an ad-hoc chat endpoint,
+    handed to ``run`` as ``backbone=``."""
     import argparse
     import math
     import sys
@@ -271,14 +350,22 @@ def command_line(
     parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib.{study}.study", description=description)
     parser.add_argument("--profile", required=True, help=f"a study profile, e.g. params/{study}/smoke.yaml")
     parser.add_argument("--out", help=f"output folder (default outputs/{study}/<profile name>)")
+    from antipersist_lib.errors import LLMError
+    from antipersist_lib.serving.profiles import add_endpoint_arguments, endpoint_from_arguments
+
+    add_endpoint_arguments(parser)
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else Path("outputs") / study / Path(args.profile).stem
     t0 = time.monotonic()
     try:
-        result = run(args.profile, out)
-    except (StudyProfileError, FileNotFoundError, FileExistsError) as exc:
+        adhoc = endpoint_from_arguments(args)
+        result = run(args.profile, out, **({"backbone": adhoc} if adhoc is not None else {}))
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:  # StudyProfileError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except LLMError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(show(result).to_string(index=False))
     print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")

@@ -19,9 +19,10 @@ BENCHMARKS: dict[str, str] = {
     "overhead": "perf.overhead",
     "reload": "perf.reload",
     "embedded": "perf.embedded_tokens",
+    "servers": "perf.embedded_servers",
 }
 #: run only when asked for (needs the local llama.cpp model and takes minutes)
-OPTIONAL: frozenset[str] = frozenset({"embedded"})
+OPTIONAL: frozenset[str] = frozenset({"embedded", "servers"})
 
 COLUMNS = ("benchmark", "setting", "measured", "unit", "target", "ratio", "pass")
 

@@ -1,4 +1,4 @@
-"""Tokens per second of the embedded backbone (llama.cpp + Gemma 3 270M) by thread count,
+"""Tokens per second of the embedded backbone (the kit's llama.cpp build + a registry model) by thread count,
 idle and with the other core(s) kept busy by a second process. Ratios are from one run.
 
     .venv/bin/python perf/embedded_tokens.py
@@ -59,7 +59,7 @@ def seconds_per_episode(episodes: int = 2, max_steps: int = 4) -> float:
     import tempfile
 
     from antipersist_lib.runner.protocol import RunSpec, run_cell
-    from antipersist_lib.serving.embedded import BACKBONE_NAME, EMBEDDER_MODEL, EmbeddedEmbedder
+    from antipersist_lib.serving.embedded import EMBEDDER_MODEL, EmbeddedEmbedder
 
     with (
         tempfile.TemporaryDirectory(prefix="antipersist-bench-") as tmp,
@@ -69,7 +69,7 @@ def seconds_per_episode(episodes: int = 2, max_steps: int = 4) -> float:
         spec = RunSpec(
             method="react",
             benchmark="alfworld",
-            backbone=BACKBONE_NAME,
+            backbone=bb.label,
             embedding=EMBEDDER_MODEL,
             seed=42,
             iterations=1,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.envs import alfworld as alfworld_mod
 from antipersist_lib.envs import make_env
 from antipersist_lib.envs.alfworld import (
     CATEGORIES,
@@ -143,6 +144,8 @@ def test_missing_data_raises_benchmark_unavailable(tmp_path, monkeypatch):
     monkeypatch.delenv(DATA_ENV_VAR, raising=False)
     empty = tmp_path / "empty"
     empty.mkdir()
+    # the fallbacks (<repo>/.data/alfworld, ~/.cache/alfworld) hold no games either
+    monkeypatch.setattr(alfworld_mod, "fallback_data_dirs", lambda: [tmp_path / "repo-data", tmp_path / "cache"])
     with pytest.raises(BenchmarkUnavailableError) as ei:
         resolve_alfworld_data(empty)
     msg = str(ei.value)
@@ -155,6 +158,72 @@ def test_missing_data_raises_benchmark_unavailable(tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_ENV_VAR, str(empty))
     with pytest.raises(BenchmarkUnavailableError, match=DATA_ENV_VAR):
         resolve_alfworld_data()
+
+
+def test_without_the_variable_the_games_are_found_in_the_repo_then_in_alfworlds_default(tmp_path, monkeypatch):
+    """``make run`` unpacks the games into <repo>/.data/alfworld: doctor and run find them there without
+    ALFWORLD_DATA; then alfworld's own default (~/.cache/alfworld); the error says what was looked at."""
+    import antipersist_lib.paths as paths
+
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    monkeypatch.delenv(DATA_ENV_VAR, raising=False)
+    monkeypatch.setattr(paths, "repo_root", lambda start=None: repo)
+    monkeypatch.setenv("HOME", str(home))
+    assert alfworld_mod.fallback_data_dirs() == [repo / ".data" / "alfworld", home / ".cache" / "alfworld"]
+    with pytest.raises(BenchmarkUnavailableError) as ei:
+        resolve_alfworld_data()
+    msg = str(ei.value)
+    assert f"${DATA_ENV_VAR} is not set" in msg
+    assert str(repo / ".data" / "alfworld") in msg and str(home / ".cache" / "alfworld") in msg
+    cached = _fake_games(home / ".cache" / "alfworld")
+    assert resolve_alfworld_data() == cached.resolve()
+    unpacked = _fake_games(repo / ".data" / "alfworld")
+    assert resolve_alfworld_data() == unpacked.resolve()  # the repo's copy comes first
+    monkeypatch.setenv(DATA_ENV_VAR, str(tmp_path / "elsewhere"))
+    with pytest.raises(BenchmarkUnavailableError, match="elsewhere"):
+        resolve_alfworld_data()  # a variable that is set is never second-guessed
+    monkeypatch.setenv(DATA_ENV_VAR, "")  # empty means unset
+    assert resolve_alfworld_data() == unpacked.resolve()
+
+
+def test_the_engine_gets_the_folder_the_kit_resolved(tmp_path, monkeypatch):
+    """alfworld's import reads $ALFWORLD_DATA (and sets it to ~/.cache/alfworld when unset): the kit sets it
+    to the resolved folder first, so the engine and every later resolve of the process see the same games."""
+    games = _fake_games(tmp_path / "data")
+    monkeypatch.setenv(DATA_ENV_VAR, "")  # restored after the test
+    alfworld_mod._load_engine(games)
+    assert alfworld_mod.os.environ[DATA_ENV_VAR] == str(tmp_path / "data")
+    assert resolve_alfworld_data() == games.resolve()
+    monkeypatch.setenv(DATA_ENV_VAR, str(tmp_path / "users"))
+    alfworld_mod._load_engine(games)
+    assert alfworld_mod.os.environ[DATA_ENV_VAR] == str(tmp_path / "users")  # a user's setting is kept
+
+
+@pytest.mark.skipif(
+    not (REPO_ROOT / ".data" / "alfworld" / GAMES_DIRNAME).is_dir(), reason="no games unpacked in this checkout"
+)
+def test_a_fresh_process_finds_the_unpacked_games_and_hands_them_to_alfworld(tmp_path):
+    """The reported problem, end to end: without ALFWORLD_DATA, ``make run``'s copy is found and alfworld's
+    own module sees the same folder."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != DATA_ENV_VAR}
+    env["HOME"] = str(tmp_path)  # no ~/.cache/alfworld to fall back to
+    code = (
+        "from antipersist_lib.envs.alfworld import ALFWorldEnvironment\n"
+        "e = ALFWorldEnvironment()\n"
+        "import os, alfworld.info\n"
+        "print(e.data_dir)\n"
+        "print(os.environ['ALFWORLD_DATA'])\n"
+        "print(alfworld.info.ALFWORLD_DATA)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    unpacked = REPO_ROOT / ".data" / "alfworld"
+    assert out[:3] == [str((unpacked / GAMES_DIRNAME).resolve()), str(unpacked.resolve()), str(unpacked.resolve())]
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from antipersist_lib.arc import analysis, figures, study
 from antipersist_lib.arc.controller import gt_code
 from antipersist_lib.arc.prompts import EMPTY_HISTORY, render_grid
 from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.preflight import PREFLIGHT_PROMPT
 from antipersist_lib.testing.loopback_server import LoopbackServer, last_user_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,9 @@ class Model:
 
     def __call__(self, request: dict) -> str:
         text = last_user_text(request)
+        if text == PREFLIGHT_PROMPT:  # the study's one-off endpoint check before its first condition
+            self.preflights = getattr(self, "preflights", 0) + 1
+            return "OK"
         if text.startswith("# Task: write solve(grid)"):
             self.solves += 1
             shown = text.split("## Strategy memory")[0]
@@ -146,6 +150,8 @@ def test_study_folder_manifest_and_no_secret(tiny_study):
 
 def test_rerun_resumes_without_new_solver_calls(tiny_study):
     assert tiny_study["model"].solves == tiny_study["solves_first"]
+    # the endpoint was checked once, before the first condition; the complete re-run needed no check
+    assert tiny_study["model"].preflights == 1
     pd.testing.assert_frame_equal(tiny_study["again"].frame, tiny_study["result"].frame)
 
 

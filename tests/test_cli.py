@@ -271,3 +271,142 @@ def test_study_commands_run_the_study_runners_and_name_profile_errors(tmp_path, 
     err = capsys.readouterr().err
     assert message in err and str(bad) in err
     assert not (tmp_path / "out" / "study.json").exists()
+
+
+# -- bring your own server: a profile file, --base-url/--model, the preflight -------------------------------
+
+RUN_ARGS = [
+    "run",
+    "--method",
+    "react",
+    "--benchmark",
+    "errandworld",
+    "--iterations",
+    "1",
+    "--train-per-iteration",
+    "2",
+    "--max-steps",
+    "3",
+    "--heldout-limit",
+    "2",
+    "--heldout-concurrency",
+    "1",
+    "--no-cache",
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--backbone", "llama-4-scout", "--base-url", "http://127.0.0.1:1/v1", "--model", "m"], "not both"),
+        (["--model", "m"], "--model describe an ad-hoc endpoint and need --base-url"),
+        (["--api-key-env", "MY_KEY", "--backbone", "llama-4-scout"], "--api-key-env describe"),
+        (["--base-url", "http://127.0.0.1:1/v1"], "--base-url needs --model"),
+        (["--base-url", "http://127.0.0.1:1/v1", "--model", "m", "--api-key-env", "sk-1-2"], "--api-key-env must name"),
+    ],
+)
+def test_run_refuses_contradictory_endpoint_flags(tmp_path, capsys, extra, message):
+    assert main([*RUN_ARGS, "--out-root", str(tmp_path / "runs"), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_on_an_adhoc_endpoint_records_it_and_never_the_key(tmp_path, monkeypatch, capsys):
+    from antipersist_lib.testing.loopback_server import ROUTE_EMBEDDINGS, LoopbackServer
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    monkeypatch.setenv("AP_CLI_SECRET_KEY", "sk-cli-never-on-disk")
+    with LoopbackServer(responder=errand_policy) as srv:
+        url = srv.base_url
+        emb = tmp_path / "profiles" / "my-embedder.yaml"
+        emb.parent.mkdir()
+        emb.write_text(f"model: scripted\nbase_url: {srv.base_url}\n")
+        argv = [
+            *RUN_ARGS,
+            "--method",
+            "trajectory_memory",
+            "--out-root",
+            str(tmp_path / "runs"),
+            "--base-url",
+            srv.base_url,
+            "--model",
+            "org/Scripted-1.5",
+            "--api-key-env",
+            "AP_CLI_SECRET_KEY",
+            "--context-length",
+            "8192",
+            "--embedding",
+            str(emb),
+        ]
+        assert main(argv) == 0, capsys.readouterr().err
+        assert srv.requests_for(ROUTE_EMBEDDINGS)  # the embedding profile file was used
+        models = {r["body"].get("model") for r in srv.requests}
+        assert models == {"org/Scripted-1.5", "scripted"}
+    run = tmp_path / "runs" / "errandworld" / "org_Scripted-1.5" / "trajectory_memory" / "seed42"
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["backbone"] == "org_Scripted-1.5"
+    assert man["endpoint"]["base_url"] == url and man["endpoint"]["model"] == "org/Scripted-1.5"
+    assert man["endpoint"]["api_key_env"] == "AP_CLI_SECRET_KEY" and man["endpoint"]["context_length"] == 8192
+    assert man["embedding"] == "my-embedder" and man["embedding_profile"] == str(emb.resolve())
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            assert b"sk-cli-never-on-disk" not in p.read_bytes(), p
+
+
+def test_run_with_a_backbone_profile_file(tmp_path, monkeypatch, capsys):
+    from antipersist_lib.testing.loopback_server import LoopbackServer
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    monkeypatch.chdir(tmp_path)
+    with LoopbackServer(responder=errand_policy) as srv:
+        (tmp_path / "served.yaml").write_text(f"model: scripted\nbase_url: {srv.base_url}\ntemperature: 0.25\n")
+        assert main([*RUN_ARGS, "--backbone", "./served.yaml", "--out-root", "runs"]) == 0, capsys.readouterr().err
+        chats = [r["body"] for r in srv.requests if r["route"].endswith("/chat/completions")]
+    man = json.loads((tmp_path / "runs" / "errandworld" / "served" / "react" / "seed42" / "manifest.json").read_text())
+    assert man["backbone"] == "served" and man["backbone_profile"] == str((tmp_path / "served.yaml").resolve())
+    assert man["agent"]["temperature"] == 0.25  # the file's decoding, as for a shipped profile
+    assert any(b["temperature"] == 0.25 for b in chats)
+
+
+def test_run_stops_at_once_when_its_server_is_down(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    argv = [*RUN_ARGS, "--out-root", str(tmp_path / "runs"), "--base-url", url, "--model", "org/m"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "preflight" in err and "chat endpoint" in err and url in err and "org/m" in err and "fix:" in err
+    assert not list((tmp_path / "runs").rglob("episodes_*.jsonl"))
+
+
+def test_doctor_checks_an_adhoc_endpoint(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    assert main(["doctor", "--base-url", url, "--model", "org/m"]) == 1
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "--base-url" in x)
+    assert line.startswith("[MISSING]") and url in line and "org/m" in line
+    assert main(["doctor", "--backbone", "llama-4-scout", "--base-url", url, "--model", "m"]) == 2
+
+
+def test_study_commands_forward_the_endpoint_flags(tmp_path, monkeypatch):
+    from antipersist_lib.arc import study as arc_study
+    from antipersist_lib.consolidation import study as consolidation_study
+
+    seen = []
+    for module in (arc_study, consolidation_study):
+        monkeypatch.setattr(module, "main", lambda argv: seen.append(list(argv)) or 0)
+    flags = ["--base-url", "http://h:1/v1", "--model", "org/m", "--api-key-env", "K", "--context-length", "99"]
+    assert main(["arc-study", "--profile", "p.yaml", *flags]) == 0
+    assert (
+        main(["consolidation", "--profile", "q.yaml", "--out", "o", "--base-url", "http://h:1/v1", "--model", "m"]) == 0
+    )
+    assert seen == [
+        ["--profile", "p.yaml", *flags],
+        ["--profile", "q.yaml", "--out", "o", "--base-url", "http://h:1/v1", "--model", "m"],
+    ]

@@ -650,6 +650,7 @@ def test_a_protocol_run_evaluates_the_bank_in_every_held_out_context(tmp_path):
         iterations=1,
         train_per_iteration=0,
         max_steps=3,
+        preflight=False,  # every chat request's system message is inspected below
         heldout_concurrency=1,
         heldout_limit=2,
         out_root=str(tmp_path / "runs"),

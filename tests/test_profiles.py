@@ -129,3 +129,99 @@ def test_manifest_form_has_the_url_and_never_the_key(monkeypatch):
     described = backbone_endpoint("gemma-4-31b-it").describe()
     assert described["base_url"] == "http://gpu-3:8002/v1" and described["api_key_env"] == "VLLM_API_KEY"
     assert "sk-not-in-manifests" not in repr(described)
+
+
+# -- a profile by path, and an ad-hoc endpoint ---------------------------------------------------------------
+
+
+def test_the_name_or_file_rule():
+    from antipersist_lib.serving.profiles import is_profile_path, profile_label
+
+    for name in ("gemma-4-31b-it", "qwen3-embedding-8b", "my.model.v2", "embedded"):
+        assert not is_profile_path(name) and profile_label(name) == name
+    for path, label in (
+        ("my-model.yaml", "my-model"),
+        ("./my-model.yaml", "my-model"),
+        ("/abs/dir/served.YML", "served"),
+        ("models/without-suffix", "without-suffix"),
+        ("~/x.yml", "x"),
+    ):
+        assert is_profile_path(path) and profile_label(path) == label
+
+
+def test_a_profile_file_anywhere_is_validated_like_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    good = tmp_path / "mine" / "my-model.yaml"
+    good.write_text(
+        "name: my-model\nmodel: org/served\nbase_url: http://gpu-9:8000/v1\nbase_url_env: AP_TEST_MY_URL\n"
+        "api_key_env: MY_KEY\ntemperature: 0.3\n"
+    )
+    for value in (str(good), "mine/my-model.yaml", "./mine/my-model.yaml"):
+        ep = backbone_endpoint(value)
+        assert (ep.model, ep.base_url, ep.api_key_env) == ("org/served", "http://gpu-9:8000/v1", "MY_KEY")
+        assert agent_decoding(value) == {"temperature": 0.3}
+    monkeypatch.setenv("AP_TEST_MY_URL", "http://gpu-10:8000/v1")  # its own URL variable still wins
+    assert backbone_endpoint("mine/my-model.yaml").base_url == "http://gpu-10:8000/v1"
+    assert embedding_endpoint(str(good)).model == "org/served"  # embedding profiles by path too
+
+    bad = tmp_path / "mine" / "bad.yaml"
+    bad.write_text("model: org/x\nbase_url: http://h/v1\ntop_p: 3\n")
+    with pytest.raises(ValueError, match=r"'top_p' must be a number in \(0, 1\]") as info:
+        backbone_endpoint("mine/bad.yaml")
+    assert "bad.yaml" in str(info.value)
+    (tmp_path / "mine" / "typo.yaml").write_text("model: org/x\nbase_url: http://h/v1\ntemprature: 1\n")
+    with pytest.raises(ValueError, match=r"typo.yaml: unknown key\(s\) \['temprature'\]"):
+        load_profile("backbones", "mine/typo.yaml")
+    with pytest.raises(ValueError, match=r"backbone profile file .*missing.yaml does not exist"):
+        backbone_endpoint("./missing.yaml")
+    assert agent_decoding("./missing.yaml") == {}  # a label, not a file: no decoding
+    with pytest.raises(ValueError, match=r"unknown backbone profile 'my-model'.*or give a path"):
+        backbone_endpoint("my-model")  # a bare name is never looked up in the working directory
+
+
+def test_embedded_is_not_an_embedding_profile():
+    with pytest.raises(ValueError, match="in-process MiniLM"):
+        embedding_endpoint("embedded")
+
+
+def test_an_adhoc_endpoint_is_checked_like_a_profile_and_labelled_by_its_model():
+    from antipersist_lib.serving.profiles import adhoc_endpoint, adhoc_label, is_profile_path
+
+    ep = adhoc_endpoint("http://10.0.0.5:8000/v1", "Qwen/Qwen3-8B", api_key_env="MY_KEY", context_length=32768)
+    assert (ep.base_url, ep.model) == ("http://10.0.0.5:8000/v1", "Qwen/Qwen3-8B")
+    assert (ep.api_key_env, ep.context_length) == ("MY_KEY", 32768)
+    assert adhoc_endpoint("http://h/v1", "m").api_key_env == "OPENAI_API_KEY"
+    assert adhoc_label("Qwen/Qwen3-8B") == "Qwen_Qwen3-8B" and adhoc_label("Llama-3.1-8B") == "Llama-3.1-8B"
+    assert not is_profile_path(adhoc_label("odd.yaml")) and not is_profile_path(adhoc_label("a/b"))
+    for kw, message in (
+        ({"base_url": "http://me:sk-secret@h/v1"}, "carries credentials"),
+        ({"base_url": "localhost:8000"}, "must be an http"),
+        ({"api_key_env": "sk-abc-123"}, "must name the environment variable"),
+        ({"context_length": 0}, "'context_length' must be a positive integer"),
+        ({"model": ""}, "'model' must be a non-empty string"),
+    ):
+        args = {"base_url": "http://h/v1", "model": "m", **kw}
+        with pytest.raises(ValueError, match=message) as info:
+            adhoc_endpoint(args.pop("base_url"), args.pop("model"), **args)
+        assert "--base-url" in str(info.value) and "sk-secret" not in str(info.value)
+
+
+def test_endpoint_flags_conflicts_are_refused():
+    import argparse
+
+    from antipersist_lib.serving.profiles import add_endpoint_arguments, endpoint_from_arguments
+
+    parser = argparse.ArgumentParser()
+    add_endpoint_arguments(parser)
+    assert endpoint_from_arguments(parser.parse_args([])) is None
+    ep = endpoint_from_arguments(parser.parse_args(["--base-url", "http://h/v1", "--model", "m"]))
+    assert (ep.base_url, ep.model) == ("http://h/v1", "m")
+    with pytest.raises(ValueError, match="not both"):
+        endpoint_from_arguments(parser.parse_args(["--base-url", "http://h/v1", "--model", "m"]), backbone="x")
+    with pytest.raises(ValueError, match="--model .*need --base-url"):
+        endpoint_from_arguments(parser.parse_args(["--model", "m"]))
+    with pytest.raises(ValueError, match="--context-length .*need --base-url"):
+        endpoint_from_arguments(parser.parse_args(["--context-length", "9"]))
+    with pytest.raises(ValueError, match="--base-url needs --model"):
+        endpoint_from_arguments(parser.parse_args(["--base-url", "http://h/v1"]))

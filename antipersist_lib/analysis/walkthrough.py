@@ -355,10 +355,14 @@ def walk_with(
                 f"(was it written by this run, with this kit's prompts?); use mode 'run' to ask a model. ({exc})"
             ) from None
     if mode == "run":
-        from antipersist_lib.serving.embedded import EmbeddedBackbone, EmbeddedEmbedder
+        from antipersist_lib.serving.embedded import DEFAULT_MODEL, EmbeddedBackbone, EmbeddedEmbedder
 
         man = RunDirectory(run_dir).read_manifest()
-        with EmbeddedBackbone(log_path=Path(work_dir).parent / "llama_server.log") as bb, EmbeddedEmbedder() as em:
+        # the model the run was recorded with (its label is embedded-<registry name>), else the kit's default
+        recorded = str(man.get("backbone", ""))
+        model = recorded.removeprefix("embedded-") if recorded.startswith("embedded-") else DEFAULT_MODEL
+        log_path = Path(work_dir).parent / "llama_server.log"
+        with EmbeddedBackbone(model=model, log_path=log_path) as bb, EmbeddedEmbedder() as em:
             ledger = Ledger()
             llm = LLMClient(bb.endpoint, ledger=ledger, seed=int(man["seed"]))
             embedder = Embedder(em.endpoint, ledger=ledger)

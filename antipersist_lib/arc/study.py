@@ -20,8 +20,10 @@ condition folder is cleared and re-run (its earlier calls are answered by the re
 
 Endpoint: ``endpoint=`` (an ``Endpoint``) wins; else the profile's ``backbone``: ``embedded`` starts the
 embedded default (Gemma 3 270M on llama.cpp, as ``runner.main_job`` does) and labels everything with its
-weak-model note; any other name is a backbone profile in ``params/backbones/`` (a vLLM endpoint). The
+weak-model note; any other value is a backbone profile, a name in ``params/backbones/`` or a profile file
+(a vLLM endpoint); ``backbone=`` (the command line's ``--base-url/--model``) replaces the profile's. The
 backbone profile's agent decoding is not used: the stream's own ``temperature`` applies to every call.
+Before the first piece of work the endpoint gets one small preflight request (``studies``).
 
 Kit choices where the paper is silent:
 
@@ -626,9 +628,15 @@ def run_study(
     out_dir: str | Path,
     *,
     endpoint: Endpoint | None = None,
+    backbone: str | Endpoint | None = None,
+    preflight: bool = True,
     log: Any = print,
 ) -> StudyResult:
-    """Run (or resume) every condition of a study profile; returns the results table and the manifest."""
+    """Run (or resume) every condition of a study profile; returns the results table and the manifest.
+
+    ``backbone`` replaces the profile's backbone (a profile name or file, or an ad-hoc ``Endpoint`` from
+    ``--base-url/--model``). Before the first condition, judge or surgery still to do, the chat endpoint
+    gets one small request (``StudyModels.check_endpoints``; ``preflight=False`` skips it)."""
     profile = load_study_profile(profile_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -639,7 +647,12 @@ def run_study(
     evalsets = {"heldout": heldout, "train": training_slice(profile, train)}
     evalsets = {k: v for k, v in evalsets.items() if k in profile.eval_sets}
     with open_models(
-        profile.path, profile.backbone, out, backbone_options=profile.backbone_options, endpoint=endpoint
+        profile.path,
+        profile.backbone if backbone is None else backbone,
+        out,
+        backbone_options=profile.backbone_options,
+        endpoint=endpoint,
+        preflight=preflight,
     ) as bb:
         if bb.note:
             log(f"NOTE: {bb.note}")
@@ -654,6 +667,7 @@ def run_study(
                 if (folder / DONE_FILE).exists():
                     log(f"{cond.name}: complete, kept")
                 else:
+                    bb.check_endpoints(f"study {out}")
                     t0 = time.monotonic()
                     with ledger.tag(condition=cond.name):
                         with_restarts(
@@ -665,6 +679,7 @@ def run_study(
                         )
                     log(f"{cond.name}: done in {time.monotonic() - t0:.0f} s")
                 if profile.judge and cond.name in profile.judge["conditions"] and not (folder / JUDGE_FILE).exists():
+                    bb.check_endpoints(f"study {out}")
                     with ledger.tag(condition=cond.name):
                         _run_judge(profile, llm, folder)
                 if (
@@ -672,6 +687,7 @@ def run_study(
                     and cond.name in profile.surgery["conditions"]
                     and not (folder / SURGERY_FILE).exists()
                 ):
+                    bb.check_endpoints(f"study {out}")
                     with ledger.tag(condition=cond.name):
                         _run_surgery(profile, llm, folder, evalsets)
             rows = [row for cond in profile.all_conditions() for row in _condition_rows(out, cond.name)]

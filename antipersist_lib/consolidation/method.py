@@ -21,6 +21,7 @@ from antipersist_lib.records import Task
 
 class ConsolidatedMemory(Method):
     name = "consolidated_memory"
+    uses_embeddings = False  # the bank's entries all go in context: no retrieval
     DEFAULTS: dict[str, Any] = {"memory": None, "step": None}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:

@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from antipersist_lib.envs.expert import EXPERT_BENCHMARKS, replay
 from antipersist_lib.jsonl import atomic_write_text, dumps_line
-from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
 from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
-
-#: benchmarks whose engines can replay an expert action sequence
-EXPERT_BENCHMARKS = ("alfworld", "scienceworld")
 
 
 @dataclass(frozen=True)
@@ -156,24 +154,8 @@ def pool_from_runs(run_dirs: Iterable[str | os.PathLike[str]], successes_only: b
 
 
 # -- expert replays ----------------------------------------------------------------------------
-
-
-def replay(env: Any, task: Task, actions: Sequence[str]) -> tuple[Trajectory, EpisodeOutcome]:
-    """Play ``actions`` on the real engine, so the trajectory carries the engine's observations
-    (a list of expert actions alone would teach a consolidator nothing about what it sees)."""
-    obs = env.reset(task)
-    steps: list[Step] = []
-    for action in actions:
-        act = env.normalize_action(action)
-        res = env.step(act)
-        steps.append(Step(act, res.observation, res.reward, res.done, res.valid, ""))
-        if res.done:
-            break
-    traj = Trajectory(obs, tuple(steps))
-    outcome = EpisodeOutcome(
-        success=bool(env.success), score=float(env.score), n_steps=traj.n_steps, n_invalid=traj.n_invalid
-    )
-    return traj, outcome
+# ``replay`` and ``EXPERT_BENCHMARKS`` live in envs/expert.py (the agent's in-context
+# demonstrations replay the same expert paths); both stay importable from here.
 
 
 def expert_pool(

@@ -23,6 +23,7 @@ from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
     check_backbone,
     check_bool,
+    check_embedding,
     check_int,
     check_mapping,
     check_names,
@@ -343,9 +344,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     if benchmark not in BENCHMARKS:
         raise fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
     backbone = check_backbone(data, path)
-    embedding = data.get("embedding", "qwen3-embedding-8b")
-    if not isinstance(embedding, str) or not embedding:
-        raise fail(path, f"'embedding' must be a profile name in params/embeddings/, got {embedding!r}")
+    embedding = check_embedding(data, path, "qwen3-embedding-8b")
     pool = _pool_spec(data, path)
     if "builders" not in data:
         raise fail(path, f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")

@@ -28,9 +28,10 @@ Re-running the same command resumes: a finished build (``bank.json``) is kept, a
 
 Backbone: ``endpoint=`` wins; else the profile's ``backbone``: ``embedded`` starts the embedded default
 (Gemma 3 270M on llama.cpp and all-MiniLM-L6-v2, as ``runner.main_job`` does) and labels everything with
-its weak-model note; any other name is a backbone profile in ``params/backbones/`` (its embedder:
-``embedding``, a profile in ``params/embeddings/``; ``embed_endpoint=`` wins). The same model consolidates
-and acts, as in the paper's Tables 2-3.
+its weak-model note; any other value is a backbone profile, a name in ``params/backbones/`` or a profile
+file (its embedder: ``embedding``, a profile name or file, or ``embedded`` for the in-process MiniLM;
+``embed_endpoint=`` wins); ``backbone=`` (the command line's ``--base-url/--model``) replaces the profile's.
+The same model consolidates and acts, as in the paper's Tables 2-3.
 
 Kit choices where the paper is silent:
 
@@ -330,6 +331,7 @@ def _evaluate(
         out_root=str(out / RUNS_DIR),
         cache_dir=str(out / CACHE_DIR) if profile.response_cache else None,
         progress=False,
+        preflight=models.preflight,  # each run with work left checks its endpoints (a finished one needs none)
     )
     summaries = with_restarts(
         models,
@@ -373,10 +375,17 @@ def run_study(
     endpoint: Endpoint | None = None,
     embed_endpoint: Endpoint | None = None,
     root: str | Path | None = None,
+    backbone: str | Endpoint | None = None,
+    preflight: bool = True,
 ) -> StudyResult:
     """Build every memory of the profile, evaluate each chosen step per seed (and the no-memory row), and
     write the study folder (see the module docstring). Paths in the profile (``pool.runs``, ``pool.file``)
-    are taken from ``root`` (default: the working directory). Re-running resumes."""
+    are taken from ``root`` (default: the working directory). Re-running resumes.
+
+    ``backbone`` replaces the profile's backbone (a profile name or file, or an ad-hoc ``Endpoint`` from
+    ``--base-url/--model``). Preflight: before a build still to do, the chat endpoint (and for ACE, which
+    deduplicates by embedding, the embedding endpoint) gets one small request; every evaluation run with work
+    left checks its own endpoints (``RunSpec.preflight``). ``preflight=False`` skips both."""
     profile = load_study_profile(profile_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -391,12 +400,13 @@ def run_study(
     try:
         with open_models(
             profile.path,
-            profile.backbone,
+            profile.backbone if backbone is None else backbone,
             out,
             backbone_options=profile.backbone_options,
             endpoint=endpoint,
             embedding=profile.embedding,
             embed_endpoint=embed_endpoint,
+            preflight=preflight,
         ) as models:
             if models.note:
                 print("note:", models.note)
@@ -418,6 +428,8 @@ def run_study(
                     _progress(rows[-1])
             for build in profile.builds():
                 b0 = time.monotonic()
+                if not (memory_dir(out, build) / BANK_FILE).exists():
+                    models.check_endpoints(f"study {out}", embeddings=build.builder in ("ace", "ace_gt"))
                 with ledger.tag(build=build.key):
                     snaps = with_restarts(
                         models, f"build {build.key}", lambda b=build: _run_build(profile, b, pool, out, llm, embedder)

@@ -24,6 +24,22 @@ from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 log = logging.getLogger(__name__)
 
+#: in-context demonstrations (``icl_examples``): at most this many per task, each given at least
+#: ``MIN_ICL_CHARS_PER_EXAMPLE`` characters of the ``icl_max_chars`` budget after the block's
+#: header. The default budget shows two ALFWorld expert episodes whole (1,700-3,400 characters,
+#: under 1,000 tokens, for the pair: well inside a 4096-token context); longer ones lose middle steps.
+MAX_ICL_EXAMPLES = 10
+MIN_ICL_CHARS_PER_EXAMPLE = 600
+MIN_ICL_MAX_CHARS = 1000
+DEFAULT_ICL_MAX_CHARS = 6000
+
+
+def icl_chars_needed(n: int) -> int:
+    """The smallest ``icl_max_chars`` that gives each of ``n`` demonstrations its minimum share."""
+    header = len(prompts.DEMONSTRATIONS_HEADER) + 1 + len(prompts.DEMONSTRATIONS_PREAMBLE)
+    return max(MIN_ICL_MAX_CHARS, header + n * (MIN_ICL_CHARS_PER_EXAMPLE + 2))
+
+
 NO_COMMAND_OBSERVATION = "No command found in your reply. Answer with one line 'Action: <command>'."
 THINK_OBSERVATION = "OK."
 
@@ -39,6 +55,10 @@ class AgentConfig:
     temperature: float = 0.0
     history_turns: int | None = None  # keep only the last N turns in the prompt (None = all)
     top_p: float | None = None
+    # in-context demonstrations (core/demonstrations.py): expert replays of training tasks of the
+    # task's type shown in the system prompt; 0 = none (the paper's setting, it shows none)
+    icl_examples: int = 0
+    icl_max_chars: int = DEFAULT_ICL_MAX_CHARS  # character budget of all demonstrations together
 
     def __post_init__(self) -> None:
         if (
@@ -57,6 +77,18 @@ class AgentConfig:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.history_turns is not None and self.history_turns < 1:
             raise ValueError(f"history_turns must be >= 1 or None, got {self.history_turns}")
+        n = self.icl_examples
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ICL_EXAMPLES:
+            raise ValueError(f"icl_examples must be an integer in [0, {MAX_ICL_EXAMPLES}] (0 = none), got {n!r}")
+        c = self.icl_max_chars
+        if isinstance(c, bool) or not isinstance(c, int) or c < MIN_ICL_MAX_CHARS:
+            raise ValueError(f"icl_max_chars must be an integer >= {MIN_ICL_MAX_CHARS}, got {c!r}")
+        if c < icl_chars_needed(n):
+            raise ValueError(
+                f"icl_max_chars = {c} leaves fewer than {MIN_ICL_CHARS_PER_EXAMPLE} characters for each of "
+                f"icl_examples = {n} demonstrations (at least {icl_chars_needed(n)} needed); raise icl_max_chars "
+                "or lower icl_examples"
+            )
 
 
 @dataclass(frozen=True)

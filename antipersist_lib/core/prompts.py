@@ -46,6 +46,20 @@ def agent_system_prompt(action_help: str = "", context_blocks: Iterable[str] = (
 
 
 # ---------------------------------------------------------------------------------------------
+# In-context demonstrations (agent option icl_examples; core/demonstrations.py renders them)
+# ---------------------------------------------------------------------------------------------
+
+DEMONSTRATIONS_HEADER = "## Solved examples"
+DEMONSTRATIONS_PREAMBLE = """\
+Solved episodes of other tasks of this kind (the environment's expert plan). Each "Action:" line
+is one reply, in the format your replies must end with (Thoughts left out); the other lines are
+what the environment answered. Use the names in your own observations, not these."""
+DEMONSTRATION_TITLE = "### Example {number}"
+DEMONSTRATION_REPLY = "Action: {action}"
+DEMONSTRATION_OMITTED = "[... {count} more action(s) and their observations left out for space ...]"
+DEMONSTRATION_END = "[Task completed.]"
+
+# ---------------------------------------------------------------------------------------------
 # Synthesis prompts (phi), temperature 0, 1024 tokens
 # ---------------------------------------------------------------------------------------------
 
@@ -156,6 +170,10 @@ def _all_prompts() -> dict[str, str]:
         "corrective": CORRECTIVE_PROMPT,
         "no_success_reference": NO_SUCCESS_REFERENCE,
         "factual_header": FACTUAL_HEADER + "\n" + FACTUAL_PREAMBLE,
+        "demonstrations_header": DEMONSTRATIONS_HEADER + "\n" + DEMONSTRATIONS_PREAMBLE,
+        "demonstration_turns": "\n".join(
+            (DEMONSTRATION_TITLE, DEMONSTRATION_REPLY, AGENT_OBSERVATION, DEMONSTRATION_OMITTED, DEMONSTRATION_END)
+        ),
         **{f"header_{m}": h for m, h in GUIDANCE_HEADERS.items()},
     }
 

@@ -100,28 +100,38 @@ def _games_root(candidate: Path) -> Path | None:
     return None
 
 
+def fallback_data_dirs() -> list[Path]:
+    """Where the games are looked for when neither ``data_dir`` nor ``$ALFWORLD_DATA`` is given, in order:
+    ``<repo>/.data/alfworld`` (what ``make alfworld-data`` / ``make run`` unpack) and alfworld's own default
+    ``~/.cache/alfworld`` (what ``alfworld-download`` fills when the variable is unset)."""
+    from antipersist_lib.paths import repo_root
+
+    return [repo_root() / ".data" / "alfworld", Path("~/.cache/alfworld").expanduser()]
+
+
 def resolve_alfworld_data(path: str | os.PathLike[str] | None = None) -> Path:
     """The ``json_2.1.1`` folder of the ALFWorld games.
 
-    Looks at ``path`` if given, else at ``$ALFWORLD_DATA``; either may name the folder that
-    contains ``json_2.1.1/`` (what ``alfworld-download`` fills) or ``json_2.1.1`` itself.
-    Raises ``BenchmarkUnavailableError`` saying what was looked at and how to get the data.
+    Looks at ``path`` if given, else at ``$ALFWORLD_DATA``, else (the variable unset or empty) at
+    ``fallback_data_dirs()``: ``<repo>/.data/alfworld``, then ``~/.cache/alfworld``. Each may name the folder
+    that contains ``json_2.1.1/`` (what ``alfworld-download`` fills) or ``json_2.1.1`` itself. Raises
+    ``BenchmarkUnavailableError`` saying what was looked at and how to get the data.
     """
     if path is not None:
         source, raw = "the data_dir argument", str(path)
     else:
         source, raw = f"${DATA_ENV_VAR}", os.environ.get(DATA_ENV_VAR, "")
     looked: list[str] = []
-    if raw:
-        cand = Path(raw).expanduser()
+    candidates = [Path(raw).expanduser()] if raw else fallback_data_dirs()
+    for cand in candidates:
         found = _games_root(cand)
         if found is not None:
             return found.resolve()
-        looked = [str(cand), str(cand / GAMES_DIRNAME)]
+        looked += [str(cand), str(cand / GAMES_DIRNAME)]
     where = (
         f"{source} = {raw!r}; looked for the game folders at " + " and ".join(looked)
         if raw
-        else f"{source} is not set (and no data_dir was given)"
+        else f"{source} is not set (and no data_dir was given); looked for the game folders at " + " and ".join(looked)
     )
     raise BenchmarkUnavailableError(
         f"ALFWorld game files ({GAMES_DIRNAME}/{{train,valid_unseen,...}}/<task>/<trial>/{GAME_FILENAME}) "
@@ -200,11 +210,17 @@ def _version(dist: str) -> str | None:
 _PUT_RE = re.compile(r"^put (?P<obj>.+?) (?:in ?/ ?on|on ?/ ?in|into|onto|inside|in|on) (?P<recep>.+)$")
 
 
-def _load_engine() -> tuple[Any, Any, Any, Any]:
-    if os.environ.get(DATA_ENV_VAR) == "":
-        # alfworld's own import runs os.makedirs($ALFWORLD_DATA) and crashes on an empty value;
-        # the kit has already resolved the game folder, so an empty setting means "unset"
-        del os.environ[DATA_ENV_VAR]
+def _load_engine(data_dir: Path | None = None) -> tuple[Any, Any, Any, Any]:
+    """Import textworld and alfworld's wrappers. alfworld's import reads ``$ALFWORLD_DATA`` (it runs
+    ``os.makedirs`` on it, and sets it to ``~/.cache/alfworld`` when unset), so an unset or empty variable
+    is first set to the folder the kit resolved (``data_dir``, the parent of its ``json_2.1.1``): the engine
+    and every later ``resolve_alfworld_data()`` of this process (held-out workers) then see the same games."""
+    if not os.environ.get(DATA_ENV_VAR):
+        if data_dir is not None:
+            os.environ[DATA_ENV_VAR] = str(data_dir.parent if data_dir.name == GAMES_DIRNAME else data_dir)
+        elif DATA_ENV_VAR in os.environ:
+            # an empty setting means "unset": alfworld's os.makedirs("") would crash on it
+            del os.environ[DATA_ENV_VAR]
     try:
         import textworld
         import textworld.gym
@@ -225,7 +241,7 @@ class ALFWorldEnvironment(Environment):
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         self.data_dir = resolve_alfworld_data(data_dir)
         self.max_episode_steps = int(max_episode_steps)
-        self._tw, self._twgym, self._demangler_cls, self._infos_cls = _load_engine()
+        self._tw, self._twgym, self._demangler_cls, self._infos_cls = _load_engine(self.data_dir)
         self._env: Any = None
         self._won = False
         self._done = False

@@ -110,6 +110,11 @@ class Environment(ABC):
         """Engine name, package versions and settings, for run manifests."""
         return {"benchmark": self.benchmark}
 
+    def check_available(self) -> None:
+        """Raise ``BenchmarkUnavailableError`` (with the fix) when the engine or its data is missing. A run
+        calls it before its first model request; engines that start lazily (ScienceWorld's JVM) override it,
+        the others fail in their constructor already."""
+
     def close(self) -> None:
         """Release the engine."""
 

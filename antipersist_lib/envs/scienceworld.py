@@ -111,6 +111,10 @@ class ScienceWorldEnvironment(Environment):
     def close(self) -> None:
         self._drop_engine()
 
+    def check_available(self) -> None:
+        """Java and the ``scienceworld`` package (the JVM itself starts with the first task)."""
+        _require_engine()
+
     # -- episodes --------------------------------------------------------------------------
 
     def _load(self, task: Task, gold: bool = False) -> Any:

@@ -65,6 +65,8 @@ class Method(ABC):
     name: str = "base"
     #: state files under ``state_dir`` that hold the method's persistent state
     state_files: tuple[str, ...] = ()
+    #: whether the method calls ``ctx.embedder`` (the run's preflight then checks the embedding endpoint)
+    uses_embeddings: bool = True
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         if params:

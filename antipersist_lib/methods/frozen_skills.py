@@ -67,6 +67,7 @@ def format_skills(skills: list[dict[str, str]]) -> str:
 
 class FrozenSkills(Method):
     name = "frozen_skills"
+    uses_embeddings = False
     DEFAULTS: dict[str, Any] = {"library": None}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:

@@ -7,3 +7,4 @@ from antipersist_lib.methods.base import Method
 
 class ReAct(Method):
     name = "react"
+    uses_embeddings = False

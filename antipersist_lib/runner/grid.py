@@ -17,6 +17,15 @@ Before any run starts (and any model call), every benchmark's partition must loa
 must be installed if the grid uses it; the refusal names the missing file and the command that
 builds it.
 
+Backbones and the embedding are profile names, profile files (a value ending in ``.yaml`` / ``.yml`` or
+holding a path separator, ``serving.profiles.is_profile_path``) or inline mappings; ``embedding: embedded``
+is the in-process MiniLM embedder, which each run starts and stops itself.
+
+Preflight: before launching any run, ``run_grid`` sends one small request to every distinct
+(base URL, model) chat endpoint and every distinct embedding endpoint that runs with work left need
+(``check_endpoints``), and refuses to launch with a message listing every endpoint that failed; each run
+also checks its own endpoints when it starts (``RunSpec.preflight``).
+
 Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
 backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
 response cache is keyed by model name, so a run may resume on another replica). Held-out
@@ -41,12 +50,15 @@ from antipersist_lib.methods import METHODS, validate_method_params
 from antipersist_lib.runner.main_job import VARIANT_KEYS
 from antipersist_lib.runner.protocol import RunSpec
 from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
     DECODING_KEYS,
+    EMBEDDED,
     GLOBAL_URL_ENV,
     PROFILE_KEYS,
     endpoint_from_profile,
     load_profile,
+    profile_label,
     read_mapping,
     validate_profile,
 )
@@ -94,11 +106,12 @@ FORWARDED_ENV = (
 
 @dataclass(frozen=True)
 class GridRun:
-    """One task of the grid: the run's spec and the endpoints it talks to."""
+    """One task of the grid: the run's spec and the endpoints it talks to (``embed_endpoint`` is None for
+    ``embedding: embedded``: the run starts the in-process embedder itself)."""
 
     spec: RunSpec
     endpoint: Endpoint
-    embed_endpoint: Endpoint
+    embed_endpoint: Endpoint | None
 
 
 @dataclass
@@ -143,9 +156,13 @@ class _Named:
 
 
 def _endpoint(entry: Any, kind: str, where: str) -> _Named:
-    """A profile name (``params/<kind>/NAME.yaml``) or an inline mapping with the profile fields."""
+    """A profile name (``params/<kind>/NAME.yaml``), a profile file's path, or an inline mapping with the
+    profile fields."""
     if isinstance(entry, str):
-        data = load_profile(kind, entry)
+        try:
+            data = load_profile(kind, entry)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
         return _Named(entry, endpoint_from_profile(data, kind), data.get("base_url_env"))
     if isinstance(entry, dict):
         unknown = sorted(set(entry) - PROFILE_KEYS)
@@ -243,23 +260,30 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         if key in data and (not isinstance(data[key], int) or data[key] < 1):
             raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
     backbones = [_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))]
-    emb = _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    embedded = data.get("embedding") == EMBEDDED
+    emb = None if embedded else _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    if embedded and data.get("embedding_endpoints"):
+        raise ValueError(
+            f"{p}: embedding_endpoints cannot be used with embedding: {EMBEDDED} (each run starts its own)"
+        )
     replicas = data.get("endpoints") or {}
     if not isinstance(replicas, dict):
         raise ValueError(f"{p}: endpoints must map a backbone name to a list of base URLs")
+    # a profile file may be keyed by its path as written in backbones or by its label (the file's stem)
+    replicas = {next((b.name for b in backbones if profile_label(b.name) == k), k): v for k, v in replicas.items()}
     for bname, urls in replicas.items():
         if bname not in {b.name for b in backbones}:
             raise ValueError(f"{p}: endpoints names backbone {bname!r}, which is not in backbones")
         if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
             raise ValueError(f"{p}: endpoints[{bname!r}] must be a non-empty list of base URLs")
-    emb_urls = data.get("embedding_endpoints") or [emb.endpoint.base_url]
+    emb_urls = data.get("embedding_endpoints") or ([] if emb is None else [emb.endpoint.base_url])
     if not isinstance(data.get("shared_server", False), bool):
         raise ValueError(f"{p}: shared_server must be true or false, got {data['shared_server']!r}")
     if not data.get("shared_server", False):
         _check_one_model_per_url(
             p,
             [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
-            + [("embedding", emb, emb_urls)],
+            + ([("embedding", emb, emb_urls)] if emb is not None else []),
         )
     benchmarks = _list(data, "benchmarks", p)
     _check_benchmarks(p, benchmarks, data)
@@ -288,7 +312,7 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                             "method": method,
                             "benchmark": bench,
                             "backbone": bname,
-                            "embedding": emb.name,
+                            "embedding": EMBEDDED if emb is None else emb.name,
                             "seed": seed,
                             "iterations": data.get("iterations", 10),
                             "train_per_iteration": data.get("train_per_iteration", 50),
@@ -312,7 +336,9 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                         GridRun(
                             spec,
                             dataclasses.replace(ep, base_url=urls[k % len(urls)]),
-                            dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)]),
+                            None
+                            if emb is None
+                            else dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)]),
                         )
                     )
     return Grid(
@@ -323,7 +349,7 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         max_parallel=int(data.get("max_parallel", 2)),
         cpus_per_run=float(data.get("cpus_per_run", 1.0)),
         out_root=out_root,
-        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n.url_env)),
+        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n is not None and n.url_env)),
     )
 
 
@@ -338,7 +364,7 @@ def run_one(run: GridRun) -> RunOutcome:
         method=spec.method,
         run_name=spec.run_name,
         benchmark=spec.benchmark,
-        backbone=spec.backbone,
+        backbone=spec.backbone_label,
         seed=spec.seed,
     )
     try:
@@ -414,12 +440,43 @@ def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutco
             ray.shutdown()
 
 
-def run_grid(grid: Grid, *, executor: str | None = None, verbose: bool = True) -> list[RunOutcome]:
+def grid_probes(grid: Grid) -> list[Probe]:
+    """The distinct endpoints the grid's unfinished runs need: each (base URL, model) chat endpoint, and
+    each embedding endpoint of a run whose method embeds (the in-process embedder is checked by its run)."""
+    from antipersist_lib.runner.protocol import uses_embeddings, work_left
+
+    probes: list[Probe] = []
+    for r in grid.runs:
+        if not work_left(r.spec):
+            continue
+        probes.append(Probe("chat", r.endpoint, f"backbone {r.spec.backbone}"))
+        if r.embed_endpoint is not None and uses_embeddings(r.spec.method):
+            probes.append(Probe("embedding", r.embed_endpoint, f"embedding {r.spec.embedding}"))
+    return distinct(probes)
+
+
+def check_endpoints(grid: Grid, *, verbose: bool = True) -> list[ProbeResult]:
+    """Preflight of the whole grid, before any run is launched: every endpoint of ``grid_probes`` gets one
+    small request; ``PreflightError`` lists every one that failed (each checked once, in seconds)."""
+    probes = grid_probes(grid)
+    results = run_preflight(probes, what=f"grid {grid.name}")
+    if verbose:
+        for r in results:
+            print(f"  preflight ok: {r.probe.describe()} {r.detail} ({r.seconds:.1f} s)", flush=True)
+    return results
+
+
+def run_grid(
+    grid: Grid, *, executor: str | None = None, verbose: bool = True, preflight: bool = True
+) -> list[RunOutcome]:
     """Run every run of the grid; write ``grid_<name>.json`` under ``out_root``; return the outcomes
-    in grid order. Re-running resumes each run."""
+    in grid order. Re-running resumes each run. With ``preflight`` (the default) the grid's endpoints are
+    checked first (``check_endpoints``) and nothing is launched when one fails."""
     executor = executor or grid.executor
     if executor not in EXECUTORS:
         raise ValueError(f"executor is {executor!r}, expected one of {EXECUTORS}")
+    if preflight:
+        check_endpoints(grid, verbose=verbose)
     total = len(grid.runs)
     counter = {"n": 0}
 

@@ -15,17 +15,11 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from antipersist_lib.errors import LLMUnavailableError
+from antipersist_lib.errors import EmbeddedServerError, LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
 from antipersist_lib.methods import METHODS
 from antipersist_lib.runner.protocol import RunSpec, run_cell
-from antipersist_lib.serving.embedded import (
-    BACKBONE_NAME,
-    EMBEDDER_MODEL,
-    WEAK_MODEL_NOTE,
-    EmbeddedBackbone,
-    EmbeddedEmbedder,
-)
+from antipersist_lib.serving.embedded import EMBEDDER_MODEL, WEAK_MODEL_NOTE, EmbeddedBackbone, EmbeddedEmbedder
 from antipersist_lib.serving.profiles import read_mapping
 
 PROFILE_KEYS = {
@@ -46,7 +40,6 @@ PROFILE_KEYS = {
     "notebooks",
 }
 VARIANT_KEYS = {"method", "params"}
-BACKBONE_LABEL = "embedded-gemma-3-270m"
 MAX_BACKBONE_RESTARTS = 3
 
 
@@ -103,6 +96,14 @@ def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return plan
 
 
+def _agent_summary(prof: dict[str, Any]) -> str:
+    """One line naming the agent settings a reader needs beside the numbers (steps, demonstrations)."""
+    agent = prof.get("agent", {}) or {}
+    shots = int(agent.get("icl_examples", 0) or 0)
+    demos = f"{shots} expert demonstration(s) per task" if shots else "no demonstrations"
+    return f"{prof.get('max_steps', 4)} steps per episode, {demos}"
+
+
 def run_main(
     profile_path: str | Path = "params/main/smoke.yaml",
     *,
@@ -113,7 +114,7 @@ def run_main(
     name = Path(profile_path).stem
     out = Path(out) / name
     out.mkdir(parents=True, exist_ok=True)
-    bb_opts = prof.get("backbone", {}) or {}
+    bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=out / "llama_server.log")
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     restarts: list[dict[str, Any]] = []
@@ -125,7 +126,7 @@ def run_main(
                     RunSpec(
                         method=method,
                         benchmark=bench,
-                        backbone=BACKBONE_LABEL,
+                        backbone=bb.label,
                         embedding=EMBEDDER_MODEL,
                         seed=int(seed),
                         iterations=int(prof.get("iterations", 2)),
@@ -144,40 +145,46 @@ def run_main(
                 )
     # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
     # for that core stalls every similarity product (measured: 24 ms vs 0.7 ms at 500 records).
-    with (
-        threadpool_limits(limits=1),
-        EmbeddedBackbone(
-            threads=int(bb_opts.get("threads", 1)),
-            n_ctx=int(bb_opts.get("n_ctx", 4096)),
-            log_path=out / "llama_server.log",
-        ) as bb,
-        EmbeddedEmbedder() as em,
-    ):
-        print(f"embedded backbone up: {BACKBONE_NAME} at {bb.base_url}; embedder {EMBEDDER_MODEL} at {em.base_url}")
+    with threadpool_limits(limits=1), bb, EmbeddedEmbedder() as em:
+        described = bb.describe()
+        features = ", ".join(described["llama_cpp_build"]["features"] or [])
+        print(
+            f"embedded backbone up: {bb.display_name} at {bb.base_url} (model sha256 {bb.model.sha256[:12]}..., "
+            f"llama.cpp baseline {bb.build.baseline}: {features}; first token in {bb.first_token_s} s); "
+            f"embedder {EMBEDDER_MODEL} at {em.base_url}"
+        )
         print(f"note: {WEAK_MODEL_NOTE}")
         for spec in specs:
             started = time.monotonic()
             for attempt in range(MAX_BACKBONE_RESTARTS + 1):
                 try:
-                    summaries = run_cell(spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint)
+                    summaries = run_cell(
+                        spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint, backbone_info=bb.describe()
+                    )
                     break
-                except LLMUnavailableError:
+                except LLMUnavailableError as exc:
                     code = bb.exit_code
-                    if code is None or attempt == MAX_BACKBONE_RESTARTS:
-                        raise  # the server is alive (or keeps dying): stop, resumable
-                    print(f"the embedded llama.cpp server exited with code {code}; restarting it and resuming the run")
+                    if code is None:
+                        raise  # the server is alive: stop, resumable
+                    report = bb.crash_report(f"it died during run {spec.run_dir()}")
+                    if attempt == MAX_BACKBONE_RESTARTS:
+                        raise EmbeddedServerError(
+                            f"{report}\n(it died {attempt + 1} times; completed work is saved, re-running resumes)"
+                        ) from exc
+                    print(f"{report}\nrestarting it and resuming the run")
                     restarts.append({"run": str(spec.run_dir()), "exit_code": code})
                     bb.restart()
             last = summaries[-1]
             rows.append(
                 {
-                    "backbone": BACKBONE_NAME,
+                    "backbone": bb.display_name,
                     "benchmark": spec.benchmark,
                     "run": spec.name,
                     "method": spec.method,
                     "seed": spec.seed,
                     "iterations": len(summaries),
                     "heldout_success_final": last.heldout_success,
+                    "heldout_score_final": last.heldout_score,
                     "heldout_n": last.heldout_n,
                     "mean_calls_per_task": last.mean_calls,
                     "mean_steps": last.mean_steps,
@@ -192,26 +199,35 @@ def run_main(
         w.writeheader()
         w.writerows(rows)
     lines = [
-        f"# Main job ({name}) on the embedded default",
+        f"# Main job ({name}) on the embedded default: {bb.display_name}",
         "",
         f"> {WEAK_MODEL_NOTE}",
         "",
-        "| benchmark | run | held-out success (final it.) | n | calls/task | steps | run |",
-        "|---|---|---|---|---|---|---|",
+        f"Model file `{bb.model.path.name}` (sha256 `{bb.model.sha256}`); llama.cpp build for baseline "
+        f"`{bb.build.baseline}` (compiled features: {features}); agent: {_agent_summary(prof)}.",
+        "",
+        "| benchmark | run | held-out success (final it.) | held-out score | n | calls/task | steps | run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | {r['heldout_n']} | "
+            f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | "
+            f"{r['heldout_score_final']:.2f} | {r['heldout_n']} | "
             f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |"
         )
     lines += [
         "",
-        f"Wall time of the experiment: {wall / 60:.1f} min (backbone {BACKBONE_NAME}, embedder {EMBEDDER_MODEL}).",
+        "Held-out score is the engine's own: ScienceWorld's 0-100 partial credit (negative when the task was "
+        "failed), ALFWorld's 0/1.",
+        "",
+        f"Wall time of the experiment: {wall / 60:.1f} min (backbone {bb.display_name}, embedder {EMBEDDER_MODEL}).",
     ]
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
     summary = {
         "profile": str(profile_path),
-        "backbone": BACKBONE_NAME,
+        "backbone": bb.display_name,
+        "backbone_label": bb.label,
+        "embedded_backbone": described,
         "embedder": EMBEDDER_MODEL,
         "note": WEAK_MODEL_NOTE,
         "wall_s": round(wall, 1),

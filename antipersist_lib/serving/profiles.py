@@ -12,6 +12,17 @@ from the variable named by ``api_key_env`` only, so they never reach a manifest.
 
 Backbone profiles may set the *agent's* decoding for that model (``temperature``, ``top_p``);
 ``agent_decoding(name)`` returns them. The synthesis LLM is not affected (temperature 0).
+
+Name or file (``is_profile_path``, the one rule): wherever a profile *name* is accepted, a path to a
+profile file is accepted too. A value that ends in ``.yaml`` or ``.yml`` (any case) or contains a path
+separator (``/``, or the platform's own) is a path to a YAML file (``~`` expanded, relative paths taken
+from the working directory), validated exactly like the files in ``params/<kind>/``; any other value
+names ``params/<kind>/<value>.yaml``. A file's *label* (run folders, manifests) is its file name without
+the suffix (``profile_label``). The embedding value ``embedded`` (``EMBEDDED``) is the in-process MiniLM
+embedder (``serving.embedded.EmbeddedEmbedder``), which the run starts and stops itself.
+
+An ad-hoc endpoint (``--base-url URL --model NAME`` on the command line) is an Endpoint built and checked
+by ``adhoc_endpoint``, labelled ``adhoc_label(model)``.
 """
 
 from __future__ import annotations
@@ -40,6 +51,10 @@ PROFILE_KEYS = {"name", "model", "base_url", "base_url_env", *ENDPOINT_KEYS, *DE
 #: the variable that overrides the base URL of every profile of a kind
 GLOBAL_URL_ENV = {"backbones": "ANTIPERSIST_BASE_URL", "embeddings": "ANTIPERSIST_EMBED_BASE_URL"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: file name endings that make a profile value a path (``is_profile_path``)
+PROFILE_SUFFIXES = (".yaml", ".yml")
+#: the embedding value that selects the in-process MiniLM embedder (started and stopped by the run)
+EMBEDDED = "embedded"
 
 
 def read_mapping(path: str | os.PathLike[str], allowed: set[str] | None = None) -> dict[str, Any]:
@@ -69,6 +84,57 @@ def params_dir() -> Path:
 def available(kind: str) -> list[str]:
     d = params_dir() / kind
     return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def is_profile_path(value: str) -> bool:
+    """True when ``value`` names a profile *file* rather than a profile in ``params/<kind>/``: it ends in
+    ``.yaml`` / ``.yml`` (any case) or contains a path separator. The one place this rule is decided."""
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return value.lower().endswith(PROFILE_SUFFIXES) or any(sep in value for sep in seps)
+
+
+def profile_file(kind: str, value: str) -> Path:
+    """The YAML file a profile value refers to: the path itself (``~`` expanded), or ``params/<kind>/<value>.yaml``."""
+    return Path(value).expanduser() if is_profile_path(value) else params_dir() / kind / f"{value}.yaml"
+
+
+def profile_label(value: str) -> str:
+    """How a profile is named in run folders and manifests: a name as it is, a file by its stem
+    (``./models/my-model.yaml`` -> ``my-model``). Reads no file."""
+    return Path(value).stem if is_profile_path(value) else value
+
+
+def adhoc_label(model: str) -> str:
+    """The label of an ad-hoc endpoint (``--base-url/--model``): its model name with every character other
+    than letters, digits, ``-``, ``_`` and ``.`` replaced by ``_`` (``Qwen/Qwen3-8B`` -> ``Qwen_Qwen3-8B``),
+    so that it is one folder name and never reads as a profile file."""
+    label = "".join(c if c.isalnum() or c in "-_." else "_" for c in model) or "_"
+    return label.replace(".", "_") if is_profile_path(label) else label
+
+
+def adhoc_endpoint(
+    base_url: str, model: str, *, api_key_env: str | None = None, context_length: int | None = None
+) -> Endpoint:
+    """An OpenAI-compatible chat endpoint given on the command line, checked like a profile (errors name the
+    flag). ``api_key_env`` is the *name* of the variable holding the key (default ``OPENAI_API_KEY``)."""
+    where = "--base-url/--model"
+    data: dict[str, Any] = {"base_url": base_url, "model": model}
+    if api_key_env is not None:
+        if not _ENV_NAME.fullmatch(api_key_env):
+            raise ValueError(
+                f"{where}: --api-key-env must name the environment variable that holds the key "
+                f"(e.g. MY_API_KEY), not the key itself; got {api_key_env!r}"
+            )
+        data["api_key_env"] = api_key_env
+    if context_length is not None:
+        data["context_length"] = context_length
+    validate_profile(data, where)
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(
+            f"{where}: --base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {base_url!r}"
+        )
+    return Endpoint(**data)
 
 
 def _number(value: Any) -> bool:
@@ -120,12 +186,78 @@ def _check_url(url: str, source: str) -> None:
         )
 
 
-def load_profile(kind: str, name: str) -> dict[str, Any]:
-    """Read and validate one profile; errors name the file and the field."""
-    path = params_dir() / kind / f"{name}.yaml"
-    if not path.exists():
+def add_endpoint_arguments(parser: Any) -> None:
+    """``--base-url URL --model NAME [--api-key-env VAR] [--context-length N]`` on an argparse parser: an
+    ad-hoc chat endpoint used instead of a backbone profile (``endpoint_from_arguments`` checks them)."""
+    parser.add_argument(
+        "--base-url",
+        dest="base_url",
+        metavar="URL",
+        help="an OpenAI-compatible chat endpoint, e.g. http://127.0.0.1:8000/v1, instead of a backbone profile "
+        "(needs --model)",
+    )
+    parser.add_argument("--model", metavar="NAME", help="with --base-url: the model name the endpoint serves")
+    parser.add_argument(
+        "--api-key-env",
+        dest="api_key_env",
+        metavar="VAR",
+        help="with --base-url: the environment variable that holds the API key (default OPENAI_API_KEY; "
+        "only its name is recorded)",
+    )
+    parser.add_argument(
+        "--context-length", dest="context_length", type=int, metavar="N", help="with --base-url: the context length"
+    )
+
+
+def endpoint_from_arguments(args: Any, *, backbone: str | None = None) -> Endpoint | None:
+    """The ad-hoc endpoint of ``add_endpoint_arguments``'s flags, or None without ``--base-url``. Refuses
+    ``--base-url`` together with a backbone profile (``backbone``, e.g. ``--backbone``), and ``--model``,
+    ``--api-key-env`` or ``--context-length`` without ``--base-url``."""
+    base_url = getattr(args, "base_url", None)
+    extras = [
+        flag
+        for flag, key in (
+            ("--model", "model"),
+            ("--api-key-env", "api_key_env"),
+            ("--context-length", "context_length"),
+        )
+        if getattr(args, key, None) is not None
+    ]
+    if base_url is None:
+        if extras:
+            raise ValueError(
+                f"{' and '.join(extras)} describe an ad-hoc endpoint and need --base-url URL "
+                "(or give a backbone profile with --backbone instead)"
+            )
+        return None
+    if backbone:
         raise ValueError(
-            f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind})"
+            f"give either --backbone ({backbone!r}: a profile name or file) or --base-url/--model (an ad-hoc "
+            "endpoint), not both"
+        )
+    if not getattr(args, "model", None):
+        raise ValueError("--base-url needs --model NAME: the model name the endpoint serves (listed by its /v1/models)")
+    return adhoc_endpoint(base_url, args.model, api_key_env=args.api_key_env, context_length=args.context_length)
+
+
+def load_profile(kind: str, name: str) -> dict[str, Any]:
+    """Read and validate one profile, by name or by path (``is_profile_path``); errors name the file and the field."""
+    path = profile_file(kind, name)
+    if is_profile_path(name):
+        if not path.is_file():
+            raise ValueError(
+                f"{kind[:-1]} profile file {path} does not exist (a value ending in .yaml/.yml or holding a "
+                f"path separator is read as a file path, relative to {Path.cwd()}; a bare name is looked up "
+                f"in {params_dir() / kind}: {available(kind)})"
+            )
+    elif name == EMBEDDED and kind == "embeddings":
+        raise ValueError(
+            f"embedding {EMBEDDED!r} is the in-process MiniLM embedder: it has no endpoint before the run starts it"
+        )
+    elif not path.exists():
+        raise ValueError(
+            f"unknown {kind[:-1]} profile {name!r}; available: {available(kind)} (in {params_dir() / kind}); "
+            "or give a path to a profile file (ending in .yaml)"
         )
     data = read_mapping(path, PROFILE_KEYS)
     validate_profile(data, str(path))
@@ -159,8 +291,9 @@ def embedding_endpoint(name: str) -> Endpoint:
 def agent_decoding(backbone: str) -> dict[str, float]:
     """The agent's decoding settings in a backbone profile: ``{"temperature": t, "top_p": p}`` with
     only the keys the profile sets; ``{}`` when ``backbone`` has no profile file (the label of an
-    explicit endpoint). A run's own ``agent:`` settings take precedence over these."""
-    if not (params_dir() / "backbones" / f"{backbone}.yaml").exists():
+    explicit endpoint). A run's own ``agent:`` settings take precedence over these. ``backbone`` may be
+    a profile file's path (``is_profile_path``)."""
+    if not profile_file("backbones", backbone).is_file():
         return {}
     data = load_profile("backbones", backbone)
     return {k: float(data[k]) for k in DECODING_KEYS if k in data}

@@ -1,0 +1,233 @@
+"""Preflight: one tiny request to each endpoint a run needs, before its first task.
+
+Why: a run whose embedding server is down does not crash. The embedder returns None, the methods fall
+back to mode ``none`` after every task's retries (measured: ~50 s of retries per task) and the run
+silently measures ReAct; a dead chat endpoint costs every run of a grid its full retry budget, one run
+after another. So before any task, a run (``runner.protocol``), a study (``studies``) and a grid (once per
+distinct endpoint, ``runner.grid``) send each endpoint one small request:
+
+* chat: one user message (``PREFLIGHT_PROMPT``) with ``max_tokens`` = ``PREFLIGHT_MAX_TOKENS``; any
+  well-formed completion passes, even an empty one (a reasoning model may spend four tokens thinking);
+* embeddings: one short text; the reply must hold one finite, non-empty vector.
+
+Each probe uses its own connection with ``PREFLIGHT_RETRIES`` retry, a short backoff and a timeout of at
+most ``PREFLIGHT_TIMEOUT_S``, so a dead endpoint is reported within seconds. Probes bypass the ledger and
+the response cache: they are never counted as a task's calls. A failure raises ``PreflightError`` (an
+``LLMUnavailableError``) naming every endpoint that failed (URL, model, profile), the error and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from antipersist_lib.errors import LLMError, LLMUnavailableError
+from antipersist_lib.serving.llm import (
+    Endpoint,
+    _Backoff,
+    _call_with_retries,
+    _make_openai_client,
+    _TransientReplyError,
+)
+
+PREFLIGHT_PROMPT = "Reply with the single word OK."
+PREFLIGHT_EMBED_TEXT = "preflight check"
+PREFLIGHT_MAX_TOKENS = 4
+PREFLIGHT_RETRIES = 1
+PREFLIGHT_TIMEOUT_S = 30.0
+KINDS = ("chat", "embedding")
+
+
+class PreflightError(LLMUnavailableError):
+    """An endpoint a run needs did not answer its preflight request; ``failures`` lists each one."""
+
+    def __init__(self, message: str, failures: Sequence[ProbeResult] = ()) -> None:
+        # ``failures`` has a default so that the exception survives pickling (a grid worker's result)
+        last = failures[-1].error if failures else None
+        super().__init__(message, retries=0, last_error=last)
+        self.failures = list(failures)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One endpoint to check: ``kind`` is "chat" or "embedding"; ``source`` says where it came from
+    (a profile name or file, ``--base-url``, the embedded embedder, a label) for the error message."""
+
+    kind: str
+    endpoint: Endpoint
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Probe.kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What makes two probes the same check: kind, base URL (without a trailing slash), model."""
+        return (self.kind, self.endpoint.base_url.rstrip("/"), self.endpoint.model)
+
+    def describe(self) -> str:
+        what = "chat endpoint" if self.kind == "chat" else "embedding endpoint"
+        return f"{what} {self.endpoint.base_url} (model {self.endpoint.model!r}, {self.source})"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    probe: Probe
+    ok: bool
+    detail: str  # what answered, or the error
+    seconds: float
+
+    @property
+    def error(self) -> str | None:
+        return None if self.ok else self.detail
+
+
+def _quick(endpoint: Endpoint, timeout_s: float) -> Endpoint:
+    return dataclasses.replace(
+        endpoint,
+        timeout_s=min(endpoint.timeout_s, timeout_s),
+        max_retries=PREFLIGHT_RETRIES,
+        backoff_base_s=min(endpoint.backoff_base_s, 0.5),
+        backoff_max_s=min(endpoint.backoff_max_s, 1.0),
+    )
+
+
+def _check_chat(endpoint: Endpoint) -> str:
+    client = _make_openai_client(endpoint)
+    try:
+
+        def once() -> str:
+            resp = client.chat.completions.create(
+                model=endpoint.model,
+                messages=[{"role": "user", "content": PREFLIGHT_PROMPT}],
+                max_tokens=PREFLIGHT_MAX_TOKENS,
+                temperature=0.0,
+            )
+            choices = getattr(resp, "choices", None)
+            if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+                raise _TransientReplyError("malformed chat response (no choices)")
+            return "answered a chat request"
+
+        out, _ = _call_with_retries(
+            once,
+            endpoint=endpoint,
+            purpose="preflight chat",
+            max_retries=endpoint.max_retries,
+            backoff=_backoff(endpoint),
+        )
+        return out
+    finally:
+        client.close()
+
+
+def _check_embedding(endpoint: Endpoint) -> str:
+    from antipersist_lib.serving.embeddings import _valid_vector
+
+    client = _make_openai_client(endpoint)
+    try:
+
+        def once() -> str:
+            resp = client.embeddings.create(model=endpoint.model, input=[PREFLIGHT_EMBED_TEXT], encoding_format="float")
+            data = getattr(resp, "data", None)
+            if not isinstance(data, list) or len(data) != 1:
+                raise _TransientReplyError("malformed embeddings response (expected one vector)")
+            vec = _valid_vector(getattr(data[0], "embedding", None), None)
+            return f"answered with a {len(vec)}-dimensional embedding"
+
+        out, _ = _call_with_retries(
+            once,
+            endpoint=endpoint,
+            purpose="preflight embedding",
+            max_retries=endpoint.max_retries,
+            backoff=_backoff(endpoint),
+        )
+        return out
+    finally:
+        client.close()
+
+
+def _backoff(endpoint: Endpoint) -> _Backoff:
+    return _Backoff(endpoint.backoff_base_s, endpoint.backoff_max_s, 0, time.sleep)
+
+
+def check(probe: Probe, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> ProbeResult:
+    """Send the probe's one request (``PREFLIGHT_RETRIES`` retry, timeout at most ``timeout_s``); never raises
+    for an endpoint error, the result says what happened."""
+    endpoint = _quick(probe.endpoint, timeout_s)
+    started = time.monotonic()
+    try:
+        detail = (_check_chat if probe.kind == "chat" else _check_embedding)(endpoint)
+        ok = True
+    except LLMError as exc:
+        ok, detail = False, exc.last_error or str(exc)
+    except Exception as exc:  # noqa: BLE001 - a bad URL or an SDK error is a failed check, reported as such
+        ok, detail = False, f"{type(exc).__name__}: {exc}"
+    return ProbeResult(probe, ok, detail, round(time.monotonic() - started, 3))
+
+
+def distinct(probes: Iterable[Probe]) -> list[Probe]:
+    """One probe per (kind, base URL, model), first occurrence kept, in order."""
+    seen: dict[tuple[str, str, str], Probe] = {}
+    for p in probes:
+        seen.setdefault(p.key, p)
+    return list(seen.values())
+
+
+def _fix(probe: Probe) -> str:
+    if probe.kind == "chat":
+        return (
+            "start the chat server (e.g. `vllm serve <model> --port <port>`, docs/protocol.md) or point the run at "
+            "the right one (the profile's base_url / its base_url_env variable, or --base-url/--model), and check "
+            f"the model name and the API-key variable {probe.endpoint.api_key_env!r}"
+        )
+    return (
+        "start the embedding server (e.g. `vllm serve Qwen/Qwen3-Embedding-8B --task embed --port 8003`) or point "
+        "the run at it (params/embeddings, $ANTIPERSIST_EMBED_BASE_URL), or use the in-process embedder "
+        "(`--embedding embedded` / `embedding: embedded`); methods that retrieve need embeddings, without them "
+        "they would silently run as ReAct"
+    )
+
+
+def failure_message(failures: Sequence[ProbeResult], what: str) -> str:
+    lines = [f"{what}: {len(failures)} endpoint(s) did not answer the preflight request; nothing was run."]
+    for r in failures:
+        lines.append(f"- {r.probe.describe()}: {r.detail}")
+        lines.append(f"  fix: {_fix(r.probe)}")
+    lines.append(
+        "Once they answer, re-run the same command to resume (completed work is kept). "
+        "`python -m antipersist_lib doctor` checks endpoints; the preflight is skipped only by an explicit "
+        "preflight: false."
+    )
+    return "\n".join(lines)
+
+
+def run_preflight(
+    probes: Iterable[Probe], *, what: str = "preflight", timeout_s: float = PREFLIGHT_TIMEOUT_S
+) -> list[ProbeResult]:
+    """Check every distinct probe (all of them, even after a failure, so the message lists every dead
+    endpoint); raise ``PreflightError`` when any failed, else return the results."""
+    results = [check(p, timeout_s=timeout_s) for p in distinct(probes)]
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise PreflightError(failure_message(failed, what), failed)
+    return results
+
+
+def describe_results(results: Sequence[ProbeResult]) -> list[dict[str, Any]]:
+    """JSON form (for logs and grid summaries)."""
+    return [
+        {
+            "kind": r.probe.kind,
+            "base_url": r.probe.endpoint.base_url,
+            "model": r.probe.endpoint.model,
+            "source": r.probe.source,
+            "ok": r.ok,
+            "detail": r.detail,
+            "seconds": r.seconds,
+        }
+        for r in results
+    ]

@@ -1,0 +1,52 @@
+"""How a dead child process is reported: its signal by name, the tail of its log, what to do next.
+
+Why: "endpoint unavailable" after a server crashed hides the one fact that matters (a SIGILL or a general
+protection fault means the binary does not fit this CPU; SIGKILL usually means the kernel's OOM killer).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+#: what a signal most often means for a llama.cpp server, and the fix the kit suggests
+SIGNAL_HINTS = {
+    signal.SIGILL: "an instruction this CPU does not have: the llama.cpp build does not fit this CPU",
+    signal.SIGSEGV: "a crash in native code; a build compiled for another CPU (native flags) often dies this way",
+    signal.SIGBUS: "a crash in native code (bad memory access; a truncated model file can cause it)",
+    signal.SIGKILL: "killed from outside, most often by the kernel's out-of-memory killer (see `dmesg`)",
+    signal.SIGABRT: "llama.cpp aborted (an assertion or an unreadable model file; the log tail says which)",
+}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``-11`` -> ``"killed by signal 11 (SIGSEGV)"``; ``1`` -> ``"exit code 1"``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-returncode} ({name})"
+    return f"exit code {returncode}"
+
+
+def signal_hint(returncode: int | None) -> str:
+    if returncode is None or returncode >= 0:
+        return ""
+    try:
+        return SIGNAL_HINTS.get(signal.Signals(-returncode), "")
+    except ValueError:
+        return ""
+
+
+def log_tail(path: Path | None, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file ("" when there is none)."""
+    if path is None:
+        return ""
+    try:
+        data = Path(path).read_bytes()[-65536:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
