@@ -51,13 +51,23 @@ def sweep_model(
     out: Path,
     server: str = DEFAULT_SERVER,
     threads: int = 1,
+    threads_batch: int | None = None,
+    valid_actions: int = 0,
+    stop: bool = False,
+    temperature: float = 0.0,
 ) -> list[dict[str, Any]]:
     rows = []
     parallel = concurrency if server == "llama-server" else 1
     with (
         threadpool_limits(limits=1),
         EmbeddedBackbone(
-            model=model, server=server, threads=threads, parallel=parallel, n_ctx=8192, log_path=out / f"{model}.log"
+            model=model,
+            server=server,
+            threads=threads,
+            threads_batch=threads_batch,
+            parallel=parallel,
+            n_ctx=8192,
+            log_path=out / f"{model}.log",
         ) as bb,
         EmbeddedEmbedder() as em,
     ):
@@ -73,8 +83,14 @@ def sweep_model(
                 max_steps=max_steps,
                 heldout_concurrency=concurrency,
                 heldout_limit=n,
-                agent={"max_tokens": max_tokens, "icl_examples": icl},
-                name=f"react-icl{icl}-steps{max_steps}",
+                agent={
+                    "max_tokens": max_tokens,
+                    "icl_examples": icl,
+                    "show_valid_actions": valid_actions,
+                    "stop_at_observation": stop,
+                    "temperature": temperature,
+                },
+                name=f"react-icl{icl}-va{valid_actions}-stop{int(stop)}-steps{max_steps}-tok{max_tokens}-t{temperature:g}",
                 out_root=str(out / "runs"),
                 cache_dir=str(out / "cache"),
                 progress=False,
@@ -89,6 +105,12 @@ def sweep_model(
                 "n": summary.heldout_n,
                 "max_steps": max_steps,
                 "icl_examples": icl,
+                "show_valid_actions": valid_actions,
+                "stop_at_observation": stop,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "threads": threads,
+                "threads_batch": bb.threads_batch,
                 "concurrency": concurrency,
                 "success": summary.heldout_success,
                 "score": summary.heldout_score,
@@ -113,6 +135,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--server", default=DEFAULT_SERVER)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads-batch", type=int, help="threads for prompt processing (default: --threads)")
+    ap.add_argument("--valid-actions", type=int, default=0, help="agent show_valid_actions (0 = off)")
+    ap.add_argument("--stop", action="store_true", help="agent stop_at_observation")
+    ap.add_argument("--temperature", type=float, default=0.0, help="agent temperature (0 = greedy)")
     ap.add_argument("--out", default="outputs/perf/model_sweep")
     args = ap.parse_args()
     out = Path(args.out)
@@ -130,6 +156,10 @@ def main() -> None:
             out=out,
             server=args.server,
             threads=args.threads,
+            threads_batch=args.threads_batch,
+            valid_actions=args.valid_actions,
+            stop=args.stop,
+            temperature=args.temperature,
         )
     with open(out / "results.jsonl", "a", encoding="utf-8") as fh:
         for r in rows:

@@ -72,3 +72,36 @@ def test_history_window_limits_prompt(make_clients):
 def test_agent_config_validation():
     with pytest.raises(ValueError, match="max_steps"):
         AgentConfig(max_steps=0)
+
+
+class _ListingWorld(ErrandWorld):
+    """ErrandWorld that reports a fixed set of currently valid commands (as ALFWorld's engine does)."""
+
+    def valid_actions(self):
+        return ["look", "go to garden", "go to attic", "take apple"]
+
+
+def test_valid_commands_are_listed_under_the_latest_observation_only(make_clients):
+    c = make_clients(QueueResponder(["Action: go to garden", "Action: take apple", "Action: go to attic"]))
+    cfg = AgentConfig(max_steps=3, show_valid_actions=3, stop_at_observation=True)
+    run_episode(_ListingWorld(), TASK, c.llm, config=cfg)
+    bodies = [r["body"] for r in c.server.requests if r["body"].get("messages")]
+    first = bodies[0]["messages"][-1]["content"]
+    assert first.endswith("Valid commands now: look, go to garden, go to attic (and 1 more)")
+    last = bodies[-1]["messages"]
+    listed = [m for m in last if m["role"] == "user" and "Valid commands now:" in m["content"]]
+    assert len(listed) == 1 and listed[0] is last[-1]  # earlier turns went back to the plain observation
+    assert last[1]["content"].endswith("Reply with a Thought line and an Action line.")
+    assert all(b.get("stop") == ["\nObservation:"] for b in bodies)
+    plain = make_clients(QueueResponder([], default="Action: look"))
+    run_episode(_ListingWorld(), TASK, plain.llm, config=AgentConfig(max_steps=2))
+    sent = [r["body"] for r in plain.server.requests if r["body"].get("messages")]
+    assert all("Valid commands" not in m["content"] for b in sent for m in b["messages"])
+    assert all("stop" not in b for b in sent)  # the paper's setting: no list, no stop sequence
+
+
+def test_small_model_aids_are_validated():
+    with pytest.raises(ValueError, match="show_valid_actions must be an integer >= 0"):
+        AgentConfig(show_valid_actions=-1)
+    with pytest.raises(ValueError, match="stop_at_observation must be true or false"):
+        AgentConfig(stop_at_observation="yes")

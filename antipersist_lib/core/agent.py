@@ -59,6 +59,12 @@ class AgentConfig:
     # task's type shown in the system prompt; 0 = none (the paper's setting, it shows none)
     icl_examples: int = 0
     icl_max_chars: int = DEFAULT_ICL_MAX_CHARS  # character budget of all demonstrations together
+    # small-model aids (docs/choices.md, "Small local models"); both off in the paper's setting:
+    # list up to N of the engine's currently valid commands under the latest observation only (earlier
+    # turns keep their plain observation, so the prompt grows by one list, not one per step); 0 = off
+    show_valid_actions: int = 0
+    # stop generating where the model starts writing the environment's next "Observation:" itself
+    stop_at_observation: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -77,6 +83,11 @@ class AgentConfig:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.history_turns is not None and self.history_turns < 1:
             raise ValueError(f"history_turns must be >= 1 or None, got {self.history_turns}")
+        v = self.show_valid_actions
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"show_valid_actions must be an integer >= 0 (0 = off), got {v!r}")
+        if not isinstance(self.stop_at_observation, bool):
+            raise ValueError(f"stop_at_observation must be true or false, got {self.stop_at_observation!r}")
         n = self.icl_examples
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ICL_EXAMPLES:
             raise ValueError(f"icl_examples must be an integer in [0, {MAX_ICL_EXAMPLES}] (0 = none), got {n!r}")
@@ -96,6 +107,19 @@ class EpisodeResult:
     trajectory: Trajectory
     outcome: EpisodeOutcome
     llm_calls: int  # execution calls made in this episode
+
+
+#: what the model writes when it goes on to invent the environment's answer (stop_at_observation)
+OBSERVATION_STOP = "\nObservation:"
+
+
+def with_valid_actions(observation: str, valid: list[str] | None, limit: int) -> str:
+    """The observation followed by up to ``limit`` of the engine's valid commands (unchanged when there are none)."""
+    if not limit or not valid:
+        return observation
+    shown = [v for v in valid if v][:limit]
+    more = f" (and {len(valid) - len(shown)} more)" if len(valid) > len(shown) else ""
+    return prompts.VALID_ACTIONS.format(observation=observation, commands=", ".join(shown), more=more)
 
 
 def _window(messages: list[dict[str, str]], history_turns: int | None) -> list[dict[str, str]]:
@@ -131,6 +155,11 @@ def run_episode(
         {"role": "system", "content": system},
         {"role": "user", "content": prompts.AGENT_TASK.format(observation=initial_observation)},
     ]
+    listed = config.show_valid_actions
+    plain_last = messages[-1]["content"]  # the latest user turn without its command list
+    if listed:
+        messages[-1]["content"] = with_valid_actions(plain_last, env.valid_actions(), listed)
+    stop = [OBSERVATION_STOP] if config.stop_at_observation else None
     steps: list[Step] = []
     calls = 0
     done = False
@@ -142,6 +171,7 @@ def run_episode(
             temperature=config.temperature,
             top_p=config.top_p,
             max_tokens=config.max_tokens,
+            stop=stop,
             tags={**(tags or {}), "step": t},
         )
         calls += 1
@@ -167,7 +197,11 @@ def run_episode(
             observation, valid, reward, done = res.observation, res.valid, res.reward, res.done
         steps.append(Step(action, observation, reward, done, valid, reply.text))
         messages.append({"role": "assistant", "content": reply.text})
-        messages.append({"role": "user", "content": prompts.AGENT_OBSERVATION.format(observation=observation)})
+        if listed:  # only the latest turn lists the valid commands
+            messages[-2]["content"] = plain_last
+        plain_last = prompts.AGENT_OBSERVATION.format(observation=observation)
+        shown = with_valid_actions(plain_last, env.valid_actions(), listed) if listed and not done else plain_last
+        messages.append({"role": "user", "content": shown})
         if done:
             break
     trajectory = Trajectory(initial_observation, tuple(steps))

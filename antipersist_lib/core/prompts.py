@@ -33,6 +33,10 @@ AGENT_TASK = """\
 Begin. Reply with a Thought line and an Action line."""
 
 AGENT_OBSERVATION = "Observation: {observation}"
+#: the latest observation with the engine's valid commands (agent option show_valid_actions)
+VALID_ACTIONS = """\
+{observation}
+Valid commands now: {commands}{more}"""
 
 
 def agent_system_prompt(action_help: str = "", context_blocks: Iterable[str] = ()) -> str:
@@ -164,6 +168,7 @@ def _all_prompts() -> dict[str, str]:
         "agent_system": AGENT_SYSTEM,
         "agent_task": AGENT_TASK,
         "agent_observation": AGENT_OBSERVATION,
+        "agent_valid_actions": VALID_ACTIONS,
         "synthesis_system": SYNTHESIS_SYSTEM,
         "imitation": IMITATION_PROMPT,
         "strategic": STRATEGIC_PROMPT,

@@ -34,6 +34,7 @@ PROFILE_KEYS = {
     "max_steps",
     "heldout_concurrency",
     "agent",
+    "agent_by_benchmark",
     "method_params",
     "backbone",
     "benchmark_options",
@@ -70,6 +71,12 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             )
         if name in data.get("methods", []):
             raise ValueError(f"profile {p}: variant name {name!r} collides with a method's run folder")
+    by_bench = data.get("agent_by_benchmark") or {}
+    if not isinstance(by_bench, dict) or not all(isinstance(v, dict) for v in by_bench.values()):
+        raise ValueError(f"profile {p}: agent_by_benchmark must map benchmark names to agent settings")
+    stray = sorted(set(by_bench) - set(data.get("benchmarks", ["scienceworld", "alfworld"])))
+    if stray:
+        raise ValueError(f"profile {p}: agent_by_benchmark names benchmark(s) {stray} that the profile does not run")
     nbs = data.get("notebooks")
     if nbs is not None:
         from antipersist_lib.runner.notebooks_runner import notebook_paths
@@ -97,11 +104,17 @@ def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _agent_summary(prof: dict[str, Any]) -> str:
-    """One line naming the agent settings a reader needs beside the numbers (steps, demonstrations)."""
+    """One line naming the agent settings a reader needs beside the numbers (steps, demonstrations, aids)."""
     agent = prof.get("agent", {}) or {}
     shots = int(agent.get("icl_examples", 0) or 0)
-    demos = f"{shots} expert demonstration(s) per task" if shots else "no demonstrations"
-    return f"{prof.get('max_steps', 4)} steps per episode, {demos}"
+    parts = [f"{prof.get('max_steps', 4)} steps per episode"]
+    parts.append(f"{shots} expert demonstration(s) per task" if shots else "no demonstrations")
+    if agent.get("show_valid_actions"):
+        parts.append(f"up to {agent['show_valid_actions']} valid commands listed")
+    for bench, over in (prof.get("agent_by_benchmark") or {}).items():
+        parts.append(f"{bench}: " + ", ".join(f"{k}={v}" for k, v in over.items()))
+    parts.append(f"temperature {agent.get('temperature', 0.0)}")
+    return "; ".join(parts)
 
 
 def run_main(
@@ -135,7 +148,11 @@ def run_main(
                         heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
                         heldout_limit=prof.get("heldout_limit"),
                         train_pool_limit=prof.get("train_pool_limit"),
-                        agent=dict(prof.get("agent", {}) or {}),
+                        # the profile's agent block, with a benchmark's own overrides on top
+                        agent={
+                            **(prof.get("agent", {}) or {}),
+                            **((prof.get("agent_by_benchmark") or {}).get(bench, {}) or {}),
+                        },
                         method_params=mparams,
                         benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
                         name=run_name,

@@ -47,7 +47,19 @@ from antipersist_lib.versions import git_commit, package_versions
 log = logging.getLogger(__name__)
 
 #: AgentConfig fields a run's ``agent:`` block may set (max_steps is the run's own field)
-AGENT_KEYS = ("max_tokens", "temperature", "top_p", "history_turns", "icl_examples", "icl_max_chars")
+AGENT_KEYS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "history_turns",
+    "icl_examples",
+    "icl_max_chars",
+    "show_valid_actions",
+    "stop_at_observation",
+)
+#: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
+#: runs made before they existed resume unchanged
+AID_DEFAULTS = {"show_valid_actions": 0, "stop_at_observation": False}
 #: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
 #: when demonstrations are on, so runs made before they existed resume unchanged
 ICL_KEYS = ("icl_examples", "icl_max_chars")
@@ -402,6 +414,7 @@ class Runner:
         agent = dataclasses.asdict(self.agent_config)
         if not self.agent_config.icl_examples:  # off: the agent block of runs made before the option
             agent = {k: v for k, v in agent.items() if k not in ICL_KEYS}
+        agent = {k: v for k, v in agent.items() if not (k in AID_DEFAULTS and v == AID_DEFAULTS[k])}
         extra = {"demonstrations": demonstrations.describe()} if demonstrations is not None else {}
         return {
             "kit": "antipersist",

@@ -44,10 +44,19 @@ log = logging.getLogger(__name__)
 #: the two servers the embedded backbone can run (measured in perf/embedded_servers.py)
 SERVERS = ("llama-server", "llama-cpp-python")
 DEFAULT_SERVER = "llama-server"
-DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # what `make run` uses (chosen by measurement)
 EMBEDDER_MODEL = "all-MiniLM-L6-v2"
 #: keys a profile's ``backbone`` block may set for the embedded server
-BACKBONE_OPTION_KEYS = {"model", "server", "threads", "n_ctx", "parallel", "startup_timeout_s", "baseline"}
+BACKBONE_OPTION_KEYS = {
+    "model",
+    "server",
+    "threads",
+    "threads_batch",
+    "n_ctx",
+    "parallel",
+    "startup_timeout_s",
+    "baseline",
+}
 WEAK_MODEL_NOTE = (
     "Produced by the kit's embedded default (a small local model on llama.cpp, on the CPU; the model is named "
     "beside every number). Models of 0.27-1.5B parameters are far weaker than the paper's backbones "
@@ -93,6 +102,7 @@ class EmbeddedBackbone:
             model=str(options.get("model", DEFAULT_MODEL)),
             server=str(options.get("server", DEFAULT_SERVER)),
             threads=int(options.get("threads", 1)),
+            threads_batch=None if options.get("threads_batch") is None else int(options["threads_batch"]),
             n_ctx=int(options.get("n_ctx", 4096)),
             parallel=int(options.get("parallel", 1)),
             startup_timeout_s=float(options.get("startup_timeout_s", 300.0)),
@@ -106,6 +116,7 @@ class EmbeddedBackbone:
         model: str = DEFAULT_MODEL,
         server: str = DEFAULT_SERVER,
         threads: int = 1,
+        threads_batch: int | None = None,
         n_ctx: int = 4096,
         parallel: int = 1,
         port: int | None = None,
@@ -116,7 +127,13 @@ class EmbeddedBackbone:
     ) -> None:
         if server not in SERVERS:
             raise ValueError(f"embedded server must be one of {SERVERS}, got {server!r}")
-        for name, value in (("threads", threads), ("n_ctx", n_ctx), ("parallel", parallel)):
+        threads_batch = threads if threads_batch is None else threads_batch
+        for name, value in (
+            ("threads", threads),
+            ("threads_batch", threads_batch),
+            ("n_ctx", n_ctx),
+            ("parallel", parallel),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"embedded backbone: {name} must be a positive integer, got {value!r}")
         if server == "llama-cpp-python" and parallel != 1:
@@ -126,6 +143,7 @@ class EmbeddedBackbone:
         self.model_name = model
         self.server = server
         self.threads = threads
+        self.threads_batch = threads_batch  # prompt processing (batched) may use more cores than generation
         self.n_ctx = n_ctx
         self.parallel = parallel
         self.port = port
@@ -192,6 +210,7 @@ class EmbeddedBackbone:
             "model": self.model.describe(),
             "llama_cpp_build": self.build.describe(),
             "threads": self.threads,
+            "threads_batch": self.threads_batch,
             "n_ctx": self.n_ctx,
             "parallel": self.parallel,
             "first_token_s": self.first_token_s,
@@ -205,7 +224,7 @@ class EmbeddedBackbone:
         if self.server == "llama-server":
             cmd = [str(self.build.server), "--model", str(model.path), "--alias", model.name]
             cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
-            cmd += ["--threads", str(self.threads), "--threads-batch", str(self.threads)]
+            cmd += ["--threads", str(self.threads), "--threads-batch", str(self.threads_batch)]
             # the context is shared by the slots: each slot gets n_ctx tokens
             cmd += ["--ctx-size", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel)]
             cmd += ["--no-webui", "--cache-ram", "1024", "--temp", "0"]
@@ -217,7 +236,8 @@ class EmbeddedBackbone:
             return cmd
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model.path), "--model_alias", model.name]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
-        cmd += ["--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--n_ctx", str(self.n_ctx)]
+        cmd += ["--n_threads", str(self.threads), "--n_threads_batch", str(self.threads_batch)]
+        cmd += ["--n_ctx", str(self.n_ctx)]
         if model.chat_template != "gguf":  # otherwise llama-cpp-python uses the template stored in the file
             cmd += ["--chat_format", model.chat_template]
         return cmd + ["--verbose", "false"]
