@@ -73,6 +73,11 @@ def test_a_server_that_dies_on_its_first_token_is_reported_with_signal_log_tail_
     assert bb.exit_code is None and bb._proc is None  # nothing left running
 
 
+def test_labels_name_the_registry_model_whole_before_anything_is_resolved(tmp_path):
+    assert EmbeddedBackbone(model="qwen2.5-coder-0.5b-instruct").label == "embedded-qwen2.5-coder-0.5b-instruct"
+    assert EmbeddedBackbone(model=str(tmp_path / "my.model.gguf")).label == "embedded-my.model"
+
+
 def test_bad_server_options_are_named():
     with pytest.raises(ValueError, match="embedded server must be one of"):
         EmbeddedBackbone(server="vllm")

@@ -173,7 +173,12 @@ class EmbeddedBackbone:
     @property
     def model_id(self) -> str:
         """The served model name (registry name, or the GGUF file's stem)."""
-        return self.model.name if self.model is not None else Path(self.model_name).stem
+        if self.model is not None:
+            return self.model.name
+        from antipersist_lib.serving.models import is_model_path
+
+        # before resolve(): a registry name as it is (its dots are not a suffix), a file by its stem
+        return Path(self.model_name).stem if is_model_path(self.model_name) else self.model_name
 
     @property
     def label(self) -> str:
