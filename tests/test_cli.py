@@ -410,3 +410,32 @@ def test_study_commands_forward_the_endpoint_flags(tmp_path, monkeypatch):
         ["--profile", "p.yaml", *flags],
         ["--profile", "q.yaml", "--out", "o", "--base-url", "http://h:1/v1", "--model", "m"],
     ]
+
+
+def test_models_command_lists_the_registry_and_says_what_the_cache_holds(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANTIPERSIST_MODELS_DIR", str(tmp_path))
+    assert main(["models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"gemma-3-270m", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"}
+    assert all(r["cache"] == "not fetched" and r["path"].startswith(str(tmp_path)) for r in rows.values())
+    assert rows["qwen2.5-coder-1.5b-instruct"]["sha256"].startswith("cc324af0")
+    (tmp_path / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF")  # there, but never verified
+    assert main(["models", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["cache"] == "present, unverified"
+    assert main(["models", "verify", "gemma-3-270m"]) == 2  # the pinned hash does not match: exit 2, named
+    assert "expected a5fd3b62" in capsys.readouterr().err
+    assert main(["models", "fetch"]) == 2
+    assert "name a model" in capsys.readouterr().err
+
+
+def test_llama_info_without_a_build_says_how_to_make_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANTIPERSIST_LLAMA_DIR", str(tmp_path))
+    assert main(["llama", "info"]) == 2
+    assert "make llama" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_llama_info_reports_the_installed_builds_features_within_its_baseline(capsys):
+    assert main(["llama", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "beyond the baseline: nothing" in out and "this CPU:   runs it" in out and "GGML_NATIVE=OFF" in out
