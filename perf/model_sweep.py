@@ -55,6 +55,7 @@ def sweep_model(
     valid_actions: int = 0,
     stop: bool = False,
     temperature: float = 0.0,
+    resample: int = 0,
 ) -> list[dict[str, Any]]:
     rows = []
     parallel = concurrency if server == "llama-server" else 1
@@ -89,8 +90,10 @@ def sweep_model(
                     "show_valid_actions": valid_actions,
                     "stop_at_observation": stop,
                     "temperature": temperature,
+                    "resample_repeats": resample,
                 },
-                name=f"react-icl{icl}-va{valid_actions}-stop{int(stop)}-steps{max_steps}-tok{max_tokens}-t{temperature:g}",
+                name=f"react-icl{icl}-va{valid_actions}-stop{int(stop)}-steps{max_steps}-tok{max_tokens}-t{temperature:g}"
+                + (f"-rs{resample}" if resample else ""),
                 out_root=str(out / "runs"),
                 cache_dir=str(out / "cache"),
                 progress=False,
@@ -109,6 +112,7 @@ def sweep_model(
                 "stop_at_observation": stop,
                 "max_tokens": max_tokens,
                 "temperature": temperature,
+                "resample_repeats": resample,
                 "threads": threads,
                 "threads_batch": bb.threads_batch,
                 "concurrency": concurrency,
@@ -139,6 +143,7 @@ def main() -> None:
     ap.add_argument("--valid-actions", type=int, default=0, help="agent show_valid_actions (0 = off)")
     ap.add_argument("--stop", action="store_true", help="agent stop_at_observation")
     ap.add_argument("--temperature", type=float, default=0.0, help="agent temperature (0 = greedy)")
+    ap.add_argument("--resample", type=int, default=0, help="agent resample_repeats (0 = off)")
     ap.add_argument("--out", default="outputs/perf/model_sweep")
     args = ap.parse_args()
     out = Path(args.out)
@@ -160,6 +165,7 @@ def main() -> None:
             valid_actions=args.valid_actions,
             stop=args.stop,
             temperature=args.temperature,
+            resample=args.resample,
         )
     with open(out / "results.jsonl", "a", encoding="utf-8") as fh:
         for r in rows:

@@ -105,3 +105,37 @@ def test_small_model_aids_are_validated():
         AgentConfig(show_valid_actions=-1)
     with pytest.raises(ValueError, match="stop_at_observation must be true or false"):
         AgentConfig(stop_at_observation="yes")
+
+
+def test_a_repeated_no_op_is_resampled_with_a_new_seed_and_counted(make_clients):
+    # greedy replies repeat an invalid command; the resample (another temperature and seed) breaks the loop
+    c = make_clients(QueueResponder(["Action: dance", "Action: dance", "Action: go to garden", "Action: take apple"]))
+    cfg = AgentConfig(max_steps=3, resample_repeats=2, repeat_temperature=0.9)
+    res = run_episode(ErrandWorld(), TASK, c.llm, config=cfg)
+    assert [s.action for s in res.trajectory.steps] == ["dance", "go to garden", "take apple"]
+    assert res.llm_calls == 4 == c.ledger.count("execution")  # the resample is an execution call
+    bodies = [r["body"] for r in c.server.requests if r["body"].get("messages")]
+    assert [b["temperature"] for b in bodies] == [0.0, 0.0, 0.9, 0.0]
+    assert bodies[2]["seed"] != bodies[1].get("seed")  # a new sample, and a new response-cache key
+    assert bodies[2]["messages"] == bodies[1]["messages"]
+    # off (the paper's setting): the repeat is executed as the model wrote it
+    plain = make_clients(QueueResponder(["Action: dance", "Action: dance"], default="Action: look"))
+    res = run_episode(ErrandWorld(), TASK, plain.llm, config=AgentConfig(max_steps=2))
+    assert [s.action for s in res.trajectory.steps] == ["dance", "dance"] and res.llm_calls == 2
+
+
+def test_repeats_of_a_valid_command_count_only_when_nothing_changed():
+    from antipersist_lib.core.agent import repeats_a_no_op
+    from antipersist_lib.records import Step
+
+    moved = [Step("go to garden", "You are in the garden.", 0.0, False, True, "")]
+    assert not repeats_a_no_op("go to garden", moved)  # valid, and only once so far
+    same = moved + [
+        Step("look", "You see a tree.", 0.0, False, True, ""),
+        Step("look", "You see a tree.", 0.0, False, True, ""),
+    ]
+    assert repeats_a_no_op("look", same) and not repeats_a_no_op("go to garden", same)
+    assert repeats_a_no_op("dance", [Step("dance", "Nothing happens.", 0.0, False, False, "")])
+    assert not repeats_a_no_op(None, same)
+    with pytest.raises(ValueError, match="resample_repeats must be an integer in"):
+        AgentConfig(resample_repeats=9)

@@ -65,6 +65,10 @@ class AgentConfig:
     show_valid_actions: int = 0
     # stop generating where the model starts writing the environment's next "Observation:" itself
     stop_at_observation: bool = False
+    # when the parsed command repeats the previous one and that one changed nothing (invalid, or the same
+    # observation twice), ask again up to N times at repeat_temperature with a new seed each time; 0 = off
+    resample_repeats: int = 0
+    repeat_temperature: float = 0.7
 
     def __post_init__(self) -> None:
         if (
@@ -86,6 +90,12 @@ class AgentConfig:
         v = self.show_valid_actions
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"show_valid_actions must be an integer >= 0 (0 = off), got {v!r}")
+        r = self.resample_repeats
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= 5:
+            raise ValueError(f"resample_repeats must be an integer in [0, 5] (0 = off), got {r!r}")
+        rt = self.repeat_temperature
+        if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not 0 < rt <= 2:
+            raise ValueError(f"repeat_temperature must be a number in (0, 2], got {rt!r}")
         if not isinstance(self.stop_at_observation, bool):
             raise ValueError(f"stop_at_observation must be true or false, got {self.stop_at_observation!r}")
         n = self.icl_examples
@@ -120,6 +130,20 @@ def with_valid_actions(observation: str, valid: list[str] | None, limit: int) ->
     shown = [v for v in valid if v][:limit]
     more = f" (and {len(valid) - len(shown)} more)" if len(valid) > len(shown) else ""
     return prompts.VALID_ACTIONS.format(observation=observation, commands=", ".join(shown), more=more)
+
+
+def _resample_seed(step: int, attempt: int) -> int:
+    """A request seed of its own for each resample (step, attempt): reproducible, never the run's seed."""
+    return 1_000_003 * (step + 1) + attempt
+
+
+def repeats_a_no_op(action: str | None, steps: list[Step]) -> bool:
+    """True when ``action`` is the previous step's command and that step changed nothing: the engine
+    rejected it, or it returned the same observation as the step before it."""
+    if not action or not steps or steps[-1].action != action:
+        return False
+    last = steps[-1]
+    return not last.valid or (len(steps) > 1 and steps[-2].observation == last.observation)
 
 
 def _window(messages: list[dict[str, str]], history_turns: int | None) -> list[dict[str, str]]:
@@ -176,6 +200,22 @@ def run_episode(
         )
         calls += 1
         parsed = parse_action(reply.text)
+        for attempt in range(1, config.resample_repeats + 1):
+            candidate = None if parsed.action is None or env.raw_actions else env.normalize_action(parsed.action)
+            if not repeats_a_no_op(candidate, steps):
+                break
+            reply = llm.chat(
+                _window(messages, config.history_turns),
+                purpose="execution",
+                temperature=config.repeat_temperature,
+                top_p=config.top_p,
+                max_tokens=config.max_tokens,
+                stop=stop,
+                tags={**(tags or {}), "step": t, "resample": attempt},
+                seed=_resample_seed(t, attempt),
+            )
+            calls += 1
+            parsed = parse_action(reply.text)
         if env.raw_actions:  # block actions (code): the adapter extracts what to run
             block = env.normalize_action(reply.text).strip()
             parsed = ParsedAction(block or None, "")

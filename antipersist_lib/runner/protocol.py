@@ -56,10 +56,12 @@ AGENT_KEYS = (
     "icl_max_chars",
     "show_valid_actions",
     "stop_at_observation",
+    "resample_repeats",
+    "repeat_temperature",
 )
 #: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
 #: runs made before they existed resume unchanged
-AID_DEFAULTS = {"show_valid_actions": 0, "stop_at_observation": False}
+AID_DEFAULTS = {"show_valid_actions": 0, "stop_at_observation": False, "resample_repeats": 0, "repeat_temperature": 0.7}
 #: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
 #: when demonstrations are on, so runs made before they existed resume unchanged
 ICL_KEYS = ("icl_examples", "icl_max_chars")

@@ -265,6 +265,7 @@ class LLMClient:
         max_tokens: int,
         stop: Sequence[str] | str | None,
         top_p: float | None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
         """Exactly what is sent, minus the model; also the cache key's body."""
         req: dict[str, Any] = {"messages": messages, "temperature": float(temperature), "max_tokens": int(max_tokens)}
@@ -272,8 +273,8 @@ class LLMClient:
             req["stop"] = [stop] if isinstance(stop, str) else list(stop)
         if top_p is not None:
             req["top_p"] = float(top_p)
-        if self.seed is not None:
-            req["seed"] = int(self.seed)
+        if seed is not None or self.seed is not None:
+            req["seed"] = int(seed if seed is not None else self.seed)
         return req
 
     def _once(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -304,11 +305,14 @@ class LLMClient:
         stop: Sequence[str] | str | None = None,
         top_p: float | None = None,
         tags: dict[str, Any] | None = None,
+        seed: int | None = None,
     ) -> ChatReply:
+        """One chat call; ``seed`` overrides the client's request seed for this call (a resample must
+        differ from the sample before it, and the response cache keys on the seed)."""
         plain = _plain_messages(messages)
         if self.endpoint.system_prompt == "merge":
             plain = merge_system(plain)
-        request = self._request(plain, temperature, max_tokens, stop, top_p)
+        request = self._request(plain, temperature, max_tokens, stop, top_p, seed)
         key = cache_key({"kind": "chat", "model": self.endpoint.model, **request})
         started = time.monotonic()
         if self.cache is not None:
