@@ -188,32 +188,30 @@ def run_episode(
     calls = 0
     done = False
     error: str | None = None
-    for t in range(config.max_steps):
-        reply = llm.chat(
+
+    def ask(t: int, attempt: int = 0) -> Any:
+        """One execution call for step ``t``; a resample (``attempt`` > 0) uses its own temperature and seed."""
+        extra = {"temperature": config.repeat_temperature, "seed": _resample_seed(t, attempt)} if attempt else {}
+        return llm.chat(
             _window(messages, config.history_turns),
             purpose="execution",
-            temperature=config.temperature,
+            temperature=extra.pop("temperature", config.temperature),
             top_p=config.top_p,
             max_tokens=config.max_tokens,
             stop=stop,
-            tags={**(tags or {}), "step": t},
+            tags={**(tags or {}), "step": t, **({"resample": attempt} if attempt else {})},
+            **extra,
         )
+
+    for t in range(config.max_steps):
+        reply = ask(t)
         calls += 1
         parsed = parse_action(reply.text)
         for attempt in range(1, config.resample_repeats + 1):
             candidate = None if parsed.action is None or env.raw_actions else env.normalize_action(parsed.action)
             if not repeats_a_no_op(candidate, steps):
                 break
-            reply = llm.chat(
-                _window(messages, config.history_turns),
-                purpose="execution",
-                temperature=config.repeat_temperature,
-                top_p=config.top_p,
-                max_tokens=config.max_tokens,
-                stop=stop,
-                tags={**(tags or {}), "step": t, "resample": attempt},
-                seed=_resample_seed(t, attempt),
-            )
+            reply = ask(t, attempt)
             calls += 1
             parsed = parse_action(reply.text)
         if env.raw_actions:  # block actions (code): the adapter extracts what to run
