@@ -28,6 +28,7 @@ export ALFWORLD_DATA
 LLAMA_BASELINE ?= $(if $(filter x86_64 amd64,$(shell uname -m)),x86-64-v3,native)
 LLAMA_CPP_PYTHON := 0.3.36
 LLAMA_INFO := .data/llama.cpp/$(LLAMA_CPP_PYTHON)-$(LLAMA_BASELINE)/build-info.json
+LLAMA_COMPILED := .data/llama.cpp/$(LLAMA_CPP_PYTHON)-$(LLAMA_BASELINE)/compile.json
 export ANTIPERSIST_LLAMA_BASELINE := $(LLAMA_BASELINE)
 
 .PHONY: run test format lab install java browser alfworld-data clean-venv llama llama-rebuild models
@@ -42,8 +43,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-$(LLAMA_INFO): | $(STAMP)
+# The compile phase needs only the standard library, pip and cmake, so the system Python runs it while
+# pip fills .venv (install runs both at once); the kit's environment then checks what the library was
+# compiled for and writes build-info.json.
+$(LLAMA_COMPILED):
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m antipersist_lib.serving.llama_build compile --baseline $(LLAMA_BASELINE)
+
+$(LLAMA_INFO): $(LLAMA_COMPILED) | $(STAMP)
 	$(PY) -m antipersist_lib llama build --baseline $(LLAMA_BASELINE)
+	@touch $@
 
 llama: $(LLAMA_INFO)
 
@@ -53,7 +61,10 @@ llama-rebuild: $(STAMP)
 models: $(STAMP)
 	$(PY) -m antipersist_lib models fetch --all
 
-install: $(STAMP) llama java alfworld-data
+# the llama.cpp compile (minutes of CPU) overlaps pip's downloads, the Java install and the games' unpacking
+install:
+	@$(MAKE) --no-print-directory -j4 $(STAMP) $(LLAMA_COMPILED) java alfworld-data
+	@$(MAKE) --no-print-directory llama
 
 java:
 	@if command -v java >/dev/null 2>&1; then :; \

@@ -168,6 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "heldout_concurrency",
         "heldout_limit",
         "train_pool_limit",
+        "subset",
         "embedding",
         "out_root",
         "name",
@@ -438,6 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--heldout-concurrency", dest="heldout_concurrency", type=int)
     r.add_argument("--heldout-limit", dest="heldout_limit", type=int)
     r.add_argument("--train-pool-limit", dest="train_pool_limit", type=int)
+    r.add_argument(
+        "--subset",
+        choices=["balanced", "first"],
+        help="how the limits pick their tasks: task types in turn (balanced, the default) or the split's first N",
+    )
     r.add_argument("--out-root", dest="out_root")
     r.add_argument("--name", help="run folder name (default: method + hash of its parameters)")
     r.add_argument("--method-param", action="append", metavar="NAME=VALUE", help="method hyperparameter (repeatable)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -155,6 +156,36 @@ class EpisodeOutcome:
 
 #: the two task splits of a partition
 SPLITS = ("train", "heldout")
+#: how a limit (``heldout_limit``, ``train_pool_limit``) picks its N tasks from a split
+SUBSET_ORDERS = ("balanced", "first")
+
+
+def limited_tasks(tasks: Sequence[Task], limit: int | None, order: str = "balanced") -> list[Task]:
+    """The first ``limit`` tasks of a split, or all of them when ``limit`` is None.
+
+    Why ``balanced``: splits are stored grouped by task type (ALFWorld's held-out games sorted by path,
+    ScienceWorld's variations task by task), so the first N of a split are often all one type (the first
+    ALFWorld held-out games are all ``look_at_obj_in_light``) and a small run would measure one type only.
+    ``balanced`` takes one task of each type in turn (types in the order they first appear, tasks in split
+    order within a type); ``first`` is the plain prefix. Either way the choice depends only on the split."""
+    if order not in SUBSET_ORDERS:
+        raise ValueError(f"subset order must be one of {SUBSET_ORDERS}, got {order!r}")
+    if limit is None or limit >= len(tasks):
+        return list(tasks)
+    if order == "first":
+        return list(tasks[:limit])
+    by_type: dict[str | None, list[Task]] = {}
+    for t in tasks:
+        by_type.setdefault(t.task_type, []).append(t)
+    queues = list(by_type.values())
+    out: list[Task] = []
+    depth = 0
+    while len(out) < limit:
+        for q in queues:
+            if depth < len(q) and len(out) < limit:
+                out.append(q[depth])
+        depth += 1
+    return out
 
 
 @dataclass(frozen=True)

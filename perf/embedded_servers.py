@@ -11,7 +11,7 @@ a growing prefix of the one before it, exactly the pattern a real episode has. E
 ``max_tokens`` tokens at temperature 0. Measured per (server, concurrency): generated tokens/s over the
 wall time, and episodes/hour. The engines' own time is not included (it is the same for both servers).
 
-    .venv/bin/python -m perf.embedded_servers [--model NAME] [--steps 4] [--max-concurrency 4]
+    .venv/bin/python -m perf.embedded_servers [--model NAME] [--steps 4] [--max-concurrency 4] [--servers ...]
     .venv/bin/python -m perf --only servers      # the same, as rows of the suite's table
 """
 
@@ -77,9 +77,11 @@ def measure(
     }
 
 
-def sweep(*, model: str, steps: int, max_tokens: int, max_concurrency: int, threads: int = 1) -> list[dict]:
+def sweep(
+    *, model: str, steps: int, max_tokens: int, max_concurrency: int, threads: int = 1, servers: tuple = SERVERS
+) -> list[dict]:
     results = []
-    for server in SERVERS:
+    for server in servers:
         for c in range(1, max_concurrency + 1):
             m = measure(server, c, model=model, steps=steps, max_tokens=max_tokens, threads=threads)
             results.append({"server": server, "concurrency": c, "threads": threads, **m})
@@ -116,6 +118,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--max-concurrency", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--servers", nargs="+", choices=SERVERS, default=list(SERVERS))
     ap.add_argument("--out", help="also write the results as JSON here")
     args = ap.parse_args()
     res = sweep(
@@ -124,6 +127,7 @@ def main() -> None:
         max_tokens=args.max_tokens,
         max_concurrency=args.max_concurrency,
         threads=args.threads,
+        servers=tuple(args.servers),
     )
     if args.out:
         Path(args.out).write_text(json.dumps({"model": args.model, "results": res}, indent=1) + "\n")

@@ -410,3 +410,14 @@ def test_real_engines_give_demonstrations_from_their_expert_paths(alfworld_data,
     shown = [s.action for s in sdemo.trajectory.steps if s.valid]
     assert replies == shown and shown == [a for a in gold if a in shown][: len(shown)]
     assert len(sblock) <= 3000 and sdemo.task.instruction[:40] in sblock
+
+
+def test_keep_ends_alternates_from_both_ends_within_the_budget():
+    from antipersist_lib.textfit import keep_ends
+
+    pieces = ["aaaa", "bbbb", "cccc", "dddd", "eeee"]  # 5 characters each with the newline
+    assert keep_ends(pieces, 25) == (pieces[:3], pieces[3:])
+    assert keep_ends(pieces, 15) == (["aaaa", "bbbb"], ["eeee"])
+    assert keep_ends(pieces, 14) == (["aaaa"], ["eeee"])
+    assert keep_ends(pieces, 4) == ([], [])
+    assert keep_ends([], 100) == ([], [])

@@ -90,3 +90,24 @@ def test_the_installed_build_uses_nothing_beyond_its_baseline_by_llama_cpps_own_
     # the server binary of the same build runs on this CPU
     out = subprocess.run([str(build.server), "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_compile_phase_needs_only_the_standard_library():
+    """make install runs the compile phase with the system Python before .venv is filled: importing it
+    must not pull in any third-party package."""
+    import sys
+
+    from antipersist_lib.paths import repo_root
+
+    code = (
+        "import sys; before = set(sys.modules); import antipersist_lib.serving.llama_build as m; "
+        "names = {n.split('.')[0] for n in set(sys.modules) - before}; "
+        "print(sorted(n for n in names if n not in sys.stdlib_module_names and n != 'antipersist_lib'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo_root(), check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_compile_phase_names_an_unknown_baseline(capsys):
+    assert llama_build.main(["compile", "--baseline", "x86-64-v9"]) == 1
+    assert "x86-64-v9" in capsys.readouterr().err

@@ -288,3 +288,61 @@ def test_evaluation_only_run_has_no_training_episode(tmp_path):
     assert saved["iterations"][0]["train_success"] is None
     with pytest.raises(ValueError, match="train_per_iteration must be an integer >= 0"):
         RunSpec(method="react", benchmark="errandworld", backbone="x", train_per_iteration=-1)
+
+
+def test_limits_take_task_types_in_turn_on_the_stored_partitions():
+    """The first held-out games of ALFWorld are all one type; a balanced limit of 6 covers all six,
+    in split order within each type, and a limit at or past the split's size keeps the split."""
+    from antipersist_lib.records import limited_tasks
+
+    held = load_partition("alfworld").heldout
+    first = limited_tasks(held, 6, "first")
+    assert {t.task_type for t in first} == {held[0].task_type}
+    balanced = limited_tasks(held, 6)
+    assert len({t.task_type for t in balanced}) == 6
+    assert balanced[0] == held[0]
+    for t in balanced:  # each is the first task of its type in the split
+        assert t == next(u for u in held if u.task_type == t.task_type)
+    twelve = limited_tasks(held, 12)
+    assert [t.task_type for t in twelve[:6]] == [t.task_type for t in twelve[6:]]
+    assert len({t.task_id for t in twelve}) == 12
+    assert limited_tasks(held, len(held) + 5) == list(held)
+    sci = load_partition("scienceworld").heldout
+    assert len({t.task_type for t in limited_tasks(sci, 4)}) == 4
+    assert len({t.task_type for t in limited_tasks(sci, 4, "first")}) < 4
+    with pytest.raises(ValueError, match="subset must be one of"):
+        RunSpec(method="react", benchmark="alfworld", backbone="x", subset="random")
+
+
+def test_subset_order_is_part_of_a_limited_runs_identity(tmp_path):
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    def spec(subset):
+        return RunSpec(
+            method="react",
+            benchmark="errandworld",
+            backbone="scripted-loopback",
+            embedding="bow",
+            iterations=1,
+            train_per_iteration=0,
+            max_steps=3,
+            heldout_concurrency=1,
+            heldout_limit=2,
+            subset=subset,
+            name="subset",
+            out_root=str(tmp_path),
+            cache_dir=None,
+            progress=False,
+        )
+
+    with LoopbackServer(responder=errand_policy) as server:
+        ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        run_cell(spec("balanced"), endpoint=ep, embed_endpoint=ep)
+        manifest = json.loads((spec("balanced").run_dir() / "manifest.json").read_text())
+        assert manifest["subset"] == "balanced"
+        done = [r.value["task"] for r in read_jsonl(spec("balanced").run_dir() / "episodes_heldout.jsonl")]
+        # errand world's first two held-out tasks share a type; the balanced pair does not
+        assert len({t["task_type"] for t in done}) == 2
+        assert sorted(t["task_id"] for t in done) == [0, 2]
+        with pytest.raises(ManifestMismatchError, match="subset: stored 'balanced', now 'first'"):
+            run_cell(spec("first"), endpoint=ep, embed_endpoint=ep)

@@ -28,6 +28,7 @@ from antipersist_lib.envs.expert import EXPERT_BENCHMARKS, replay
 from antipersist_lib.jsonl import atomic_write_text, dumps_line
 from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.textfit import keep_ends
 
 log = logging.getLogger(__name__)
 
@@ -351,22 +352,7 @@ def summarize_trajectory(record: PoolRecord, max_chars: int = 4000, *, with_outc
     if len(text) <= max_chars:
         return text
     budget = max_chars - len("\n".join(head)) - 40
-    front: list[str] = []
-    back: list[str] = []
-    used = 0
-    lo, hi = 0, len(lines) - 1
-    while lo <= hi:  # alternate: opening step, closing step, next opening step...
-        take_front = len(front) <= len(back)
-        line = lines[lo] if take_front else lines[hi]
-        if used + len(line) + 1 > budget:
-            break
-        used += len(line) + 1
-        if take_front:
-            front.append(line)
-            lo += 1
-        else:
-            back.insert(0, line)
-            hi -= 1
+    front, back = keep_ends(lines, budget)
     omitted = len(lines) - len(front) - len(back)
     body = front + ([f"... ({omitted} steps omitted) ..."] if omitted else []) + back
     text = "\n".join(head + body)

@@ -50,6 +50,7 @@ from antipersist_lib.core.actions import parse_action
 from antipersist_lib.envs.expert import EXPERT_BENCHMARKS, has_expert_paths, replay_expert
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.records import EpisodeOutcome, Partition, Step, Task, Trajectory
+from antipersist_lib.textfit import keep_ends
 
 log = logging.getLogger(__name__)
 
@@ -275,22 +276,7 @@ def render_demonstration(number: int, demo: Demonstration, max_chars: int) -> st
     # drop whole middle steps: keep the opening and the finish, alternating, within the budget
     marker_room = len(prompts.DEMONSTRATION_OMITTED.format(count=len(pairs))) + 1
     budget = max_chars - len("\n".join([*head, end])) - 1 - marker_room
-    front: list[str] = []
-    back: list[str] = []
-    used = 0
-    lo, hi = 0, len(pairs) - 1
-    while lo <= hi:
-        take_front = len(front) <= len(back)
-        piece = pairs[lo] if take_front else pairs[hi]
-        if used + len(piece) + 1 > budget:
-            break
-        used += len(piece) + 1
-        if take_front:
-            front.append(piece)
-            lo += 1
-        else:
-            back.insert(0, piece)
-            hi -= 1
+    front, back = keep_ends(pairs, budget)
     omitted = len(pairs) - len(front) - len(back)
     marker = [prompts.DEMONSTRATION_OMITTED.format(count=omitted)] if omitted else []
     text = "\n".join([*head, *front, *marker, *back, end])

@@ -31,6 +31,7 @@ PROFILE_KEYS = {
     "train_per_iteration",
     "heldout_limit",
     "train_pool_limit",
+    "subset",
     "max_steps",
     "heldout_concurrency",
     "agent",
@@ -148,6 +149,7 @@ def run_main(
                         heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
                         heldout_limit=prof.get("heldout_limit"),
                         train_pool_limit=prof.get("train_pool_limit"),
+                        subset=prof.get("subset", "balanced"),
                         # the profile's agent block, with a benchmark's own overrides on top
                         agent={
                             **(prof.get("agent", {}) or {}),

@@ -36,7 +36,16 @@ from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
 from antipersist_lib.methods import METHODS, make_method, method_class, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
-from antipersist_lib.records import MODES, SYNTHESIS_MODES, EpisodeOutcome, Partition, Task, Trajectory
+from antipersist_lib.records import (
+    MODES,
+    SUBSET_ORDERS,
+    SYNTHESIS_MODES,
+    EpisodeOutcome,
+    Partition,
+    Task,
+    Trajectory,
+    limited_tasks,
+)
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
@@ -81,6 +90,7 @@ IDENTITY_KEYS = (
     "partition_hash",
     "train_pool_limit",
     "heldout_limit",
+    "subset",
 )
 
 
@@ -96,8 +106,10 @@ class RunSpec:
     train_per_iteration: int = 50
     max_steps: int = 50
     heldout_concurrency: int = 8
-    heldout_limit: int | None = None  # evaluate only the first N held-out tasks (smoke runs)
-    train_pool_limit: int | None = None  # draw training tasks from the first N only (smoke runs)
+    heldout_limit: int | None = None  # evaluate only N held-out tasks (smoke runs)
+    train_pool_limit: int | None = None  # draw training tasks from N of the pool only (smoke runs)
+    #: how the two limits pick their N tasks: "balanced" (task types in turn) or "first" (records.limited_tasks)
+    subset: str = "balanced"
     method_params: dict[str, Any] = field(default_factory=dict)
     benchmark_options: dict[str, Any] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
@@ -131,6 +143,8 @@ class RunSpec:
             v = getattr(self, f)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
+        if self.subset not in SUBSET_ORDERS:
+            raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
         for f in ("method_params", "benchmark_options", "agent"):
             if not isinstance(getattr(self, f), dict):
                 raise ValueError(f"{f} must be a mapping, got {type(getattr(self, f)).__name__}")
@@ -398,13 +412,9 @@ class Runner:
         method_class(spec.method)  # fail early on import problems
         # decoding is the backbone's (its profile's temperature/top_p); the run's agent block wins
         self.agent_config = AgentConfig(max_steps=spec.max_steps, **{**agent_decoding(spec.backbone), **spec.agent})
-        train = (
-            list(self.partition.train)[: spec.train_pool_limit] if spec.train_pool_limit else list(self.partition.train)
-        )
+        train = limited_tasks(self.partition.train, spec.train_pool_limit, spec.subset)
         self.train_pool = train
-        self.heldout = (
-            list(self.partition.heldout)[: spec.heldout_limit] if spec.heldout_limit else list(self.partition.heldout)
-        )
+        self.heldout = limited_tasks(self.partition.heldout, spec.heldout_limit, spec.subset)
         self.schedule = training_schedule(len(train), spec.iterations, spec.train_per_iteration, spec.seed)
 
     # -- setup ------------------------------------------------------------------------------
@@ -430,6 +440,9 @@ class Runner:
             "partition_seed": self.partition.seed,
             "train_pool_limit": s.train_pool_limit,
             "heldout_limit": s.heldout_limit,
+            # recorded only when a limit is set (without one every task is used in split order), so
+            # unlimited runs made before the option resume unchanged
+            **({"subset": s.subset} if s.heldout_limit or s.train_pool_limit else {}),
             "n_train_pool": len(self.train_pool),
             "n_heldout": len(self.heldout),
             "backbone": s.backbone_label,
@@ -683,8 +696,7 @@ def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
     merely re-reads (it makes no call and needs no endpoint). ``n_heldout``: the run's held-out tasks
     (default: from the benchmark's partition and ``heldout_limit``)."""
     if n_heldout is None:
-        heldout = load_partition(spec.benchmark).heldout
-        n_heldout = len(heldout[: spec.heldout_limit] if spec.heldout_limit else heldout)
+        n_heldout = len(limited_tasks(load_partition(spec.benchmark).heldout, spec.heldout_limit, spec.subset))
     layout = RunDirectory(spec.run_dir())
     if not layout.is_run() or not n_heldout:
         return True

@@ -46,6 +46,8 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 BUILD_DIR_ENV = "ANTIPERSIST_LLAMA_DIR"
 BASELINE_ENV = "ANTIPERSIST_LLAMA_BASELINE"
 INFO_FILE = "build-info.json"
+#: written by the compile phase: the seconds it took (summed over interrupted attempts)
+COMPILE_FILE = "compile.json"
 #: the llama.cpp targets the kit needs: the server and the shared libraries llama-cpp-python loads
 TARGETS = ("llama-server", "llama", "ggml")
 
@@ -357,6 +359,48 @@ def _run_logged(cmd: list[str], log_path: Path, what: str) -> None:
         raise BenchmarkUnavailableError(f"{what} failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
 
 
+def compile_sources(
+    baseline: str | None = None,
+    *,
+    jobs: int | None = None,
+    root: Path | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Download, configure and compile llama.cpp for ``baseline`` (``build`` then checks and records it).
+
+    Needs only the standard library, pip, cmake and a C++ compiler, so ``make install`` runs it with the
+    system Python while pip fills the kit's environment. Returns the build folder; an up-to-date tree
+    only costs cmake's check. The seconds spent are kept in ``compile.json`` for the build record."""
+    base = get_baseline(baseline or default_baseline())
+    if base.machine == "x86_64" and platform.machine() not in ("x86_64", "AMD64"):
+        raise ValueError(f"baseline {base.name!r} is for x86-64; this machine is {platform.machine()} (use 'native')")
+    dest = build_dir(base.name, root)
+    if force and dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    if not (dest / "src" / "CMakeLists.txt").exists():
+        with tempfile.TemporaryDirectory(dir=dest) as tmp:
+            sdist = _download_sdist(Path(tmp), log)
+            _extract_vendor(sdist, dest)
+    args = cmake_args(base)
+    log_path = dest / "build.log"
+    jobs = jobs or os.cpu_count() or 1
+    log(f"compiling llama.cpp for baseline {base.name} ({base.description}) with {jobs} jobs; log: {log_path}")
+    _run_logged(["cmake", "-S", str(dest / "src"), "-B", str(dest / "build"), *args], log_path, "cmake configure")
+    _run_logged(
+        ["cmake", "--build", str(dest / "build"), "--config", "Release", "-j", str(jobs), "--target", *TARGETS],
+        log_path,
+        "cmake build",
+    )
+    record = dest / COMPILE_FILE
+    spent = time.monotonic() - t0
+    earlier = json.loads(record.read_text(encoding="utf-8")).get("compile_s", 0.0) if record.exists() else 0.0
+    record.write_text(json.dumps({"compile_s": round(earlier + spent, 1), "cmake_args": args}) + "\n", encoding="utf-8")
+    return dest
+
+
 def build(
     baseline: str | None = None,
     *,
@@ -369,30 +413,12 @@ def build(
 
     The build-info file is written last, so an interrupted build is simply continued by the next call."""
     base = get_baseline(baseline or default_baseline())
-    if base.machine == "x86_64" and platform.machine() not in ("x86_64", "AMD64"):
-        raise ValueError(f"baseline {base.name!r} is for x86-64; this machine is {platform.machine()} (use 'native')")
     dest = build_dir(base.name, root)
     info_path = dest / INFO_FILE
     if info_path.exists() and not force:
         return LlamaBuild(dest, json.loads(info_path.read_text(encoding="utf-8")))
-    if force and dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    if not (dest / "src" / "CMakeLists.txt").exists():
-        with tempfile.TemporaryDirectory(dir=dest) as tmp:
-            sdist = _download_sdist(Path(tmp), log)
-            _extract_vendor(sdist, dest)
+    compile_sources(base.name, jobs=jobs, root=root, force=force, log=log)
     args = cmake_args(base)
-    log_path = dest / "build.log"
-    jobs = jobs or os.cpu_count() or 1
-    log(f"building llama.cpp for baseline {base.name} ({base.description}) with {jobs} jobs; log: {log_path}")
-    _run_logged(["cmake", "-S", str(dest / "src"), "-B", str(dest / "build"), *args], log_path, "cmake configure")
-    _run_logged(
-        ["cmake", "--build", str(dest / "build"), "--config", "Release", "-j", str(jobs), "--target", *TARGETS],
-        log_path,
-        "cmake build",
-    )
     result = LlamaBuild(dest)
     report_text = system_info(result.lib_dir)
     report = parse_system_info(report_text)
@@ -408,7 +434,7 @@ def build(
         "built_on": {"machine": platform.machine(), "cpu_flags_missing_for_baseline": missing_cpu_flags(base)},
         "system_info": report_text,
         "features": sorted(compiled_features(report)),
-        "build_s": round(time.monotonic() - t0, 1),
+        "build_s": json.loads((dest / COMPILE_FILE).read_text(encoding="utf-8"))["compile_s"],
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     extra = beyond_baseline(report, base) if not base.native else set()
@@ -422,3 +448,25 @@ def build(
     os.replace(tmp_info, info_path)
     log(f"llama.cpp built in {info['build_s']:.0f} s; compiled features: {', '.join(info['features'])}")
     return LlamaBuild(dest, info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m antipersist_lib.serving.llama_build compile``: the compile phase alone, runnable by any
+    Python 3 (``make install`` starts it before the kit's environment exists)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m antipersist_lib.serving.llama_build")
+    ap.add_argument("phase", choices=["compile"])
+    ap.add_argument("--baseline", default=None)
+    ap.add_argument("--jobs", type=int, default=None)
+    args = ap.parse_args(argv)
+    try:
+        compile_sources(args.baseline, jobs=args.jobs)
+    except (BenchmarkUnavailableError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

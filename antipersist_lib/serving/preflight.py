@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,58 +96,50 @@ def _quick(endpoint: Endpoint, timeout_s: float) -> Endpoint:
     )
 
 
-def _check_chat(endpoint: Endpoint) -> str:
+def _send(endpoint: Endpoint, purpose: str, request: Callable[[Any], str]) -> str:
+    """Send ``request(client)`` with the endpoint's retries; its return value says what the endpoint did."""
     client = _make_openai_client(endpoint)
     try:
-
-        def once() -> str:
-            resp = client.chat.completions.create(
-                model=endpoint.model,
-                messages=[{"role": "user", "content": PREFLIGHT_PROMPT}],
-                max_tokens=PREFLIGHT_MAX_TOKENS,
-                temperature=0.0,
-            )
-            choices = getattr(resp, "choices", None)
-            if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
-                raise _TransientReplyError("malformed chat response (no choices)")
-            return "answered a chat request"
-
         out, _ = _call_with_retries(
-            once,
+            lambda: request(client),
             endpoint=endpoint,
-            purpose="preflight chat",
+            purpose=purpose,
             max_retries=endpoint.max_retries,
             backoff=_backoff(endpoint),
         )
         return out
     finally:
         client.close()
+
+
+def _check_chat(endpoint: Endpoint) -> str:
+    def once(client: Any) -> str:
+        resp = client.chat.completions.create(
+            model=endpoint.model,
+            messages=[{"role": "user", "content": PREFLIGHT_PROMPT}],
+            max_tokens=PREFLIGHT_MAX_TOKENS,
+            temperature=0.0,
+        )
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+            raise _TransientReplyError("malformed chat response (no choices)")
+        return "answered a chat request"
+
+    return _send(endpoint, "preflight chat", once)
 
 
 def _check_embedding(endpoint: Endpoint) -> str:
     from antipersist_lib.serving.embeddings import _valid_vector
 
-    client = _make_openai_client(endpoint)
-    try:
+    def once(client: Any) -> str:
+        resp = client.embeddings.create(model=endpoint.model, input=[PREFLIGHT_EMBED_TEXT], encoding_format="float")
+        data = getattr(resp, "data", None)
+        if not isinstance(data, list) or len(data) != 1:
+            raise _TransientReplyError("malformed embeddings response (expected one vector)")
+        vec = _valid_vector(getattr(data[0], "embedding", None), None)
+        return f"answered with a {len(vec)}-dimensional embedding"
 
-        def once() -> str:
-            resp = client.embeddings.create(model=endpoint.model, input=[PREFLIGHT_EMBED_TEXT], encoding_format="float")
-            data = getattr(resp, "data", None)
-            if not isinstance(data, list) or len(data) != 1:
-                raise _TransientReplyError("malformed embeddings response (expected one vector)")
-            vec = _valid_vector(getattr(data[0], "embedding", None), None)
-            return f"answered with a {len(vec)}-dimensional embedding"
-
-        out, _ = _call_with_retries(
-            once,
-            endpoint=endpoint,
-            purpose="preflight embedding",
-            max_retries=endpoint.max_retries,
-            backoff=_backoff(endpoint),
-        )
-        return out
-    finally:
-        client.close()
+    return _send(endpoint, "preflight embedding", once)
 
 
 def _backoff(endpoint: Endpoint) -> _Backoff:
