@@ -46,7 +46,7 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 BUILD_DIR_ENV = "ANTIPERSIST_LLAMA_DIR"
 BASELINE_ENV = "ANTIPERSIST_LLAMA_BASELINE"
 INFO_FILE = "build-info.json"
-#: written by the compile phase: the seconds it took (summed over interrupted attempts)
+#: written by the compile phase when it succeeds: its seconds, summed over the calls that reached cmake (make's compile, then the up-to-date check in `build`)
 COMPILE_FILE = "compile.json"
 #: the llama.cpp targets the kit needs: the server and the shared libraries llama-cpp-python loads
 TARGETS = ("llama-server", "llama", "ggml")
