@@ -25,8 +25,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    """Audit one selection: re-derive a recorded decision from a run, or decide for a log + embedding."""
-    if args.run:
+    """Audit one selection: re-derive a recorded decision from a run, or decide for a log + embedding
+    (with ``--run`` too: under that run's recorded configuration and seed)."""
+    if args.run and not args.log:
         from antipersist_lib.analysis.audit import audit_decision
 
         emb = _read_embedding(args.embedding) if args.embedding else None
@@ -50,12 +51,21 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
     if not args.log or not args.embedding:
         raise ValueError("select needs --run RUN_DIR, or both --log and --embedding")
+    base, seed = TABLE3.selector, 0
+    if args.run:  # decide afresh under the run's recorded configuration and seed
+        from antipersist_lib.analysis.audit import run_config
+
+        run_cfg, seed = run_config(args.run)
+        base = run_cfg.selector
+        if args.seed is not None and args.seed != seed:
+            raise ValueError(f"--seed {args.seed} differs from the seed {seed} recorded in {args.run}/manifest.json")
+    seed = seed if args.seed is None else args.seed
     emb = _read_embedding(args.embedding)
     log = OutcomeLog(args.log, read_only=True)
     overrides = {k: getattr(args, k) for k in SELECTOR_FLAGS if getattr(args, k) is not None}
-    cfg = replace(TABLE3.selector, **overrides)
+    cfg = replace(base, **overrides)
     decision = select_mode(
-        log, emb, iteration=args.iteration, position=args.position, seed=args.seed, phase=args.phase, config=cfg
+        log, emb, iteration=args.iteration, position=args.position, seed=seed, phase=args.phase, config=cfg
     )
     print(json.dumps(decision.to_dict(), indent=2))
     return 0
@@ -78,6 +88,7 @@ SELECTOR_FLAGS = (
     "round_robin_iterations",
     "epsilon",
     "unsupported",
+    "heldout_selection",
 )
 
 
@@ -172,6 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "embedding",
         "out_root",
         "name",
+        "judge",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -354,16 +366,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     from antipersist_lib.core.config import TABLE3
+    from antipersist_lib.core.selector import HELDOUT_SELECTIONS
 
     t3 = TABLE3.selector
     s = sub.add_parser(
         "select",
         help="audit one mode selection: re-derive a run's recorded decision, or decide for a log + embedding",
         description="Either --run (re-derive the decision a run recorded, compare, exit 1 if it differs) or "
-        "--log + --embedding (decide afresh). Outcome logs are opened read-only. The random stream is "
+        "--log + --embedding (decide afresh; add --run to take that run's recorded configuration and seed). "
+        "Outcome logs are opened read-only. The random stream is "
         "the method's: default_rng([seed, phase index, iteration, position]).",
     )
-    s.add_argument("--run", help="an anti_persistence run directory: re-derive the decision recorded there")
+    s.add_argument(
+        "--run",
+        help="an anti_persistence run directory: re-derive the decision recorded there; with --log, decide under "
+        "its recorded configuration and seed",
+    )
     s.add_argument(
         "--cache", help="with --run and --phase heldout: the run's response cache (answers the embedding request)"
     )
@@ -382,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="1-based iteration (default %(default)s: the first after round-robin)",
     )
     s.add_argument("--position", type=int, default=0, help="0-based position of the task within the iteration")
-    s.add_argument("--seed", type=int, default=0, help="the run's seed")
+    s.add_argument("--seed", type=int, help="the run's seed (default: the --run manifest's, else 0)")
     s.add_argument("--neighbourhood", type=int, help=f"B-hat (default {t3.neighbourhood})")
     s.add_argument("--gamma", type=float, help=f"recency decay (default {t3.gamma})")
     s.add_argument("--rho", type=float, help=f"trust threshold (default {t3.rho})")
@@ -393,6 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--epsilon", type=float, help=f"default {t3.epsilon}")
     s.add_argument("--unsupported", choices=("exclude", "zero"), help=f"default {t3.unsupported}")
+    s.add_argument(
+        "--heldout-selection",
+        dest="heldout_selection",
+        choices=HELDOUT_SELECTIONS,
+        help=f"how --phase heldout decides (default {t3.heldout_selection}; a --run: as it was recorded)",
+    )
     s.set_defaults(func=_cmd_select)
 
     mj = sub.add_parser("main", help="the README's main job: a smoke experiment on the embedded default")
@@ -431,6 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--embedding",
         help="profile name in params/embeddings, a profile file, or 'embedded' (the in-process MiniLM embedder)",
+    )
+    r.add_argument(
+        "--judge",
+        help="the LLM judge's model for a method that judges (abstraction_memory with judge=true): a backbone "
+        "profile name or file; default: the backbone judges",
     )
     r.add_argument("--seed", type=int)
     r.add_argument("--iterations", type=int)

@@ -17,7 +17,7 @@ from antipersist_lib.memory.outcome_log import FIELDS
 from antipersist_lib.methods.anti_persistence import AntiPersistence
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.runner.protocol import run_task
-from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS
+from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ROUTE_EMBEDDINGS, FaultPlan
 from antipersist_lib.testing.scripted_policy import GUIDANCE_MARKER, errand_policy
 
 AGENT = AgentConfig(max_steps=4)
@@ -185,4 +185,79 @@ def test_config_round_trips_through_method_parameters():
     cfg = AntiPersistenceConfig.from_params({"gamma": 0.99, "budget": 3, "max_record_chars": 2000, "persist": True})
     assert cfg.selector.gamma == 0.99 and cfg.budget == 3 and cfg.limits.max_record_chars == 2000 and cfg.persist
     assert AntiPersistenceConfig.from_params(cfg.params()) == cfg
-    assert AntiPersistence.DEFAULTS == AntiPersistenceConfig().params()
+    # the config's fields, plus how the frozen layer is shown (methods/frozen_skills.py)
+    assert AntiPersistence.DEFAULTS == {**AntiPersistenceConfig().params(), "frozen_skills_retrieval": "top_b"}
+
+
+# --------------------------------------------------------------------------------------------
+# held-out selection on the frozen state (heldout_selection) and B.3's embedding failure
+
+#: every coverage device on: round-robin in iterations 1-3, warmup never met, always explore
+COVERAGE = {"round_robin_iterations": 3, "warmup_per_mode": 50, "epsilon": 1.0}
+
+
+def _trained(make_clients, tmp_path: Path, name: str, **params):
+    """A method trained on 6 tasks of iteration 1, then frozen for held-out evaluation."""
+    (tmp_path / name).mkdir()
+    c, ap = build(make_clients, tmp_path / name, **params)
+    train(ap, make_tasks("train", 6), iteration=1)
+    ap.freeze()
+    return c, ap
+
+
+def test_heldout_decisions_exploit_the_frozen_log_by_default(make_clients, tmp_path):
+    """Iteration 1 (round-robin), warmup pending and epsilon = 1: no held-out decision takes a
+    coverage branch or draws epsilon; training decisions still do."""
+    c, ap = _trained(make_clients, tmp_path, "exploit", **COVERAGE)
+    assert ap.describe()["heldout_selection"] == "exploit"
+    for iteration in (1, 6):
+        held = run(ap, make_tasks("heldout", 6), iteration=iteration, phase="heldout")
+        assert {r["meta"]["branch"] for r in held} <= {"local_ucb", "global_best"}
+        assert all(r["meta"]["decision"]["epsilon_draw"] is None for r in held)
+        assert all("heldout_selection='exploit'" in r["meta"]["decision"]["reason"] for r in held)
+    ap.unfreeze()
+    assert {r["meta"]["branch"] for r in train(ap, make_tasks("train", 4), iteration=1)} == {"round_robin"}
+
+
+def test_heldout_decisions_as_training_keep_the_coverage_branches(make_clients, tmp_path):
+    c, ap = _trained(make_clients, tmp_path, "as_training", heldout_selection="as_training", **COVERAGE)
+    held = run(ap, make_tasks("heldout", 6), iteration=1, phase="heldout")
+    assert [r["meta"]["branch"] for r in held] == ["round_robin"] * 6
+    assert [r["meta"]["mode"] for r in held] == ["none", "imitation", "strategic", "corrective", "none", "imitation"]
+    assert {r["meta"]["branch"] for r in run(ap, make_tasks("heldout", 2), iteration=6, phase="heldout")} == {"warmup"}
+    explore = {"round_robin_iterations": 0, "warmup_per_mode": 0, "epsilon": 1.0}
+    c2, ap2 = _trained(make_clients, tmp_path, "explore", heldout_selection="as_training", **explore)
+    assert {r["meta"]["branch"] for r in run(ap2, make_tasks("heldout", 3), iteration=2, phase="heldout")} == {
+        "epsilon"
+    }
+    with pytest.raises(ValueError, match="heldout_selection"):
+        method(c2, tmp_path / "explore", heldout_selection="greedy")
+
+
+def test_embedding_retries_zero_is_one_request_then_mode_none(make_clients, tmp_path):
+    """B.3: one embedding call; if it fails the task runs in mode none, with no second request."""
+    c, ap = _trained(make_clients, tmp_path, "zero", embedding_retries=0, round_robin_iterations=0)
+    ap.unfreeze()
+    sent = len(c.server.requests_for(ROUTE_EMBEDDINGS))
+    c.server.faults = FaultPlan.scripted(["503"], routes=[ROUTE_EMBEDDINGS])  # one transient failure
+    (r,) = train(ap, make_tasks("train", 7)[6:], iteration=2)
+    assert r["meta"]["mode"] == "none" and r["meta"]["branch"] == "no_embedding" and not r["embedding_ok"]
+    assert r["meta"]["log_skip_reason"] == "embedding_failed"
+    assert len(c.server.requests_for(ROUTE_EMBEDDINGS)) == sent + 1
+    assert ap.describe()["embedding_retries"] == 0  # recorded in the manifest's method_config
+    failed = [x for x in read_jsonl(tmp_path / "zero" / "calls.jsonl") if x.value.get("ok") is False]
+    assert len(failed) == 1 and failed[0].value["retries"] == 0
+
+
+def test_embedding_retries_default_keeps_the_endpoint_retries(make_clients, tmp_path):
+    c, ap = _trained(make_clients, tmp_path, "default", round_robin_iterations=0)
+    ap.unfreeze()
+    assert ap.describe()["embedding_retries"] is None
+    sent = len(c.server.requests_for(ROUTE_EMBEDDINGS))
+    c.server.faults = FaultPlan.scripted(["503"], routes=[ROUTE_EMBEDDINGS])
+    (r,) = train(ap, make_tasks("train", 7)[6:], iteration=2)
+    assert r["embedding_ok"] and r["meta"]["branch"] != "no_embedding"
+    assert len(c.server.requests_for(ROUTE_EMBEDDINGS)) == sent + 2  # the failure, then its retry
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="embedding_retries"):
+            AntiPersistenceConfig(embedding_retries=bad)

@@ -304,7 +304,7 @@ PAPER_URLS = {
     "ANTIPERSIST_URL_GEMMA_4_31B_IT": "http://gpu-3:8002/v1",
     "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B": "http://gpu-4:8003/v1",
 }
-FROZEN_LAYER = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge/seed42")
+JUDGE_RUN = Path("outputs/runs/webshop/qwen3-coder-next/abstraction-judge")
 
 
 def fake_partition(benchmark: str, n_train: int, n_heldout: int):
@@ -346,10 +346,11 @@ def users_setup(tmp_path, monkeypatch, clean_urls):
         (tmp_path / "params" / "skills" / f"appworld-{kind}.json").write_text(
             json.dumps([{"name": "s", "content": f"a {kind} rule"}])
         )
-    (FROZEN_LAYER / "snapshots").mkdir(parents=True)
-    (FROZEN_LAYER / "snapshots" / "abstractions_iter_10.json").write_text(
-        json.dumps({"active": [{"abstraction_id": "a1", "text": "a judged skill"}]})
-    )
+    for seed in (42, 43, 44):  # step 1's abstraction-judge run of every seed
+        (JUDGE_RUN / f"seed{seed}" / "snapshots").mkdir(parents=True)
+        (JUDGE_RUN / f"seed{seed}" / "snapshots" / "abstractions_iter_10.json").write_text(
+            json.dumps({"active": [{"abstraction_id": f"a{seed}", "text": f"a skill judged in seed {seed}"}]})
+        )
     return tmp_path
 
 
@@ -422,13 +423,14 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
         }
     elif path.stem == "figure11b_frozen_layer":
         assert set(runs) == {"frozen-layer"}
-        layer = users_setup / runs["frozen-layer"].method_params["frozen_skills"]
-        judge = next(
-            s
+        judges = {
+            s.seed: s.run_dir()
             for s in (r.spec for r in load_grid(path.with_name("figure11b_retention.yaml")).runs)
-            if s.run_name == "abstraction-judge" and s.seed == 42
-        )
-        assert layer == judge.run_dir()  # step 2 freezes the skills step 1 admitted
+            if s.run_name == "abstraction-judge"
+        }
+        # step 2 freezes the skills step 1 admitted, each seed its own seed's
+        layers = {s.seed: users_setup / s.method_params["frozen_skills"] for s in specs}
+        assert layers == judges and len(set(layers.values())) == 3
 
 
 def test_a_run_in_two_grid_files_has_one_identity(users_setup):
@@ -475,9 +477,11 @@ def test_missing_libraries_and_judge_run_are_named(users_setup):
         match=r"run 'skills-toxic' \(frozen_skills\): cannot read skill library params/skills/appworld-toxic.json",
     ):
         load_grid(ROOT / "params" / "grid" / "figure11a_skill_content.yaml")
-    for p in (FROZEN_LAYER / "snapshots").iterdir():
-        p.unlink()
+    for p in (JUDGE_RUN / "seed43" / "snapshots").iterdir():
+        p.unlink()  # seed 43's judge run has not finished an iteration; seeds 42 and 44 have
     with pytest.raises(
-        ValueError, match=r"run 'frozen-layer' \(anti_persistence\): skill library .*abstraction-judge/seed42"
+        ValueError,
+        match=r"run 'frozen-layer' \(anti_persistence, seed 43\): skill library .*abstraction-judge/seed43: "
+        r"a run directory must hold snapshots",
     ):
         load_grid(ROOT / "params" / "grid" / "figure11b_frozen_layer.yaml")

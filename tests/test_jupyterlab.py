@@ -207,7 +207,7 @@ const stderr = [...document.querySelectorAll('.jp-OutputArea-output[data-mime-ty
   .map(n => n.textContent).filter(t => t.includes('Traceback'));
 const t7 = after('## Table 7');
 const table = t7 && t7.node.querySelector('.jp-OutputArea-output table');
-const f3 = after('## Table 6 and Figure 3');
+const f3 = after('## Figure 3');
 const img = f3 && f3.node.querySelector('.jp-OutputArea-output img[src^="data:image/png"]');
 if (f3) (img || f3.node).scrollIntoView({block: 'center'});
 return {errors, stderr, table: table ? table.textContent : null,

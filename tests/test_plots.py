@@ -33,3 +33,77 @@ def test_save_writes_png_and_pdf(tmp_path):
     paths = plots.save(figs["B"], tmp_path / "out", "figure12_B")
     assert [p.name for p in paths] == ["figure12_B.png", "figure12_B.pdf"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:5] == b"%PDF-"
+
+
+LONG_NOTE = "A small CPU model on a two-task run: read the shape of the figure, not its values. " * 4
+
+
+def test_overlap_check_finds_texts_on_top_of_each_other():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_xlabel("an axis label")
+    fig.text(0.5, 0.02, "a note written where the axis label is", ha="center")
+    ax.annotate("first", (0.5, 0.5))
+    ax.annotate("second", (0.5, 0.5))
+    pairs = plots.text_overlaps(fig)
+    assert ("first", "second") in pairs
+    assert any("axis label" in a + b and "note" in a + b for a, b in pairs)
+
+
+def test_figure3_tells_sources_apart_and_keeps_coinciding_points_visible():
+    pts = pd.DataFrame(
+        {
+            "method": ["trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"] * 2,
+            "calls": [9.5, 10.17, 10.2, 9.3, 4.0, 4.0, 4.0, 4.0],  # this run's four at one spot
+            "success": [53.5, 49.0, 49.3, 59.9, 0.0, 0.0, 0.0, 0.0],
+            "source": ["paper"] * 4 + ["this run"] * 4,
+        }
+    )
+    fig = plots.cost_vs_success(pts, title="Figure 3", note=LONG_NOTE)
+    assert plots.text_overlaps(fig) == []
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    drawn = [c.get_offset_transform().transform(c.get_offsets()[0]) for c in ax.collections]
+    mine = drawn[4:]
+    assert len({round(x, 1) for x, _ in mine}) == 4  # side by side, not hidden behind each other
+    assert {c.get_paths()[0].vertices.shape for c in ax.collections[:4]} != {
+        c.get_paths()[0].vertices.shape for c in ax.collections[4:]
+    }  # paper and this run: different marker shapes
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"paper", "this run", "anti_persistence"} <= set(labels)
+
+
+def test_bars_with_many_policies_and_a_long_note_do_not_overlap():
+    rows = [
+        {"setting": f"this run: model / bench{i}", "policy": p, "success": 100.0}
+        for i in range(3)
+        for p in ("bandit", "fixed: none", "fixed: imitation", "fixed: strategic", "fixed: corrective", "random")
+    ]
+    fig = plots.success_bars(pd.DataFrame(rows), x="setting", hue="policy", title="Figure 6", note=LONG_NOTE)
+    assert plots.text_overlaps(fig) == []
+
+
+def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
+    from antipersist_lib.analysis import results
+
+    curves = pd.DataFrame(
+        [
+            {"benchmark": "alfworld", "backbone": bb, "method": m, "iteration": it, "success": 0.0, "steps": 4.0}
+            for bb in ("llama-4-scout", "qwen3-coder-next")
+            for m in ("trajectory_memory", "anti_persistence")
+            for it in (1, 2)
+        ]
+    )
+    paper_final = results.paper_final_success(["trajectory_memory", "anti_persistence"])
+    fig = plots.dynamics(
+        curves, paper_final, backbones=("llama-4-scout", "qwen3-coder-next"), title="Figure 2", note=LONG_NOTE
+    )
+    assert len(fig.axes) == 2 * 2 * 3  # (success, length) x two backbones x three benchmarks of the paper
+    assert plots.text_overlaps(fig) == []
+    llama_alf = fig.axes[0]
+    assert llama_alf.get_ylabel() == "llama-4-scout"
+    stars = sorted(float(t.get_text()) for t in llama_alf.texts)
+    assert stars == [41.6, 54.7]  # Llama's own Table 1 values, not an average over backbones
+    xs = [line.get_xdata()[0] for line in llama_alf.get_lines()]
+    assert len(set(xs)) == 2  # coinciding curves are drawn apart

@@ -70,13 +70,89 @@ def test_paper_table6_holds_the_paper_call_means():
         assert t.loc[c.method, (c.backbone, c.benchmark)] == c.mean
 
 
-def test_beside_paper_mean_averages_the_paper_over_backbones():
-    t1 = pd.DataFrame({"method": ["anti_persistence", "nope"], "benchmark": ["alfworld", "alfworld"], "mean": [1.0, 2]})
-    side = results.beside_paper_mean(t1)
-    expected = sum(c.mean for c in paper.table1() if (c.method, c.benchmark) == ("anti_persistence", "alfworld")) / 3
-    col = "paper mean (avg over backbones)"
-    assert list(side.columns) == ["method", "benchmark", "mean", col]
-    assert side.loc[0, col] == pytest.approx(expected) and pd.isna(side.loc[1, col])
+def test_paper_table6_keeps_the_papers_row_and_column_order():
+    t = results.paper_table6()
+    assert list(t.index) == ["trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"]
+    assert list(t.columns) == list(paper.SETTINGS)  # not sorted by name (gemma would come first)
+
+
+def test_main_rows_are_the_default_folder_of_the_eight_methods():
+    rows = [
+        ("anti_persistence", "anti_persistence", "qwen", "alf", 1, 1, 50.0),
+        ("anti_persistence", "gamma-0.98", "qwen", "alf", 1, 1, 0.0),  # a sweep point in the same root
+        ("abstraction_memory", "abstraction-judge", "qwen", "alf", 1, 1, 0.0),
+        ("frozen_skills", "skills-none", "qwen", "alf", 1, 1, 0.0),
+        ("react", "react", "qwen", "alf", 1, 1, 10.0),
+    ]
+    t1 = results.table1(_runs(rows))
+    assert t1[["method", "mean"]].values.tolist() == [["react", 10.0], ["anti_persistence", 50.0]]
+
+
+def test_paper_order_puts_known_values_first_and_keeps_the_rest_in_order_seen():
+    df = pd.DataFrame(
+        {
+            "method": ["anti_persistence", "react", "react", "react"],
+            "backbone": ["gemma-4-31b-it", "tiny", "llama-4-scout", "gemma-4-31b-it"],
+            "benchmark": ["alfworld", "scienceworld", "webshop", "alfworld"],
+        }
+    )
+    out = results.paper_order(df)
+    assert out.values.tolist() == [
+        ["react", "llama-4-scout", "webshop"],
+        ["react", "gemma-4-31b-it", "alfworld"],
+        ["react", "tiny", "scienceworld"],
+        ["anti_persistence", "gemma-4-31b-it", "alfworld"],
+    ]
+
+
+def test_table1_beside_paper_puts_the_same_backbones_cell_beside_each_cell():
+    rows = []
+    for seed, v in ((42, 50.0), (43, 60.0)):
+        rows.append(("anti_persistence", "anti_persistence", "qwen3-coder-next", "alfworld", seed, 1, v))
+        rows.append(("anti_persistence", "anti_persistence", "embedded-tiny", "alfworld", seed, 1, 0.0))
+        rows.append(("react", "react", "qwen3-coder-next", "alfworld", seed, 1, 40.0))
+    t = results.table1_beside_paper(_runs(rows))
+    assert list(t.index) == ["react", "anti_persistence"]
+    assert list(t.columns) == [
+        ("qwen3-coder-next", "alfworld", "this run"),
+        ("qwen3-coder-next", "alfworld", "paper"),
+        ("embedded-tiny", "alfworld", "this run"),  # a backbone the paper did not use: no paper cell
+    ]
+    assert t.loc["anti_persistence", ("qwen3-coder-next", "alfworld", "this run")] == "55.0 ± 7.1"
+    assert t.loc["anti_persistence", ("qwen3-coder-next", "alfworld", "paper")] == "96.0 ± 1.4"  # Qwen's own cell
+    assert t.loc["react", ("qwen3-coder-next", "alfworld", "paper")] == "70.4 ± 1.8"
+
+
+def test_table6_of_this_run_counts_calls_per_setting_beside_the_papers():
+    rows = [
+        ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 42, 1, 0.0, 3.0),
+        ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 43, 1, 0.0, 5.0),
+        ("anti_persistence", "B-10", "llama-4-scout", "webshop", 42, 1, 0.0, 99.0),
+    ]
+    t6 = results.table6(_runs(rows))
+    assert t6[["mean", "seeds"]].values.tolist() == [[4.0, 2]]
+    printed = results.table6_beside_paper(_runs(rows))
+    assert printed.loc["anti_persistence", ("llama-4-scout", "webshop", "this run")] == "4.00 ± 1.41"
+    assert printed.loc["anti_persistence", ("llama-4-scout", "webshop", "paper")] == "3.99 ± 0.05"
+
+
+def test_a_run_found_again_under_a_later_root_is_not_a_second_seed():
+    once = results.load_iterations(SMOKE)
+    with pytest.warns(UserWarning, match="left out because an earlier root holds the same run"):
+        twice = results.load_iterations([SMOKE, SMOKE])
+    assert len(twice) == len(once) and len(twice.attrs["shadowed"]) == once["run"].nunique()
+
+
+def test_training_decisions_tell_bandit_choices_from_safeguards():
+    def ep(mode, branch):
+        return {"meta": {"mode": mode, "branch": branch}}
+
+    d = results.training_decisions(
+        [ep("none", "round_robin"), ep("none", "no_embedding"), ep("imitation", "local_ucb"), ep("none", "epsilon")]
+    )
+    assert d["train_decisions"] == 4 and d["train_mode_none"] == 0.75 and d["train_mode_imitation"] == 0.25
+    assert d["bandit_none"] == 0 and d["bandit_imitation"] == 1
+    assert results.training_decisions([{"meta": {}}])["train_mode_none"] is None
 
 
 def test_table7_frame_indexes_by_baseline():
@@ -127,13 +203,16 @@ def test_figure3_points_paper_averages_and_this_runs_final_iteration():
     assert ap["success"] == pytest.approx(sum(c.mean for c in paper.table1() if c.method == "anti_persistence") / 9)
     runs = _runs(
         [
-            ("react", "react", "b", "alf", 1, 1, 0.0, 99.0),
-            ("react", "react", "b", "alf", 1, 2, 20.0, 3.0),
-            ("react", "react", "b", "web", 1, 2, 40.0, 5.0),
+            ("joint_memory", "joint_memory", "b", "alf", 1, 1, 0.0, 99.0),
+            ("joint_memory", "joint_memory", "b", "alf", 1, 2, 20.0, 3.0),
+            ("joint_memory", "joint_memory", "b", "web", 1, 2, 40.0, 5.0),
+            ("joint_memory", "joint_memory", "b", "web", 2, 2, 80.0, 7.0),  # two seeds: one cell, one weight
+            ("react", "react", "b", "alf", 1, 2, 20.0, 3.0),  # not one of Figure 3's memory configurations
+            ("anti_persistence", "gamma-1.0", "b", "alf", 1, 2, 90.0, 1.0),  # a sweep point: not a main run
         ]
     )
     mine = results.figure3_points(runs).query("source == 'this run'")
-    assert mine[["method", "calls", "success"]].values.tolist() == [["react", 4.0, 30.0]]
+    assert mine[["method", "calls", "success"]].values.tolist() == [["joint_memory", 4.5, 40.0]]
 
 
 def test_paper_final_success_keeps_the_named_methods():
@@ -189,6 +268,10 @@ def test_mode_facts_counts_used_modes():
     )
     f = results.mode_facts(freq)
     assert f["modes used"].tolist() == [2, 2] and f["none used"].tolist() == [False, True]
+    # 'none' used only through round-robin / warm-up: the bandit check fails, as it must be able to
+    assert f["none chosen by the bandit"].tolist() == [False, False]
+    f = results.mode_facts(freq.assign(bandit_none=[0, 3]))
+    assert f["none chosen by the bandit"].tolist() == [False, True]
 
 
 def test_paper_sweep_splits_figure12_and_names_unknown_sweeps():
@@ -228,8 +311,11 @@ def test_best_paper_point_is_the_argmax_per_benchmark():
 
 def test_audit_abstractions_labels_only_runs_with_a_store():
     runs = results.load_iterations(SMOKE)
-    audited, labels = results.audit_abstractions(runs, n_min=3, delta=0.05, pool="available")
-    assert sorted({r.method for r in audited}) == ["abstraction_memory", "joint_memory"]
+    default, _ = results.audit_abstractions(runs, n_min=3, delta=0.05, pool="available")
+    assert {r.method for r in default} == {"abstraction_memory"}  # the setting the paper audits
+    with_react = ["abstraction_memory", "joint_memory", "react"]
+    audited, labels = results.audit_abstractions(runs, methods=with_react, n_min=3, delta=0.05, pool="available")
+    assert sorted({r.method for r in audited}) == ["abstraction_memory", "joint_memory"]  # react has no store
     assert set(labels["method"]) == {"abstraction_memory", "joint_memory"}
     assert list(labels.columns[:4]) == ["run", "method", "benchmark", "abstraction_id"]
     assert set(labels["run"]) == {r.run for r in audited}
@@ -272,3 +358,17 @@ def test_figure11_panel_and_by_condition():
     assert t.loc["useful skills", "paper: qwen3-coder-next / appworld"] == 40.0
     assert pd.isna(t.loc["toxic skills", "this run: tiny / alfworld"])
     assert len(results.figure11_panel(pd.DataFrame(), "Figure 11b", {})) == 4
+
+
+def test_ordered_pivot_keeps_the_order_rows_and_columns_first_appear_in():
+    df = pd.DataFrame(
+        {
+            "policy": ["bandit", "fixed: none", "bandit", "fixed: none"],
+            "setting": ["qwen / web", "qwen / web", "llama / alf", "llama / alf"],
+            "success": [1.0, 2.0, 3.0, 4.0],
+        }
+    )
+    t = results.ordered_pivot(df, index="policy", columns="setting", values="success")
+    assert list(t.index) == ["bandit", "fixed: none"] and list(t.columns) == ["qwen / web", "llama / alf"]
+    assert t.loc["fixed: none", "llama / alf"] == 4.0
+    assert list(df.pivot(index="policy", columns="setting", values="success").columns) == ["llama / alf", "qwen / web"]

@@ -466,7 +466,8 @@ def test_select_mode_deterministic_and_position_dependent():
     b = select_mode(log, Q, iteration=5, position=3, seed=7)
     assert a == b
     assert a.epsilon_draw == np.random.default_rng([7, 0, 5, 3]).random()  # phase "train" has index 0
-    held = select_mode(log, Q, iteration=5, position=3, seed=7, phase="heldout")
+    as_training = SelectorConfig(heldout_selection="as_training")  # held-out draws epsilon only then
+    held = select_mode(log, Q, iteration=5, position=3, seed=7, phase="heldout", config=as_training)
     assert held.epsilon_draw == np.random.default_rng([7, 1, 5, 3]).random() != a.epsilon_draw
     with pytest.raises(ValueError, match="phase"):
         select_mode(log, Q, iteration=5, position=3, seed=7, phase="test")
@@ -511,6 +512,7 @@ def test_local_estimates_helper_matches_local_branch():
         (dict(warmup_per_mode=-1), "warmup_per_mode"),
         (dict(round_robin_iterations=-1), "round_robin_iterations"),
         (dict(unsupported="bogus"), "unsupported"),
+        (dict(heldout_selection="greedy"), "heldout_selection"),
     ],
 )
 def test_config_validation_names_the_field(kwargs, name):
@@ -523,6 +525,7 @@ def test_config_defaults_are_table_3():
     assert (cfg.neighbourhood, cfg.c, cfg.gamma, cfg.rho) == (10, 0.5, 0.998, 0.7)
     assert (cfg.warmup_per_mode, cfg.round_robin_iterations, cfg.epsilon) == (3, 3, 0.1)
     assert cfg.unsupported == "exclude"
+    assert cfg.heldout_selection == "exploit"  # the paper's frozen held-out evaluation (4.1, D.1)
     SelectorConfig(gamma=1.0, rho=-1.0, epsilon=1.0, c=0.0, warmup_per_mode=0, round_robin_iterations=0)
 
 
@@ -616,3 +619,60 @@ def test_decisions_compare_within_rounding_but_not_beyond():
             a, dict(b, scores={**b["scores"], a["mode"]: 0.5 + (b["scores"][a["mode"]] or 0)})
         )
     )
+
+
+# --------------------------------------------------------------------------------------------
+# held-out selection (heldout_selection): "exploit" on the frozen log, or "as_training"
+
+COVERAGE = ("round_robin", "warmup", "epsilon")
+
+
+def heldout(log, emb=Q, *, iteration, position=0, seed=0, **cfg) -> ModeDecision:
+    return select_mode(
+        log, emb, iteration=iteration, position=position, seed=seed, phase="heldout", config=SelectorConfig(**cfg)
+    )
+
+
+@pytest.mark.parametrize("iteration", [1, 2, 3, 4, 9])
+def test_heldout_exploit_never_takes_a_coverage_branch(iteration):
+    """Round-robin iteration, warmup pending (W_init > any count) and epsilon = 1: held-out under
+    "exploit" still decides by the trust test and UCB, without an epsilon draw."""
+    log = make_log([(A, "none", True), (B, "strategic", False), (A, "imitation", True)])
+    for position in range(8):
+        d = heldout(log, iteration=iteration, position=position, epsilon=1.0, warmup_per_mode=50)
+        assert d.branch not in COVERAGE and d.branch in ("local_ucb", "global_best")
+        assert d.epsilon_draw is None
+        assert "heldout_selection='exploit'" in d.reason
+        # the same decision training's final step (no coverage devices left) would make
+        final = decide(log, iteration=AFTER_RR, position=position, epsilon=0.0, warmup_per_mode=0)
+        assert (d.mode, d.branch, d.scores) == (final.mode, final.branch, final.scores)
+
+
+def test_heldout_exploit_fallbacks_are_the_training_ones():
+    # an empty log: global-best, which gives 'none' (B.1 at initialization); no embedding: 'none'
+    d = heldout(OutcomeLog(None), iteration=1, epsilon=1.0)
+    assert (d.mode, d.branch, d.epsilon_draw) == ("none", "global_best", None)
+    assert heldout(full_log(), None, iteration=7, epsilon=1.0).branch == "no_embedding"
+    # an untrusted neighbourhood (mean similarity 0 < rho) falls back to global-best over the log
+    log = make_log([(D, "none", False), (D, "corrective", True)])
+    d = heldout(log, iteration=1, epsilon=1.0, warmup_per_mode=5)
+    assert (d.branch, d.mode) == ("global_best", "corrective")
+
+
+def test_heldout_as_training_keeps_every_branch():
+    log = make_log([(A, "none", True), (B, "strategic", False), (A, "imitation", True)])
+    rr = [heldout(log, iteration=1, position=p, heldout_selection="as_training") for p in range(4)]
+    assert [d.branch for d in rr] == ["round_robin"] * 4 and [d.mode for d in rr] == list(MODES)
+    assert "heldout_selection='as_training'" in rr[0].reason
+    warm = heldout(log, iteration=5, heldout_selection="as_training")
+    assert (warm.branch, warm.mode) == ("warmup", "corrective")
+    explore = heldout(log, iteration=5, warmup_per_mode=0, epsilon=1.0, heldout_selection="as_training")
+    assert explore.branch == "epsilon" and explore.epsilon_draw is not None
+
+
+def test_heldout_selection_does_not_touch_training_decisions():
+    log = make_log([(A, "none", True), (B, "strategic", False)])
+    for iteration, position in ((1, 2), (5, 0), (5, 3)):
+        a = decide(log, iteration=iteration, position=position, epsilon=0.5, heldout_selection="exploit")
+        b = decide(log, iteration=iteration, position=position, epsilon=0.5, heldout_selection="as_training")
+        assert a == b and "Held-out" not in a.reason

@@ -9,7 +9,8 @@ rebuilds what the selector saw at that moment and decides again:
 * the task embedding: for a training episode the one stored with its record in
   ``state/trajectories.jsonl``; for a held-out episode it is asked of the run's response cache
   (or given by the caller);
-* the hyperparameters from the manifest's ``method_config``, the random stream from
+* the hyperparameters from the manifest's ``method_config`` (``heldout_selection`` included: a
+  manifest without it is an older run, whose held-out decisions were ``as_training``), the random stream from
   ``selector.decision_rng(seed, phase, iteration, position)``.
 
 Nothing is written: the log is opened read-only. The comparison tolerates last-bit float
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.core.config import TABLE3, AntiPersistenceConfig
+from antipersist_lib.core.config import AntiPersistenceConfig, recorded_config
 from antipersist_lib.core.selector import PHASES, ModeSelector, decision_differences, decision_rng
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import OutcomeLog
@@ -101,10 +102,20 @@ def log_entries_seen(run: Path, phase: str, iteration: int, position: int) -> in
 
 def _method_config(man: dict[str, Any]) -> AntiPersistenceConfig:
     """The run's configuration: its recorded ``method_config`` (older runs: ``method_params``);
-    names this version does not know are left out, Table 3 fills what is missing."""
-    params = {k: v for k, v in (man.get("method_config") or man.get("method_params") or {}).items() if k != "name"}
-    known = TABLE3.params()
-    return AntiPersistenceConfig.from_params({k: v for k, v in params.items() if k in known})
+    names this version does not know are left out, parameters added since the run was recorded take
+    the value it ran with (``config.LEGACY_PARAMS``: a manifest without ``heldout_selection`` made its
+    held-out decisions ``as_training``), Table 3 fills the rest."""
+    return recorded_config(man.get("method_config") or man.get("method_params") or {})
+
+
+def run_config(run_dir: str | Path) -> tuple[AntiPersistenceConfig, int]:
+    """The configuration and seed an anti_persistence run was recorded with (for ``select --log``)."""
+    man = RunDirectory(Path(run_dir)).read_manifest()
+    if man.get("method") != "anti_persistence":
+        raise ValueError(
+            f"{run_dir}: decisions are recorded by anti_persistence runs; this one is {man.get('method')!r}"
+        )
+    return _method_config(man), int(man["seed"])
 
 
 def audit_decision(
@@ -164,5 +175,6 @@ def audit_decision(
         rng=decision_rng(int(man["seed"]), phase, iteration, position),
         policy=cfg.policy,
         fixed_mode=cfg.fixed_mode,
+        phase=phase,
     )
     return DecisionAudit(str(run), phase, iteration, position, n, rec["meta"]["decision"], decision.to_dict())

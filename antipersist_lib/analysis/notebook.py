@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.analysis.results import MODES_OF_NOTEBOOKS, obtain_runs
+from antipersist_lib.analysis.results import MODES_OF_NOTEBOOKS, main_runs, obtain_runs
 from antipersist_lib.paths import repo_root
 from antipersist_lib.serving.embedded import WEAK_MODEL_NOTE
 
@@ -65,6 +65,7 @@ def setup(
     if runs_root is not None:
         runs, loaded_from = obtain_runs(mode, runs_root, run_profile=run_profile, root=root)
     if methods is not None and not runs.empty:
+        runs = main_runs(runs)
         runs = runs[runs["method"].isin(list(methods))]
     embedded = bool((not runs.empty) and runs["backbone"].str.startswith("embedded").any())
     if embedded:

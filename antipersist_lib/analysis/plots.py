@@ -24,22 +24,103 @@ def save(fig: plt.Figure, output_dir: str | Path, name: str) -> list[Path]:
     return paths
 
 
+SOURCE_MARKERS = {"paper": "o", "this run": "X"}
+
+
+#: fixed colours: the method and its three persistent-memory variants stand apart from the baselines
+_COLORS = {
+    "react": "tab:gray",
+    "reflexion": "tab:olive",
+    "expel": "tab:cyan",
+    "autorefine": "tab:brown",
+    "trajectory_memory": "tab:blue",
+    "abstraction_memory": "tab:orange",
+    "joint_memory": "tab:green",
+    "anti_persistence": "tab:red",
+}
+_SPARE = ("tab:purple", "tab:pink", "black", "gold", "navy", "teal")
+#: one marker per method, so lines that coincide are still told apart
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")
+
+
+def method_colors(methods: list[str]) -> dict[str, str]:
+    """A fixed colour per method (the Table 1 methods always the same one, others from a spare
+    list), so a method has one colour across figures and its paper marker matches its curve."""
+    out = dict(_COLORS)
+    extra = [m for m in dict.fromkeys(methods) if m not in out]
+    for i, m in enumerate(extra):
+        out[m] = _SPARE[i % len(_SPARE)]
+    return out
+
+
+def _side_by_side(ax: plt.Axes, xy: list[tuple[float, float]], radius_px: float = 14.0) -> list[float]:
+    """Horizontal offsets (points) that set markers closer than ``radius_px`` apart side by side,
+    so coinciding points stay visible; the data values are unchanged (the shift is in display space)."""
+    disp = ax.transData.transform(xy) if xy else []
+    offsets = [0.0] * len(xy)
+    clusters: list[list[int]] = []
+    for i, (x, y) in enumerate(disp):
+        for c in clusters:
+            cx, cy = disp[c[0]]
+            if abs(cx - x) < radius_px and abs(cy - y) < radius_px:
+                c.append(i)
+                break
+        else:
+            clusters.append([i])
+    for c in clusters:
+        for k, i in enumerate(c):
+            offsets[i] = (k - (len(c) - 1) / 2) * 11.0
+    return offsets
+
+
 def cost_vs_success(points: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
-    """Figure 3: mean LLM calls per held-out task vs held-out success, one point per method.
+    """Figure 3: mean LLM calls per held-out task vs held-out success, one point per method and
+    source. Colour names the method and shape the source (both in legends; no text labels that could
+    overlap); points that would hide one another are drawn side by side.
 
     ``points`` columns: method, calls, success, source ("paper" or "this run").
     """
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import offset_copy
+
     sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    sns.scatterplot(data=points, x="calls", y="success", hue="method", style="source", s=120, ax=ax)
-    for _, r in points[points["source"] == "paper"].iterrows():  # this run's points are in the legend
-        ax.annotate(r["method"], (r["calls"], r["success"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    colors = method_colors(points["method"].tolist())
+    lo, hi = float(points["calls"].min()), float(points["calls"].max())
+    pad = max(0.5, 0.08 * (hi - lo))
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(-4, 104)
+    xy = list(zip(points["calls"].astype(float), points["success"].astype(float)))
+    for (_, r), dx in zip(points.iterrows(), _side_by_side(ax, xy)):
+        ax.scatter(
+            [r["calls"]],
+            [r["success"]],
+            s=110,
+            color=colors[r["method"]],
+            marker=SOURCE_MARKERS.get(r["source"], "s"),
+            edgecolor="black",
+            linewidth=0.6,
+            transform=offset_copy(ax.transData, fig=fig, x=dx, units="points"),
+            zorder=3,
+        )
     ax.set_xlabel("mean LLM calls per held-out task")
     ax.set_ylabel("held-out success (%)")
+    methods = list(dict.fromkeys(points["method"]))
+    by_method = [Line2D([], [], marker="o", linestyle="", color=colors[m], label=m) for m in methods]
+    by_source = [
+        Line2D([], [], marker=SOURCE_MARKERS.get(s, "s"), linestyle="", color="gray", markeredgecolor="black", label=s)
+        for s in dict.fromkeys(points["source"])
+    ]
+    ax.legend(
+        handles=by_method + by_source,
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        title="colour: method, shape: source",
+        title_fontsize=7,
+    )
     ax.set_title(title)
-    if note:
-        fig.text(0.01, -0.06, note, fontsize=7, wrap=True)
-    ax.legend(fontsize=7, loc="best")
+    footnote(fig, note, "Points closer than a marker's width are drawn side by side; values are unchanged.")
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
@@ -57,13 +138,14 @@ def success_bars(
     n = max(1, df[x].nunique())
     fig, ax = plt.subplots(figsize=(max(7.0, 1.9 * n), 4.4))
     sns.barplot(data=df, x=x, y="success", hue=hue, hue_order=hue_order, ax=ax, errorbar=None)
-    for container in ax.containers:
-        ax.bar_label(container, fmt="%.1f", fontsize=6, padding=1)
+    hues = len(hue_order) if hue_order else max(1, df[hue].nunique())
+    for container in ax.containers:  # upright values stop touching once bars get narrow
+        ax.bar_label(container, fmt="%.1f", fontsize=6, padding=1, rotation=90 if hues > 3 else 0)
     ax.set_ylabel("held-out success (%)")
     ax.set_xlabel("")
-    ax.set_ylim(0, max(100.0, float(df["success"].max() or 0) + 8))
+    ax.set_ylim(0, max(100.0, float(df["success"].max() or 0)) + (14 if hues > 3 else 8))
     ax.set_xticks(ax.get_xticks(), [_wrap(t.get_text()) for t in ax.get_xticklabels()], fontsize=8)
-    ax.legend(fontsize=7, title=hue, title_fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, title=hue, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _titles(fig, ax, title, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
@@ -81,14 +163,72 @@ def _titles(fig: plt.Figure, ax: plt.Axes, title: str, note: str) -> None:
     fig.tight_layout()
 
 
-def footnote(fig: plt.Figure, *parts: str, y: float = -0.02, width: int = 170) -> None:
-    """Small wrapped lines under a figure, one paragraph per non-empty part (e.g. the paper's statement, then
-    the provenance note such as "a 270M CPU model")."""
+def footnote(fig: plt.Figure, *parts: str, width: int = 150, top: float = 1.0) -> None:
+    """Small wrapped lines under a figure, one paragraph per non-empty part (e.g. the paper's
+    statement, then the provenance note such as "a 270M CPU model"). The layout is redone with
+    room reserved below the axes, so the note never runs into tick or axis labels; ``top``: the
+    fraction of the height the axes may use (below a suptitle)."""
     import textwrap
 
     lines = [line for part in parts if part for line in textwrap.wrap(part, width)]
-    if lines:
-        fig.text(0.01, y, "\n".join(lines), fontsize=6.5, color="dimgray", va="top")
+    if not lines:
+        fig.tight_layout(rect=(0, 0, 1, top))
+        return
+    height = fig.get_figheight()
+    reserved = min(0.45, (0.12 * len(lines) + 0.1) / height)
+    fig.tight_layout(rect=(0, reserved, 1, top))
+    fig.text(0.01, reserved - 0.04 / height, "\n".join(lines), fontsize=6.5, color="dimgray", va="top")
+
+
+def text_overlaps(fig: plt.Figure) -> list[tuple[str, str]]:
+    """Pairs of visible texts (figure notes, titles, axis and tick labels, annotations, legends)
+    whose boxes overlap once drawn: what makes a figure unreadable at a glance. Bar-value labels
+    are compared with the notes and legends only (neighbouring bars' values may touch)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a closed figure has none
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    items: list[tuple[str, object, str]] = []  # (kind, bbox, text)
+
+    def add(kind: str, artist: object, text: str) -> None:
+        if artist.get_visible() and text.strip():  # type: ignore[attr-defined]
+            items.append((kind, artist.get_window_extent(renderer), text))  # type: ignore[attr-defined]
+
+    for t in fig.texts:  # the suptitle is one of them
+        add("note", t, t.get_text())
+    for ax in fig.axes:
+        for t in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label):  # noqa: SLF001
+            add("label", t, t.get_text())
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        for t in ax.get_xticklabels():
+            if x0 <= t.get_position()[0] <= x1:  # labels of ticks outside the view are not drawn
+                add("tick", t, t.get_text())
+        for t in ax.get_yticklabels():
+            if y0 <= t.get_position()[1] <= y1:
+                add("tick", t, t.get_text())
+        for t in ax.texts:
+            add(
+                "bar value" if t.__class__.__name__ == "Annotation" and t.get_fontsize() <= 6 else "annotation",
+                t,
+                t.get_text(),
+            )
+        legend = ax.get_legend()
+        for child in ax.get_children():
+            if child.__class__.__name__ == "Legend" and child.get_visible():
+                items.append(("legend", child.get_window_extent(renderer), "legend"))
+        del legend
+    out = []
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            (ki, bi, ti), (kj, bj, tj) = items[i], items[j]
+            if "bar value" in (ki, kj) and not {"note", "legend"} & {ki, kj}:
+                continue
+            if ki == kj == "tick":
+                continue
+            if bi.overlaps(bj):  # type: ignore[attr-defined]
+                out.append((ti, tj))
+    return out
 
 
 def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: bool = False) -> plt.Figure:
@@ -198,8 +338,7 @@ def mode_heatmaps(freq: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
         if k:
             ax.set_yticklabels([])
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    footnote(fig, note)
+    footnote(fig, note, top=0.92)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
 
@@ -218,16 +357,16 @@ def provenance_rates(rates: pd.DataFrame, *, title: str, note: str = "") -> plt.
     for i, s in enumerate(settings):
         row = rates[rates["setting"] == s].iloc[0]
         for j, col in enumerate(("alpha_emp", "alpha_0")):
-            if row[col] is None or pd.isna(row[col]):
-                ax.text(
-                    i + (-0.2 if j == 0 else 0.2), 0.02, "undefined", rotation=90, ha="center", va="bottom", fontsize=7
-                )
+            undefined = row[col] is None or pd.isna(row[col])
+            text = "undefined" if undefined else f"{float(row[col]):.2f}"  # a defined 0 is written, not hidden
+            y = 0.02 if undefined else float(row[col]) + 0.02
+            ax.text(i + (-0.2 if j == 0 else 0.2), y, text, rotation=90, ha="center", va="bottom", fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("flag rate among descendants")
     ax.set_xlabel("")
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     footnote(fig, note)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
@@ -262,29 +401,117 @@ def selector_scores(per_mode: pd.DataFrame, *, title: str) -> plt.Figure:
     return fig
 
 
-def dynamics(curves: pd.DataFrame, paper_final: pd.DataFrame, *, note: str = "") -> plt.Figure:
-    """Figures 2 and 9: held-out success (a) and mean trajectory length (b) per iteration, one
-    column per benchmark, with the paper's final-iteration success (mean over backbones) as stars."""
+def _spread(values: list[float], gap: float, lo: float, hi: float) -> list[float]:
+    """Label positions for ``values`` (in the order given), at least ``gap`` apart, inside
+    [lo, hi], each as close to its value as the others allow: labels of nearby markers never overlap."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    pos = [0.0] * len(values)
+    last = lo - gap
+    for i in order:
+        pos[i] = max(values[i], last + gap)
+        last = pos[i]
+    excess = max(0.0, last - hi)
+    return [p - excess for p in pos]
+
+
+def dynamics(
+    curves: pd.DataFrame,
+    paper_final: pd.DataFrame,
+    *,
+    backbones: tuple[str, ...] | list[str],
+    title: str,
+    note: str = "",
+    paper_iteration: int = 10,
+) -> plt.Figure:
+    """Figures 2 and 9: held-out success (a) and mean trajectory length (b) per iteration, two rows
+    per backbone (never averaged across backbones), one column per benchmark. The paper prints its
+    curves as images, so its Table 1 final values of each backbone are drawn as stars at iteration
+    ``paper_iteration`` (K = 10), in the method's colour and labelled with the value. Methods are
+    drawn a little apart on the x axis (at most ±0.12 iteration) with their own markers, so curves
+    and stars that coincide stay visible."""
+    from matplotlib.lines import Line2D
+
     sns.set_theme(style="whitegrid")
-    benches = sorted(set(curves["benchmark"]) if not curves.empty else set(paper_final["benchmark"]))
-    fig, axes = plt.subplots(2, len(benches), figsize=(4.5 * len(benches), 7), squeeze=False)
-    for j, bench in enumerate(benches):
-        ax_s, ax_l = axes[0][j], axes[1][j]
-        sub = curves[curves["benchmark"] == bench] if not curves.empty else curves
-        last = int(sub["iteration"].max()) if not sub.empty else 10
-        if not sub.empty:
-            sns.lineplot(data=sub, x="iteration", y="success", hue="method", marker="o", ax=ax_s, legend=j == 0)
-            sns.lineplot(data=sub, x="iteration", y="steps", hue="method", marker="o", ax=ax_l, legend=False)
-        pf = paper_final[paper_final["benchmark"] == bench].groupby("method")["success"].mean()
-        ax_s.scatter(
-            [last] * len(pf), pf.values, marker="*", s=140, color="black", label="paper, final (mean over backbones)"
+    cur = curves[curves["backbone"].isin(list(backbones))] if not curves.empty else curves
+    pf = paper_final[paper_final["backbone"].isin(list(backbones))]
+    benches = list(dict.fromkeys([*pf["benchmark"], *(cur["benchmark"] if not cur.empty else [])])) or ["(no runs)"]
+    methods = list(dict.fromkeys([*pf["method"], *(cur["method"] if not cur.empty else [])]))
+    colors = method_colors(methods)
+    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(methods)}
+    shift = {m: (i - (len(methods) - 1) / 2) * (0.24 / max(1, len(methods) - 1)) for i, m in enumerate(methods)}
+    rows = 2 * len(backbones)
+    fig, axes = plt.subplots(rows, len(benches), figsize=(4.6 * len(benches), 2.9 * rows), squeeze=False)
+    for b, bb in enumerate(backbones):
+        for j, bench in enumerate(benches):
+            ax_s, ax_l = axes[2 * b][j], axes[2 * b + 1][j]
+            sub = cur[(cur["backbone"] == bb) & (cur["benchmark"] == bench)] if not cur.empty else cur
+            for m in methods:
+                line = sub[sub["method"] == m] if not sub.empty else sub
+                if not line.empty:
+                    x = line["iteration"] + shift[m]
+                    ax_s.plot(x, line["success"], marker=markers[m], color=colors[m], markersize=5)
+                    ax_l.plot(x, line["steps"], marker=markers[m], color=colors[m], markersize=5)
+            ref = pf[(pf["backbone"] == bb) & (pf["benchmark"] == bench)]
+            if not ref.empty:
+                vals = ref["success"].astype(float).tolist()
+                ms = ref["method"].tolist()
+                for m, v in zip(ms, vals):
+                    ax_s.scatter(
+                        [paper_iteration + shift[m]],
+                        [v],
+                        marker="*",
+                        s=150,
+                        color=colors[m],
+                        edgecolor="black",
+                        linewidth=0.5,
+                        zorder=3,
+                    )
+                for m, v, y in zip(ms, vals, _spread(vals, 8.0, 2.0, 100.0)):
+                    ax_s.annotate(
+                        f"{v:.1f}",
+                        (paper_iteration, v),
+                        xytext=(paper_iteration + 0.45, y),
+                        textcoords="data",
+                        fontsize=6.5,
+                        va="center",
+                        color=colors[m],
+                    )
+            last = max([paper_iteration if not ref.empty else 1, *(sub["iteration"] if not sub.empty else [1])])
+            for ax in (ax_s, ax_l):
+                ax.set_xlim(0.5, last + (1.9 if not ref.empty else 0.6))
+            ax_s.set_ylim(-3, 106)
+            if sub.empty:
+                ax_l.text(
+                    0.5,
+                    0.5,
+                    "no run of this backbone",
+                    transform=ax_l.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="dimgray",
+                )
+            ax_s.set_title(f"{bench}: (a) held-out success (%)", fontsize=9)
+            ax_l.set_title(f"{bench}: (b) mean trajectory length", fontsize=9)
+            if j == 0:
+                ax_s.set_ylabel(bb, fontsize=9, fontweight="bold")
+                ax_l.set_ylabel(bb, fontsize=9, fontweight="bold")
+            ax_l.set_xlabel("iteration", fontsize=8)
+    handles = [Line2D([], [], color=colors[m], marker=markers[m], label=m) for m in methods]
+    if not pf.empty:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="gray",
+                marker="*",
+                linestyle="",
+                markersize=11,
+                label=f"paper, iteration {paper_iteration}\n(Table 1)",
+            )
         )
-        ax_s.set_title(f"{bench}: (a) held-out success (%)")
-        ax_l.set_title(f"{bench}: (b) mean trajectory length")
-        ax_s.set_ylim(-2, 102)
-    axes[0][0].legend(fontsize=7)
-    if note:
-        fig.text(0.01, -0.02, note, fontsize=7, wrap=True)
-    fig.tight_layout()
+    fig.suptitle(title)
+    footnote(fig, note, top=0.97)
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig

@@ -3,18 +3,27 @@
 ``load_iterations(root)`` reads every run under ``root`` (any folder holding a ``manifest.json``)
 and returns one row per (run, iteration) with held-out success, trajectory length, calls per task
 (execution / synthesis / other), mode frequencies and synthesis-mode usage, recomputed from the
-episode records (the run's own ``summary.json`` is not trusted blindly). ``table1(df)`` gives the
-final-iteration mean and std over seeds per (method, backbone, benchmark), in percent.
+episode records (the run's own ``summary.json`` is not trusted blindly).
+
+Main rows are main runs only: every ablation grid writes into the same runs folder as the main
+grid (a run folder per variant: ``<benchmark>/<backbone>/<variant>/seed<N>``), so the paper's main
+tables (1, 6, 7; Figures 2, 3, 8, 9, 10) take the default variant of each of the eight Table 1
+methods (the folder named after the method, ``main_runs``) and the ablation notebooks select their
+variants by folder name (``variants``, with the maps of ``analysis.ablations``). Rows and columns
+follow the paper's order (methods as in Table 1, backbones and benchmarks as in ``paper.SETTINGS``),
+never an alphabetical pivot.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from antipersist_lib.analysis import paper, provenance, statistics
+from antipersist_lib.methods import TABLE1_METHODS
 from antipersist_lib.records import MODES
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import summarize_iteration
@@ -43,18 +52,32 @@ def load_manifest(run: str | Path) -> dict[str, Any]:
 
 
 def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
-    """One row per (run, iteration) for every run under ``roots`` (a path or a list of paths)."""
+    """One row per (run, iteration) for every run under ``roots`` (a path or a list of paths).
+
+    Roots are read in the order given and the first one wins: a run of the same identity (run
+    folder, backbone, benchmark, seed) found again under a later root is left out, named in a
+    warning and in ``df.attrs["shadowed"]``, so two roots holding the same run (e.g. a main
+    profile's and an ablation profile's default runs) never count as two seeds."""
     rows = []
+    seen: dict[tuple[str, str, str, int], Path] = {}
+    shadowed: list[str] = []
     for run in find_runs(roots, base=base):
         man = load_manifest(run)
+        identity = (run.parent.name, man["backbone"], man["benchmark"], man["seed"])
+        if identity in seen:
+            shadowed.append(f"{run} (same run as {seen[identity]})")
+            continue
+        seen[identity] = run
         held = RunDirectory(run).read_episodes("heldout")
         train = RunDirectory(run).read_episodes("train")
         for it in sorted({r["iteration"] for r in held}):
             s = summarize_iteration(it, held, train)
+            variant = run.parent.name
             row = {
                 "run": str(run),
                 "method": man["method"],
-                "variant": run.parent.name,
+                "variant": variant,
+                "main": bool(variant == man["method"] and man["method"] in TABLE1_METHODS),
                 "backbone": man["backbone"],
                 "benchmark": man["benchmark"],
                 "seed": man["seed"],
@@ -69,8 +92,61 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
                 "synthesis_mode_usage": s.synthesis_mode_usage,
             }
             row.update({f"mode_{m}": s.mode_frequencies.get(m) for m in MODES})
+            row.update(training_decisions([r for r in train if r["iteration"] == it]))
             rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    df.attrs["shadowed"] = shadowed
+    if shadowed:
+        warnings.warn(
+            f"{len(shadowed)} run(s) left out because an earlier root holds the same run: " + "; ".join(shadowed),
+            stacklevel=2,
+        )
+    return df
+
+
+#: the selector's own choices (core/selector.py): every other branch is a safeguard or a fallback
+#: (round-robin and warm-up coverage, the epsilon draw, ``none`` for a task without an embedding)
+BANDIT_BRANCHES = ("global_best", "local_ucb")
+
+
+def training_decisions(train: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figure 8's input for one iteration: the training episodes' modes (where round-robin, warm-up
+    and epsilon act), as fractions (``train_mode_<m>``), and how many of each mode the bandit chose
+    itself (``bandit_<m>``, branches ``BANDIT_BRANCHES``), so "'none' was used" can be told apart
+    from "'none' was forced by a safeguard"."""
+    decided = [r["meta"] for r in train if r.get("meta", {}).get("mode")]
+    out: dict[str, Any] = {"train_decisions": len(decided)}
+    for m in MODES:
+        n = sum(1 for d in decided if d["mode"] == m)
+        out[f"train_mode_{m}"] = n / len(decided) if decided else None
+        out[f"bandit_{m}"] = sum(1 for d in decided if d["mode"] == m and d.get("branch") in BANDIT_BRANCHES)
+    return out
+
+
+def main_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The main grid's rows: the default variant (folder named after the method) of the eight
+    Table 1 methods; sweeps, ablations, judge and frozen-layer runs are left to ``variants``."""
+    if df.empty:
+        return df
+    main = df["main"] if "main" in df.columns else (df["variant"] == df["method"]) & df["method"].isin(TABLE1_METHODS)
+    return df[main.astype(bool)]
+
+
+def _rank(values: Any, order: tuple[str, ...]) -> list[int]:
+    """Sort keys: known values in the paper's order, then the rest in first-seen order."""
+    seen = list(dict.fromkeys(v for v in values if v not in order))
+    return [order.index(v) if v in order else len(order) + seen.index(v) for v in values]
+
+
+def paper_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted as the paper prints them: methods as in Table 1, backbones and benchmarks as in
+    ``paper.SETTINGS``; values the paper does not have (this run's backbone) follow in order seen."""
+    keys = [("method", TABLE1_METHODS), ("backbone", paper.BACKBONES), ("benchmark", paper.BENCHMARKS)]
+    cols = [(c, o) for c, o in keys if c in df.columns]
+    if df.empty or not cols:
+        return df
+    ranks = pd.DataFrame({c: _rank(df[c].tolist(), o) for c, o in cols}, index=df.index)
+    return df.loc[ranks.sort_values([c for c, _ in cols], kind="stable").index].reset_index(drop=True)
 
 
 def final_iteration(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,25 +158,34 @@ def final_iteration(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def table1(df: pd.DataFrame, value: str = "success") -> pd.DataFrame:
-    """Final-iteration mean and std over seeds per (method, backbone, benchmark)."""
-    fin = final_iteration(df)
-    g = fin.groupby(["method", "backbone", "benchmark"])[value]
+    """Final-iteration mean and std over seeds per (method, backbone, benchmark) of the main runs
+    (``main_runs``), in the paper's order; ``value``: "success" (Table 1) or "calls" (Table 6)."""
+    fin = final_iteration(main_runs(df))
+    if fin.empty:
+        return pd.DataFrame(columns=["method", "backbone", "benchmark", "mean", "std", "seeds"])
+    g = fin.groupby(["method", "backbone", "benchmark"], sort=False)[value]
     out = g.agg(["mean", "std", "count"]).reset_index()
-    return out.rename(columns={"count": "seeds"})
+    return paper_order(out.rename(columns={"count": "seeds"}))
 
 
 def variants(df: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     """Final-iteration mean success / usage of the named run folders (variant -> label).
 
     Returns one row per (label, benchmark, backbone) with the mean over seeds, for sweeps and
-    ablations where each point is its own run folder (``params/main/ablations.yaml``).
-    """
+    ablations where each point is its own run folder (``params/main/ablations.yaml``), in the paper's
+    order. Only settings where the ablation itself ran are kept: a main-run folder of the map (the
+    default point, e.g. ``anti_persistence``) exists for every backbone and benchmark of the main
+    grid, and alone it is no sweep."""
     fin = final_iteration(df)
+    cols = ["label", "run_folder", "benchmark", "backbone", "success", "synthesis_mode_usage", "seeds"]
     if fin.empty:
-        return pd.DataFrame(columns=["label", "benchmark", "backbone", "success", "synthesis_mode_usage", "seeds"])
+        return pd.DataFrame(columns=cols)
     fin = fin[fin["variant"].isin(names)]
+    own = fin[~fin["variant"].isin(TABLE1_METHODS)][["benchmark", "backbone"]].drop_duplicates()
+    if len(own):
+        fin = fin.merge(own, on=["benchmark", "backbone"])
     g = (
-        fin.groupby(["variant", "benchmark", "backbone"])
+        fin.groupby(["variant", "benchmark", "backbone"], sort=False)
         .agg(
             success=("success", "mean"),
             synthesis_mode_usage=("synthesis_mode_usage", "mean"),
@@ -110,18 +195,27 @@ def variants(df: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     )
     g["label"] = g["variant"].map(names)
     g = g.rename(columns={"variant": "run_folder"})
-    return g[["label", "run_folder", "benchmark", "backbone", "success", "synthesis_mode_usage", "seeds"]]
+    return paper_order(g[cols])
 
 
-def mode_frequencies(df: pd.DataFrame, *, variant: str = "anti_persistence") -> pd.DataFrame:
-    """Figure 8: mode frequencies of the bandit averaged over all evaluated iterations and seeds,
-    one row per (backbone, benchmark), one column per mode (fractions of held-out tasks)."""
-    cols = [f"mode_{m}" for m in MODES]
+def mode_frequencies(df: pd.DataFrame, *, variant: str = "anti_persistence", phase: str = "train") -> pd.DataFrame:
+    """Figure 8: how often each mode was selected, averaged over all iterations and seeds, one row
+    per (backbone, benchmark) in the paper's order, one column per mode (fractions of tasks).
+
+    ``phase="train"`` (the default) counts the training decisions, where the bandit learns and its
+    safeguards (round-robin, warm-up, epsilon) act; "heldout" counts the evaluation's decisions.
+    Column ``bandit_none`` is how many times the bandit itself (``BANDIT_BRANCHES``) chose ``none``."""
+    prefix = {"train": "train_mode_", "heldout": "mode_"}.get(phase)
+    if prefix is None:
+        raise ValueError(f"phase must be 'train' or 'heldout', got {phase!r}")
+    cols = [f"{prefix}{m}" for m in MODES]
     sub = df[(df["method"] == "anti_persistence") & (df["variant"] == variant)] if not df.empty else df
-    if sub.empty:
-        return pd.DataFrame(columns=["backbone", "benchmark", *MODES])
-    out = sub.groupby(["backbone", "benchmark"])[cols].mean().reset_index()
-    return out.rename(columns={f"mode_{m}": m for m in MODES})
+    if sub.empty or not set(cols) <= set(sub.columns):
+        return pd.DataFrame(columns=["backbone", "benchmark", *MODES, "bandit_none"])
+    g = sub.groupby(["backbone", "benchmark"], sort=False)
+    out = g[cols].mean().rename(columns={f"{prefix}{m}": m for m in MODES})
+    out["bandit_none"] = g["bandit_none"].sum() if "bandit_none" in sub.columns else 0
+    return paper_order(out.reset_index())
 
 
 def paper_frame(cells: list[Any]) -> pd.DataFrame:
@@ -188,18 +282,31 @@ def manifest_table(df: pd.DataFrame) -> pd.DataFrame:
 # only configures (which runs, which ablation map), calls and shows.
 
 
-def mean_std_table(cells: pd.DataFrame, *, index: Any, columns: Any) -> pd.DataFrame:
-    """The paper's "mean ± std" cells (one decimal) pivoted like the printed table, so the CSV
-    reads as the paper does instead of as two numeric columns."""
-    text = cells["mean"].map("{:.1f}".format) + " ± " + cells["std"].map("{:.1f}".format)
-    return cells.assign(cell=text).pivot(index=index, columns=columns, values="cell")
+def ordered_pivot(df: pd.DataFrame, *, index: Any, columns: Any, values: str) -> pd.DataFrame:
+    """``df.pivot`` with rows and columns in the order they first appear in ``df``: pandas sorts
+    them by name, which would put Gemma before Llama and "fixed: none" before "bandit"."""
+    t = df.pivot(index=index, columns=columns, values=values)
+
+    def seen(keys: Any) -> list[Any]:
+        if isinstance(keys, list):
+            return list(dict.fromkeys(df[keys].itertuples(index=False, name=None)))
+        return list(dict.fromkeys(df[keys]))
+
+    return t.loc[seen(index), seen(columns)]
+
+
+def mean_std_table(cells: pd.DataFrame, *, index: Any, columns: Any, decimals: int = 1) -> pd.DataFrame:
+    """ "mean ± std" cells pivoted like the printed table (rows and columns in the order they first
+    appear in ``cells``, never sorted by name), so the CSV reads as the paper does."""
+    fmt = f"{{:.{decimals}f}}"
+    std = cells["std"].astype(float)
+    text = cells["mean"].map(fmt.format) + (" ± " + std.map(fmt.format)).where(std.notna(), "")
+    return ordered_pivot(cells.assign(cell=text), index=index, columns=columns, values="cell")
 
 
 def paper_table1() -> pd.DataFrame:
     """Table 1 as printed: methods in the paper's row order, (backbone, benchmark) columns."""
-    cells = paper_frame(paper.table1())
-    rows = list(dict.fromkeys(cells["method"]))  # the paper's row order (a pivot sorts by name)
-    return mean_std_table(cells, index="method", columns=["backbone", "benchmark"]).loc[rows]
+    return mean_std_table(paper_frame(paper.table1()), index="method", columns=["backbone", "benchmark"])
 
 
 def paper_table2() -> pd.DataFrame:
@@ -210,22 +317,52 @@ def paper_table2() -> pd.DataFrame:
 
 
 def paper_table6() -> pd.DataFrame:
-    """Table 6: mean LLM calls per held-out task, method x (backbone, benchmark)."""
-    return paper_frame(paper.table6()).pivot(index="method", columns=["backbone", "benchmark"], values="mean")
+    """Table 6 as printed: mean LLM calls per held-out task, methods in the paper's order x (backbone, benchmark)."""
+    cells = paper_frame(paper.table6())
+    t = cells.pivot(index="method", columns=["backbone", "benchmark"], values="mean")
+    return t.loc[list(dict.fromkeys(cells["method"])), list(paper.SETTINGS)]
 
 
-def beside_paper_mean(t1: pd.DataFrame) -> pd.DataFrame:
-    """``table1(runs)`` with the paper's Table 1 mean of the same (method, benchmark) averaged over
-    its three backbones: this run's backbone is none of them, so a per-backbone match does not exist."""
-    p1 = paper_frame(paper.table1())
-    avg = (
-        p1[["method", "benchmark", "mean"]]
-        .groupby(["method", "benchmark"])
-        .mean()
-        .rename(columns={"mean": "paper mean (avg over backbones)"})
-        .reset_index()
+def beside_paper_cells(mine: pd.DataFrame, reference: list[Any], *, decimals: int = 1) -> pd.DataFrame:
+    """A printed table of this run's cells (``table1(runs)`` or ``table1(runs, "calls")``) with the
+    paper's own cell of the same (method, backbone, benchmark) beside each one whose backbone is
+    one of the paper's: columns (backbone, benchmark, source), source "this run" then "paper".
+    A backbone the paper did not use gets this run's cells only: no other backbone's numbers (and
+    no average over them) stand in for it. Rows: this run's methods in the paper's order."""
+    if mine.empty:
+        return pd.DataFrame()
+    ref = paper_frame(reference)
+    ours = mine.assign(source="this run")[["method", "backbone", "benchmark", "source", "mean", "std"]]
+    theirs = ref.merge(mine[["method", "backbone", "benchmark"]], on=["method", "backbone", "benchmark"])
+    both = pd.concat([ours, theirs.assign(source="paper")[ours.columns]], ignore_index=True)
+    order = pd.DataFrame(
+        {
+            "bb": _rank(both["backbone"].tolist(), paper.BACKBONES),
+            "bench": _rank(both["benchmark"].tolist(), paper.BENCHMARKS),
+            "src": (both["source"] == "paper").astype(int),
+        }
     )
-    return t1.merge(avg, on=["method", "benchmark"], how="left")
+    both = both.loc[order.sort_values(["bb", "bench", "src"], kind="stable").index]
+    rows = [m for m in TABLE1_METHODS if m in set(mine["method"])]
+    t = mean_std_table(both, index="method", columns=["backbone", "benchmark", "source"], decimals=decimals)
+    return t.reindex(rows)
+
+
+def table1_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 of this run as printed, each cell beside the paper's cell for the same backbone."""
+    return beside_paper_cells(table1(runs), paper.table1())
+
+
+def table6(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 6 of this run: mean ± std over seeds of the LLM calls per held-out task after the final
+    iteration, per (method, backbone, benchmark) of the main runs, in the paper's order."""
+    return table1(runs, value="calls")
+
+
+def table6_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 6 of this run as printed (two decimals), each cell beside the paper's for the same
+    backbone; the paper reports the four memory configurations only."""
+    return beside_paper_cells(table6(runs), paper.table6(), decimals=2)
 
 
 def table7_frame(comparisons: list[Any]) -> pd.DataFrame:
@@ -234,25 +371,32 @@ def table7_frame(comparisons: list[Any]) -> pd.DataFrame:
 
 
 def table7_of_runs(runs: pd.DataFrame) -> pd.DataFrame | None:
-    """Table 7's paired tests on this run's own final-iteration means (settings = backbone/benchmark);
-    None when there is no Anti-Persistence row or fewer than two methods or settings to pair."""
-    if runs.empty:
+    """Table 7's paired tests on this run's own final-iteration means of the main runs (settings =
+    backbone/benchmark; Holm's family = the baselines among the paper's seven that this run has).
+    Settings where some method has no run are left out. None when there is no Anti-Persistence row
+    or fewer than two methods or settings to pair."""
+    t1 = table1(runs)
+    if t1.empty:
         return None
-    cells = (
-        table1(runs)
-        .assign(setting=lambda d: d["backbone"] + "/" + d["benchmark"])
-        .pivot(index="method", columns="setting", values="mean")
+    cells = t1.assign(setting=t1["backbone"] + "/" + t1["benchmark"]).pivot(
+        index="method", columns="setting", values="mean"
     )
+    cells = cells.loc[[m for m in TABLE1_METHODS if m in cells.index]].dropna(axis=1)
     if "anti_persistence" not in cells.index or len(cells.columns) < 2 or len(cells.index) < 2:
         return None
     return table7_frame(statistics.table7({m: cells.loc[m].tolist() for m in cells.index}))
 
 
+#: Figure 3 and Table 6: the four memory configurations (the paper's Table 6 rows)
+MEMORY_CONFIGURATIONS = ("trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence")
+
+
 def figure3_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """Figure 3: one (calls, success) point per method, the paper's averaged over its nine settings
-    (Tables 6 and 1) and this run's over its final iterations."""
-    avg_calls = paper_frame(paper.table6()).groupby("method")["mean"].mean()
-    avg_success = paper_frame(paper.table1()).groupby("method")["mean"].mean()
+    """Figure 3: one (calls, success) point per memory configuration and source: the paper's
+    averaged over its nine settings (Tables 6 and 1), this run's final-iteration cell means of the
+    main runs averaged over its settings with equal weight (as the paper averages its nine)."""
+    avg_calls = paper_frame(paper.table6()).groupby("method", sort=False)["mean"].mean()
+    avg_success = paper_frame(paper.table1()).groupby("method", sort=False)["mean"].mean()
     points = pd.DataFrame(
         {
             "method": avg_calls.index,
@@ -261,10 +405,14 @@ def figure3_points(runs: pd.DataFrame) -> pd.DataFrame:
             "source": "paper",
         }
     )
-    if not runs.empty:
-        fin = final_iteration(runs).groupby("method")[["calls", "success"]].mean().reset_index()
-        points = pd.concat([points, fin.assign(source="this run")], ignore_index=True)
-    return points
+    calls, success = table1(runs, "calls"), table1(runs)
+    if not success.empty:
+        keys = ["method", "backbone", "benchmark"]
+        cell = success[[*keys, "mean"]].rename(columns={"mean": "success"})
+        cell = cell.merge(calls[[*keys, "mean"]].rename(columns={"mean": "calls"}), on=keys)
+        mine = cell[cell["method"].isin(MEMORY_CONFIGURATIONS)].groupby("method", sort=False)[["calls", "success"]]
+        points = pd.concat([points, mine.mean().reset_index().assign(source="this run")], ignore_index=True)
+    return points[["method", "calls", "success", "source"]]
 
 
 def paper_final_success(methods: list[str]) -> pd.DataFrame:
@@ -275,11 +423,30 @@ def paper_final_success(methods: list[str]) -> pd.DataFrame:
 
 
 def iteration_curves(runs: pd.DataFrame) -> pd.DataFrame:
-    """Figures 2 and 9: held-out success and mean trajectory length per iteration, averaged over
-    seeds per (benchmark, backbone, method); empty when no runs are loaded."""
+    """Figures 2 and 9: held-out success and mean trajectory length per iteration of the main runs,
+    averaged over seeds per (benchmark, backbone, method), never across backbones; empty when no
+    runs are loaded."""
+    runs = main_runs(runs)
     if runs.empty:
         return pd.DataFrame()
-    return runs.groupby(["benchmark", "backbone", "method", "iteration"])[["success", "steps"]].mean().reset_index()
+    g = runs.groupby(["benchmark", "backbone", "method", "iteration"], sort=False)[["success", "steps"]]
+    return paper_order(g.mean().reset_index())
+
+
+#: Figure 2 shows Llama-4-Scout and Qwen3-Coder-Next, Figure 9 (Appendix E.1) Gemma-4-31B-it
+DYNAMICS_FIGURES = {"figure2": ("llama-4-scout", "qwen3-coder-next"), "figure9": ("gemma-4-31b-it",)}
+
+
+def dynamics_figures(curves: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+    """Which backbones each dynamics figure shows: Figure 2 and Figure 9 as in the paper (their
+    paper markers even when this run has no curve for them), then one figure per backbone of this
+    run that the paper did not use (``this_run_<backbone>``), so no plot mixes backbones' curves."""
+    out = dict(DYNAMICS_FIGURES)
+    known = {b for bbs in DYNAMICS_FIGURES.values() for b in bbs}
+    for bb in dict.fromkeys(curves["backbone"]) if not curves.empty else []:
+        if bb not in known:
+            out[f"this_run_{bb}"] = (bb,)
+    return out
 
 
 def beside_paper(cells: list[Any], mine: pd.DataFrame, *, key: str) -> pd.DataFrame:
@@ -308,18 +475,22 @@ def discard_minus_persist(cells: list[Any]) -> pd.Series:
 
 
 def mode_facts(freq: pd.DataFrame) -> pd.DataFrame:
-    """Figure 8's statements checked on this run: how many modes each setting used and whether
-    'none' was used at all (``freq`` from ``mode_frequencies``)."""
+    """Figure 8's statements checked on this run (``freq`` from ``mode_frequencies``): how many modes
+    each setting used, whether 'none' was used at all, and whether the bandit chose 'none' itself
+    (not only through round-robin, warm-up, epsilon or a missing embedding). The last is the check
+    that can fail: coverage safeguards alone make every mode's frequency nonzero."""
     return pd.DataFrame(
         [
             {
                 "backbone": r.backbone,
                 "benchmark": r.benchmark,
-                "modes used": int(sum(r[m] > 0 for m in ("none", "imitation", "strategic", "corrective"))),
-                "none used": bool(r["none"] > 0),
+                "modes used": int(sum((r[m] or 0) > 0 for m in MODES)),
+                "none used": bool((r["none"] or 0) > 0),
+                "none chosen by the bandit": bool(r.get("bandit_none", 0) > 0),
             }
             for _, r in freq.iterrows()
-        ]
+        ],
+        columns=["backbone", "benchmark", "modes used", "none used", "none chosen by the bandit"],
     )
 
 
@@ -365,12 +536,26 @@ def best_paper_point(param: str) -> pd.Series:
     return df.loc[df.groupby("benchmark")["mean"].idxmax(), "variant"]
 
 
-def audit_abstractions(runs: pd.DataFrame, **kw: Any) -> tuple[list[Any], pd.DataFrame]:
-    """Figure 10's labels: ``provenance.audit_run`` (``kw``: n_min, delta, pool) for every loaded run
-    that has an abstraction store. Returns the runs' descendant rates and one row per stored
-    abstraction with its run, method and benchmark."""
+#: Figure 10 (E.3) audits abstraction memory's main runs (the paper: its six logged settings)
+AUDITED_METHODS = ("abstraction_memory",)
+
+
+def audit_abstractions(
+    runs: pd.DataFrame, *, methods: Any = AUDITED_METHODS, variants: Any = None, **kw: Any
+) -> tuple[list[Any], pd.DataFrame]:
+    """Figure 10's labels: ``provenance.audit_run`` (``kw``: n_min, delta, pool) for the main runs of
+    ``methods`` (default: abstraction memory, the setting the paper audits; joint memory, AutoRefine,
+    the persist ablation ... by parameter) or, when ``variants`` (run-folder names) is given, for
+    those folders instead. Runs without an abstraction store are skipped. Returns the runs'
+    descendant rates and one row per stored abstraction with its run, method and benchmark."""
+    if not runs.empty:
+        if variants is not None:
+            runs = runs[runs["variant"].isin(list(variants))]
+        else:
+            runs = main_runs(runs)
+            runs = runs[runs["method"].isin(list(methods))]
     audited, labels = [], []
-    for run in sorted(runs["run"].unique()) if not runs.empty else []:
+    for run in runs["run"].drop_duplicates().tolist() if not runs.empty else []:
         try:
             rates, labs = provenance.audit_run(run, **kw)
         except FileNotFoundError:
@@ -400,7 +585,7 @@ def figure10_table(pooled: pd.DataFrame, ref: dict[str, Any] | None = None) -> p
             }
         ]
     )
-    return pd.concat([paper_row, pooled.assign(source="this run")], ignore_index=True)
+    return pd.concat([paper_row, paper_order(pooled).assign(source="this run")], ignore_index=True)
 
 
 def figure10_settings(pooled: pd.DataFrame) -> pd.DataFrame:
@@ -408,7 +593,8 @@ def figure10_settings(pooled: pd.DataFrame) -> pd.DataFrame:
     ``plots.provenance_rates``; one "(no runs)" setting with undefined rates when nothing was audited."""
     if pooled.empty:
         return pd.DataFrame({"setting": ["(no runs)"], "alpha_emp": [None], "alpha_0": [None]})
-    return pooled.assign(setting=pooled["variant"] + "\n" + pooled["backbone"] + "\n" + pooled["benchmark"])
+    o = paper_order(pooled)
+    return o.assign(setting=o["variant"] + "\n" + o["backbone"] + "\n" + o["benchmark"])
 
 
 def figure11_panel(runs: pd.DataFrame, panel: str, folders: dict[str, str]) -> pd.DataFrame:
@@ -427,4 +613,5 @@ def figure11_panel(runs: pd.DataFrame, panel: str, folders: dict[str, str]) -> p
 
 def by_condition(panel: pd.DataFrame, folders: dict[str, str]) -> pd.DataFrame:
     """A Figure 11 panel as conditions x sources, rows in the ablation map's order."""
-    return panel.pivot(index="condition", columns="source", values="success").loc[list(folders.values())]
+    t = ordered_pivot(panel, index="condition", columns="source", values="success")
+    return t.loc[[c for c in folders.values() if c in t.index]]

@@ -30,7 +30,7 @@ from antipersist_lib.core.selector import PHASES, decision_differences
 from antipersist_lib.envs import make_env
 from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.methods import make_method
+from antipersist_lib.methods import make_method, params_as_recorded
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
@@ -246,7 +246,8 @@ def walk(
     method = make_method(
         man["method"],
         MethodContext(llm, embedder, dst.state_dir, int(man["seed"]), man["benchmark"], fsync=False),
-        **man.get("method_params", {}),
+        # as recorded: a parameter added since the run (e.g. heldout_selection) takes the value it ran with
+        **params_as_recorded(man["method"], man.get("method_params") or {}, man),
     )
     if phase == "heldout":
         method.freeze()  # held-out: nothing may be written

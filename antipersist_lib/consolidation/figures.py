@@ -77,7 +77,7 @@ def plot_utility(
         ax.set_title(f"this run: {bench}, {bb}", fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
-    footnote(fig, statement, note, y=-0.01)
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig
 
@@ -108,7 +108,7 @@ def plot_regime_bars(bars: pd.DataFrame, *, title: str, note: str = "", statemen
         ax.legend(fontsize=7, title="condition", title_fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    footnote(fig, statement, note, y=-0.01)
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig
 
@@ -148,7 +148,7 @@ def plot_homogeneity(curves: pd.DataFrame, *, title: str, note: str = "", statem
         ax.legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
-    footnote(fig, statement, note, y=-0.01)
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig
 
@@ -194,6 +194,6 @@ def plot_table(cells: pd.DataFrame, *, title: str, note: str = "", statement: st
     fig.legend(handles, shown, loc="upper right", fontsize=7)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 0.93, 1))
-    footnote(fig, statement, note, y=-0.01)
+    footnote(fig, statement, note)
     plt.close(fig)
     return fig

@@ -41,6 +41,9 @@ class AntiPersistenceConfig:
     embed_prefix_chars: int = 500  # initial observation prefix in the embedding text (B.3)
     synthesis_max_tokens: int = 1024
     synthesis_temperature: float = 0.0  # B.2: the synthesis LLM decodes greedily
+    #: retries of the task's embedding request: None = the embedding endpoint's ``max_retries`` (profile,
+    #: default 6); 0 = the paper's B.3 (a failed call means mode ``none``, no in-iteration retry)
+    embedding_retries: int | None = None
     task_filter: str = "task_type"  # retrieval candidates: same task type ("task_type"), same "benchmark", or "off"
     selector: SelectorConfig = field(default_factory=SelectorConfig)
     limits: FormatLimits = field(default_factory=FormatLimits)
@@ -57,6 +60,12 @@ class AntiPersistenceConfig:
             raise ValueError(f"contrast must be >= 0, got {self.contrast}")
         if self.lam < 0:
             raise ValueError(f"lam (lambda) must be >= 0, got {self.lam}")
+        if self.embedding_retries is not None and (
+            not isinstance(self.embedding_retries, int)
+            or isinstance(self.embedding_retries, bool)
+            or self.embedding_retries < 0
+        ):
+            raise ValueError(f"embedding_retries must be null or an integer >= 0, got {self.embedding_retries!r}")
         if self.synthesis_max_tokens < 1:
             raise ValueError(f"synthesis_max_tokens must be >= 1, got {self.synthesis_max_tokens}")
         if self.task_filter not in TASK_FILTERS:
@@ -95,3 +104,19 @@ class AntiPersistenceConfig:
 
 #: the paper's Table 3 defaults (with the kit's documented choices): the one source every default is read from
 TABLE3 = AntiPersistenceConfig()
+
+#: parameters added after runs were recorded, each with the value those runs behaved as. A recorded
+#: configuration (a manifest's ``method_config``) without the name is rebuilt with this value, so an
+#: old run resumes, audits and replays as it ran, not with the new default.
+LEGACY_PARAMS: dict[str, Any] = {"heldout_selection": "as_training"}
+
+
+def recorded_config(recorded: dict[str, Any]) -> AntiPersistenceConfig:
+    """The configuration a run recorded (its manifest's ``method_config``, or ``method_params`` for
+    runs older than that field): names this version does not know are left out, ``LEGACY_PARAMS``
+    fill the names the record lacks, Table 3 the rest."""
+    known = TABLE3.params()
+    params = {k: v for k, v in recorded.items() if k in known}
+    for name, value in LEGACY_PARAMS.items():
+        params.setdefault(name, value)
+    return AntiPersistenceConfig.from_params(params)

@@ -12,6 +12,8 @@ and returns a ``ModeDecision`` that records which branch fired, why, and every n
 5. ``global_best``   - empty log, or the neighbourhood's mean raw similarity is below rho.
 6. ``local_ucb``     - Algorithm 1: recency- and similarity-weighted mean reward plus UCB bonus.
 
+A held-out decision with ``heldout_selection="exploit"`` (the default) skips steps 2-4.
+
 Local KNN-UCB (step 6). ``N`` holds the top-``B_hat`` log entries by cosine similarity to the task
 (one matrix-vector product over the entire log, no task-type filter). With ``t_max`` the latest
 timestamp in ``N``::
@@ -71,13 +73,23 @@ Choices made where the paper is silent (each is a documented reading, not a pape
   and the trust test, but contribute to no estimate.
 * **Fallback mode.** Where ``none`` is prescribed (no embedding, empty log) but the selector's
   ``modes`` exclude it, ``modes[0]`` is used instead.
+* **Held-out decisions** (``heldout_selection``). The paper evaluates held-out tasks with memory
+  and related state frozen (4.1, D.1) and calls round-robin and epsilon-greedy coverage and
+  exploration safeguards (B.4), which only pay off where an outcome is fed back. So by default
+  (``"exploit"``) a held-out decision skips steps 2-4 (no round-robin, no warmup forcing, no
+  epsilon draw, so ``epsilon_draw`` is None) and goes from the embedding test straight to the
+  trust test: local KNN-UCB on a trusted neighbourhood of the frozen log (eq. 3 as written, its
+  bonus included), otherwise the global-best fallback of B.3/B.4 (an empty log gives ``none``,
+  B.1's "at initialization" rule). ``"as_training"`` applies every step at held-out too, the
+  kit's behaviour before the option existed (runs recorded then replay with it). Training
+  decisions are the same under both. The ``reason`` of a held-out decision names the setting.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -100,6 +112,9 @@ BRANCHES: tuple[str, ...] = (
 """``fixed`` and ``random`` are not bandit branches: they mark the fixed-mode and uniformly random
 policies of the Figure 6 ablation."""
 UNSUPPORTED_POLICIES: tuple[str, ...] = ("exclude", "zero")
+#: how held-out decisions are made: "exploit" (default: no round-robin, warmup or epsilon on the
+#: frozen log) or "as_training" (every branch, as in training; runs recorded before the option)
+HELDOUT_SELECTIONS: tuple[str, ...] = ("exploit", "as_training")
 
 
 def _is_int(x: Any) -> bool:
@@ -122,6 +137,7 @@ class SelectorConfig:
     round_robin_iterations: int = 3
     epsilon: float = 0.1
     unsupported: str = "exclude"  # "exclude" (paper) or "zero" (alternative reading)
+    heldout_selection: str = "exploit"  # held-out: "exploit" (frozen log, no coverage devices) or "as_training"
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -140,6 +156,7 @@ class SelectorConfig:
         )
         need(_is_real(self.epsilon) and 0 <= self.epsilon <= 1, "epsilon", "a number in [0, 1]")
         need(self.unsupported in UNSUPPORTED_POLICIES, "unsupported", f"one of {UNSUPPORTED_POLICIES}")
+        need(self.heldout_selection in HELDOUT_SELECTIONS, "heldout_selection", f"one of {HELDOUT_SELECTIONS}")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -416,13 +433,43 @@ class ModeSelector:
         iteration: int,
         position: int,
         rng: np.random.Generator,
+        phase: str = "train",
     ) -> ModeDecision:
-        """Choose the mode for one task; ``iteration`` is 1-based, ``position`` 0-based."""
+        """Choose the mode for one task; ``iteration`` is 1-based, ``position`` 0-based.
+
+        ``phase`` ("train" or "heldout") matters only with ``heldout_selection="exploit"``: a
+        held-out decision then skips round-robin, warmup and epsilon (module docstring).
+        """
         cfg = self.config
         if not _is_int(iteration) or iteration < 1:
             raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
         if not _is_int(position) or position < 0:
             raise ValueError(f"position must be an integer >= 0, got {position!r}")
+        if phase not in PHASES:
+            raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
+        decision = self._select(log, embedding, iteration, position, rng, phase)
+        if phase == "heldout":
+            how = (
+                "no round-robin, warmup or epsilon on the frozen log"
+                if cfg.heldout_selection == "exploit"
+                else "every training branch applies"
+            )
+            decision = replace(
+                decision, reason=f"Held-out, heldout_selection={cfg.heldout_selection!r} ({how}): {decision.reason}"
+            )
+        return decision
+
+    def _select(
+        self,
+        log: OutcomeLog,
+        embedding: np.ndarray | Sequence[float] | None,
+        iteration: int,
+        position: int,
+        rng: np.random.Generator,
+        phase: str,
+    ) -> ModeDecision:
+        cfg = self.config
+        exploit = phase == "heldout" and cfg.heldout_selection == "exploit"
         none_est = {m: None for m in self.modes}
 
         # 1. embedding failure (B.3)
@@ -437,6 +484,8 @@ class ModeSelector:
                 scores=dict(none_est),
             )
         self._check_embedding(log, embedding)
+        if exploit:  # held-out on the frozen log: straight to the trust test (steps 5-6)
+            return self._trust_then_ucb(log, embedding, None)
 
         # 2. round-robin over the first iterations
         if iteration <= cfg.round_robin_iterations:
@@ -486,6 +535,12 @@ class ModeSelector:
                 epsilon_draw=u,
             )
 
+        return self._trust_then_ucb(log, embedding, u)
+
+    def _trust_then_ucb(self, log: OutcomeLog, embedding: Any, u: float | None) -> ModeDecision:
+        """Steps 5-6: the trust test, then local KNN-UCB or the global-best fallback; ``u`` is
+        the epsilon draw that preceded them (None when none was made)."""
+        cfg = self.config
         # 5. neighbourhood and trust test
         if len(log) == 0:
             return self._global_decision(log, None, u, "The outcome log is empty")
@@ -523,7 +578,9 @@ class ModeSelector:
             epsilon_draw=u,
         )
 
-    def _global_decision(self, log: OutcomeLog, local: LocalEstimates | None, u: float, why: str) -> ModeDecision:
+    def _global_decision(
+        self, log: OutcomeLog, local: LocalEstimates | None, u: float | None, why: str
+    ) -> ModeDecision:
         counts, estimates, mode = self.global_estimates(log)
         if all(v is None for v in estimates.values()):
             tail = f"no mode has a logged record, so global-best defaults to '{mode}'."
@@ -581,7 +638,9 @@ def select_mode(
     gives the decision the run recorded.
     """
     rng = decision_rng(seed, phase, iteration, position)
-    return ModeSelector(config, modes).select(log, embedding, iteration=iteration, position=position, rng=rng)
+    return ModeSelector(config, modes).select(
+        log, embedding, iteration=iteration, position=position, rng=rng, phase=phase
+    )
 
 
 def decision_differences(recorded: dict[str, Any], recomputed: dict[str, Any]) -> list[str]:
@@ -607,6 +666,7 @@ def decision_differences(recorded: dict[str, Any], recomputed: dict[str, Any]) -
 
 __all__ = [
     "BRANCHES",
+    "HELDOUT_SELECTIONS",
     "UNSUPPORTED_POLICIES",
     "LocalEstimates",
     "ModeDecision",

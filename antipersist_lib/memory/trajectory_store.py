@@ -34,6 +34,15 @@ log = logging.getLogger(__name__)
 TASK_FILTERS = ("task_type", "benchmark", "off")
 
 
+def abstraction_type_filter(task_filter: str, task: Task) -> str | None:
+    """The ``task_type`` argument of ``AbstractionStore.search`` under a method's ``task_filter``,
+    so S_k is retrieved at the same granularity as M_k: the task's type for "task_type", no type
+    filter (None) for "benchmark" and "off" (a run's S_k holds one benchmark's abstractions)."""
+    if task_filter not in TASK_FILTERS:
+        raise ValueError(f"task_filter is {task_filter!r}, expected one of {TASK_FILTERS}")
+    return task.task_type if task_filter == "task_type" else None
+
+
 @dataclass(frozen=True)
 class MemoryRecord:
     """One element m_j = (tau_j, e_j, y_j) of M_k, with its analysis metadata.

@@ -58,6 +58,24 @@ def make_method(name: str, ctx: MethodContext, **params: Any) -> Method:
     return method_class(name)(ctx, **params)
 
 
+def params_as_recorded(name: str, params: dict[str, Any], manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters to build method ``name`` with for a run whose manifest is ``manifest`` (None:
+    a new run). ``params`` plus, for each parameter the method gained after that run was recorded
+    (``LEGACY_PARAMS``) and that neither ``params`` nor the manifest's ``method_config`` names, the
+    value the run behaved as: so an old run resumes and replays as it ran, not with a new default.
+    The run's identity (its ``method_params``) is unchanged."""
+    if manifest is None:
+        return dict(params)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"manifest must be a mapping, got {type(manifest).__name__}")
+    recorded = manifest.get("method_config") or manifest.get("method_params") or {}
+    out = dict(params)
+    for key, value in method_class(name).LEGACY_PARAMS.items():
+        if key not in recorded and key not in out:
+            out[key] = value
+    return out
+
+
 def import_all() -> None:
     """Import every method module (they load lazily), e.g. so that all their prompts are registered."""
     for module, _ in METHODS.values():
@@ -76,14 +94,30 @@ def prompt_hashes() -> dict[str, str]:
     return prompts.prompt_hashes(prompt_texts())
 
 
-def validate_method_params(name: str, params: dict[str, Any], benchmark: str = "errandworld") -> None:
+class _EndpointOnly:
+    """The backbone as a method sees it while being validated: its endpoint (a constructor may read
+    its context length), and no way to call it."""
+
+    def __init__(self, endpoint: Any) -> None:
+        self.endpoint = endpoint
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a method constructor called the backbone while its parameters were being validated")
+
+
+def validate_method_params(
+    name: str, params: dict[str, Any], benchmark: str = "errandworld", *, seed: int = 0, endpoint: Any = None
+) -> None:
     """Build the method once with no model, in a throw-away state folder, so that unknown or bad
-    parameters fail before a grid starts (constructors validate; none of them calls a model)."""
+    parameters fail before a grid starts (constructors validate; none of them calls a model).
+    ``seed``: the run's seed (a frozen layer's ``{seed}`` path is read for it); ``endpoint``: the
+    backbone's endpoint, whose context length a whole-library frozen layer is checked against."""
     import tempfile
     from pathlib import Path
 
+    llm = None if endpoint is None else _EndpointOnly(endpoint)
     with tempfile.TemporaryDirectory(prefix="antipersist-check-") as tmp:
-        make_method(name, MethodContext(None, None, Path(tmp), 0, benchmark, fsync=False), **params).close()
+        make_method(name, MethodContext(llm, None, Path(tmp), seed, benchmark, fsync=False), **params).close()
 
 
 __all__ = [
@@ -98,4 +132,5 @@ __all__ = [
     "TaskContext",
     "make_method",
     "method_class",
+    "params_as_recorded",
 ]

@@ -5,14 +5,17 @@ synthesizes one abstraction with the same operator phi and prompts as Anti-Persi
 the episode just finished plus the most similar stored records of the same outcome (B in
 total): ``strategic`` after a success, ``corrective`` (with one contrasting success) after a
 failure — and stores it in S_k, indexed by the task's embedding. At task time it retrieves the
-top-B stored abstractions of the same task type and shows them under a header of their own.
+top-B stored abstractions (of the same task type under the default ``task_filter``, which
+governs both stores) and shows them under a header of their own.
 Joint memory shows both the top-B trajectories (as trajectory memory does) and the top-B
 abstractions, and updates both stores.
 
 Provenance (Appendix A): each stored abstraction records P(s) = P(H), the union of the parent
 sets of the records it was synthesized from; each trajectory records the abstractions that were
-in its context. ``judge=True`` asks the judge model (the backbone by default) to accept or
-reject every new abstraction before admission; rejected candidates are counted, not stored.
+in its context. ``judge=True`` asks the judge model to accept or reject every new abstraction
+before admission; rejected candidates are counted, not stored. The judge is the run's ``judge``
+model profile when it names one (the paper's F.2 judge is a separate model), else the backbone;
+either way its calls go through the run's client and ledger with purpose ``judge``.
 
 The paper does not spell out the abstraction-memory update; this is the kit's documented
 reading: one synthesis per training episode, mode chosen by the outcome, same prompts as phi.
@@ -29,7 +32,7 @@ from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
-from antipersist_lib.memory.trajectory_store import Retrieved
+from antipersist_lib.memory.trajectory_store import Retrieved, abstraction_type_filter
 from antipersist_lib.methods.base import MethodContext, TaskContext, take_params
 from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
 from antipersist_lib.records import Task
@@ -78,6 +81,10 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     }
     show_trajectories = False
 
+    @classmethod
+    def uses_judge(cls, params: dict[str, Any]) -> bool:
+        return bool(params.get("judge", cls.DEFAULTS["judge"]))
+
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         self.params = take_params(params, self.DEFAULTS, self.name)
         super().__init__(ctx, budget=self.params["budget"], task_filter=self.params["task_filter"])
@@ -95,7 +102,8 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             text, ids = self.records_context(task, emb)
             blocks.append(text)
             meta["retrieved_ids"] = list(ids)
-        items = [] if emb is None else self.store.search(emb, k=int(self.params["budget"]), task_type=task.task_type)
+        kind = abstraction_type_filter(self.params["task_filter"], task)  # S_k at M_k's granularity
+        items = [] if emb is None else self.store.search(emb, k=int(self.params["budget"]), task_type=kind)
         blocks.append(format_stored(items))
         parents = tuple(a.abstraction_id for a, _ in items)
         meta["abstractions_shown"] = list(parents)
@@ -156,7 +164,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     ) -> bool:
         from antipersist_lib.core.synthesis import format_blocks
 
-        reply = self.ctx.llm.chat(
+        reply = self.ctx.judge.chat(
             [
                 {
                     "role": "user",

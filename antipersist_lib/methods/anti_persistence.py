@@ -16,13 +16,22 @@ Variants (``core.config.AntiPersistenceConfig`` fields, given as method paramete
 * ``persist=True``: the persist-instead-of-discard ablation of Table 2: synthesized guidance is
   stored in S_k (indexed by the task embedding) and the top-B stored guidance items are shown on
   later tasks, next to that task's own guidance;
-* ``frozen_skills=<path>``: a frozen persistent skill layer (F.2) shown in every context, never
-  updated (format: ``frozen_skills.load_skill_library``);
+* ``frozen_skills=<path>``: a frozen persistent skill layer (F.2), never updated: a JSON library
+  or a run directory (its last abstraction snapshot), ``{seed}`` in the path being the run's seed;
+  ``frozen_skills_retrieval="top_b"`` (default) shows each task the B most similar skills of its
+  type, ``"all"`` the whole library, refused when it would exceed the backbone's context length
+  (``frozen_skills.FrozenLayer``); the episode's meta lists the skills shown
+  (``frozen_skills_shown``);
 * ``seed_pool=<path>``: M_0 starts from a fixed trajectory pool instead of empty (the
   faulty-memories study's shared pool; ``methods.seeding``); L_0 still starts empty;
 * every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
   epsilon, lambda) for the sensitivity sweeps, and the kit's own choices where the paper is silent
-  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``).
+  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``);
+* ``heldout_selection``: ``"exploit"`` (default: held-out decisions skip round-robin, warmup and
+  epsilon) or ``"as_training"`` (core/selector.py); ``embedding_retries``: None (default: the
+  embedding endpoint's retries) or 0 for B.3's single embedding call. ``task_filter`` governs
+  S_k retrieval too (persist ablation). Runs recorded before a parameter existed are rebuilt
+  with ``LEGACY_PARAMS`` (core/config.py).
 """
 
 from __future__ import annotations
@@ -33,15 +42,15 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.core.agent import EpisodeResult
-from antipersist_lib.core.config import TABLE3, AntiPersistenceConfig
+from antipersist_lib.core.config import LEGACY_PARAMS, TABLE3, AntiPersistenceConfig
 from antipersist_lib.core.selector import ModeDecision, ModeSelector, decision_rng
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.abstraction_store import AbstractionStore
 from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
-from antipersist_lib.memory.trajectory_store import TrajectoryStore
+from antipersist_lib.memory.trajectory_store import TrajectoryStore, abstraction_type_filter
 from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.methods.frozen_skills import format_skills, load_skill_library
+from antipersist_lib.methods.frozen_skills import FROZEN_LAYER_DEFAULTS, frozen_layer
 from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import SYNTHESIS_MODES, Task
 from antipersist_lib.rundir import RunDirectory
@@ -58,14 +67,16 @@ def decide(
     rng: np.random.Generator,
     policy: str = "bandit",
     fixed_mode: str | None = None,
+    phase: str = "train",
 ) -> ModeDecision:
     """Step 2 of Algorithm 1: the mode for this task (the bandit, or an ablation's fixed/random
-    policy). A function of its inputs only, so an audit can re-derive a recorded decision."""
+    policy). A function of its inputs only, so an audit can re-derive a recorded decision.
+    ``phase`` lets the bandit apply ``heldout_selection`` to held-out tasks."""
     if policy == "fixed":
         return selector.fixed(fixed_mode, embedding)  # type: ignore[arg-type]
     if policy == "random":
         return selector.random_policy(embedding, rng)
-    return selector.select(outcome_log, embedding, iteration=iteration, position=position, rng=rng)
+    return selector.select(outcome_log, embedding, iteration=iteration, position=position, rng=rng, phase=phase)
 
 
 class AntiPersistence(Method):
@@ -73,13 +84,18 @@ class AntiPersistence(Method):
 
     name = "anti_persistence"
     state_files = (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG, RunDirectory.ABSTRACTION_EVENTS)
-    #: every method parameter and its default: ``AntiPersistenceConfig`` flattened (Table 3)
-    DEFAULTS: dict[str, Any] = TABLE3.params()
+    #: every method parameter and its default: ``AntiPersistenceConfig`` flattened (Table 3), and how
+    #: the frozen layer is shown (``frozen_skills.FROZEN_LAYER_DEFAULTS``)
+    DEFAULTS: dict[str, Any] = {**TABLE3.params(), **FROZEN_LAYER_DEFAULTS}
+    #: runs recorded before top-B frozen-layer retrieval injected the whole library
+    LEGACY_PARAMS = {**LEGACY_PARAMS, "frozen_skills_retrieval": "all"}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         super().__init__(ctx)
         self.params = take_params(params, self.DEFAULTS, self.name)
-        self.config = AntiPersistenceConfig.from_params(self.params)
+        self.config = AntiPersistenceConfig.from_params(
+            {k: v for k, v in self.params.items() if k not in FROZEN_LAYER_DEFAULTS}
+        )
         self.selector = ModeSelector(self.config.selector)
         self.memory = TrajectoryStore(
             self.path(RunDirectory.TRAJECTORIES), task_filter=self.config.task_filter, fsync=ctx.fsync
@@ -88,7 +104,13 @@ class AntiPersistence(Method):
         self.store = (
             AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync) if self.config.persist else None
         )
-        self.skills = load_skill_library(self.config.frozen_skills) if self.config.frozen_skills else []
+        self.skill_layer = frozen_layer(
+            self.config.frozen_skills,
+            ctx,
+            retrieval=self.params["frozen_skills_retrieval"],
+            budget=self.config.budget,
+            task_filter=self.config.task_filter,
+        )
         self.seed_pool = check_seed_pool(self.config.seed_pool)
 
     def begin(self) -> None:
@@ -107,8 +129,10 @@ class AntiPersistence(Method):
         """Steps 1-4: embed, select a mode, retrieve, synthesize. Writes nothing."""
         cfg = self.config
         tags = {"phase": phase, "iteration": iteration, "task": task.key}
+        # embedding_retries=None leaves the endpoint's retry policy alone; 0 is B.3's single call
+        retries = {} if cfg.embedding_retries is None else {"max_retries": cfg.embedding_retries}
         emb = self.ctx.embedder.embed(
-            embed_text(task.instruction, initial_observation, cfg.embed_prefix_chars), tags=tags
+            embed_text(task.instruction, initial_observation, cfg.embed_prefix_chars), tags=tags, **retries
         )
         decision = decide(
             self.selector,
@@ -119,6 +143,7 @@ class AntiPersistence(Method):
             rng=decision_rng(self.ctx.seed, phase, iteration, position),
             policy=cfg.policy,
             fixed_mode=cfg.fixed_mode,
+            phase=phase,
         )
         retrieved = self.memory.retrieve(emb, decision.mode, task, budget=cfg.budget, contrast=cfg.contrast)
         guidance = synthesize(
@@ -131,7 +156,8 @@ class AntiPersistence(Method):
             limits=cfg.limits,
             tags=tags,
         )
-        blocks = [format_skills(self.skills), guidance.text]
+        layer, shown = ("", []) if self.skill_layer is None else self.skill_layer.show(task, emb, tags=tags)
+        blocks = [layer, guidance.text]
         parents: tuple[str, ...] = ()
         meta: dict[str, Any] = {
             "mode": decision.mode,
@@ -141,8 +167,11 @@ class AntiPersistence(Method):
             "synthesis_skipped": guidance.skipped_reason,
             "update_index": self.update_index,
         }
+        if self.skill_layer is not None:
+            meta["frozen_skills_shown"] = shown
         if self.store is not None:
-            items = [] if emb is None else self.store.search(emb, k=cfg.budget, task_type=task.task_type)
+            kind = abstraction_type_filter(cfg.task_filter, task)
+            items = [] if emb is None else self.store.search(emb, k=cfg.budget, task_type=kind)
             blocks.insert(1, format_stored(items))
             parents = tuple(a.abstraction_id for a, _ in items)
             meta["abstractions_shown"] = list(parents)
@@ -201,4 +230,5 @@ class AntiPersistence(Method):
         return [s for s in (self.memory, self.outcome_log, self.store) if s is not None]
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.params}
+        frozen = {} if self.skill_layer is None else {"frozen_layer": self.skill_layer.describe()}
+        return {"name": self.name, **self.params, **frozen}

@@ -49,7 +49,8 @@ class TaskContext:
 
 @dataclass(frozen=True)
 class MethodContext:
-    """Shared services: the backbone, the embedder, where to keep state, the run seed."""
+    """Shared services: the backbone, the embedder, where to keep state, the run seed, and the LLM
+    judge when the run names a model of its own for it (F.2's judge is a separate model)."""
 
     llm: Any
     embedder: Any
@@ -57,6 +58,12 @@ class MethodContext:
     seed: int
     benchmark: str
     fsync: bool = True
+    judge_llm: Any = None  # the judge's client; None: the backbone judges
+
+    @property
+    def judge(self) -> Any:
+        """The client a judge call goes to: the judge model's, else the backbone's."""
+        return self.llm if self.judge_llm is None else self.judge_llm
 
 
 class Method(ABC):
@@ -67,6 +74,16 @@ class Method(ABC):
     state_files: tuple[str, ...] = ()
     #: whether the method calls ``ctx.embedder`` (the run's preflight then checks the embedding endpoint)
     uses_embeddings: bool = True
+
+    @classmethod
+    def uses_judge(cls, params: dict[str, Any]) -> bool:
+        """Whether a run with these parameters calls an LLM judge (``ctx.judge``): a run may name a
+        judge model only then, and its manifest records the judge only then."""
+        return False
+
+    #: parameters added after runs were recorded, each with the value those runs behaved as: a recorded
+    #: run whose manifest's ``method_config`` lacks the name is rebuilt with it (``methods.params_as_recorded``)
+    LEGACY_PARAMS: dict[str, Any] = {}
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         if params:

@@ -26,6 +26,15 @@ Preflight: before launching any run, ``run_grid`` sends one small request to eve
 (``check_endpoints``), and refuses to launch with a message listing every endpoint that failed; each run
 also checks its own endpoints when it starts (``RunSpec.preflight``).
 
+The LLM judge (F.2's admission filter is a model of its own): ``judge:`` names a backbone profile, a profile
+file or an inline endpoint; the runs whose method judges (``abstraction_memory`` / ``joint_memory`` with
+``judge: true``) get it as ``RunSpec.judge`` and their own client, the rest are unchanged; without it the
+backbone judges. It is preflighted and checked against the one-model-per-URL rule like the backbones.
+
+Per-seed parameters: ``{seed}`` in a string method parameter is the run's seed (a frozen layer read from the
+same seed's judge run, ``.../abstraction-judge/seed{seed}``); each run's ``method_params`` hold the concrete
+value, and the check before any run builds the method for every seed, naming the seed that fails.
+
 Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
 backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
 response cache is keyed by model name, so a run may resume on another replica). Held-out
@@ -47,20 +56,18 @@ from typing import Any
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.methods import METHODS, validate_method_params
+from antipersist_lib.methods.frozen_skills import SEED_PLACEHOLDER, params_for_seed
 from antipersist_lib.runner.main_job import VARIANT_KEYS
-from antipersist_lib.runner.protocol import RunSpec
+from antipersist_lib.runner.protocol import RunSpec, uses_judge
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
-    DECODING_KEYS,
     EMBEDDED,
     GLOBAL_URL_ENV,
-    PROFILE_KEYS,
-    endpoint_from_profile,
-    load_profile,
+    NamedEndpoint,
+    named_endpoint,
     profile_label,
     read_mapping,
-    validate_profile,
 )
 
 EXECUTORS = ("ray", "process", "serial")
@@ -91,6 +98,7 @@ GRID_KEYS = {
     "max_parallel",
     "cpus_per_run",
     "shared_server",
+    "judge",
 }
 #: environment variables a Ray worker needs to see like the driver (never API keys: set those on the
 #: nodes); ``forwarded_env`` adds the base-URL variables the grid's profiles name
@@ -108,11 +116,13 @@ FORWARDED_ENV = (
 @dataclass(frozen=True)
 class GridRun:
     """One task of the grid: the run's spec and the endpoints it talks to (``embed_endpoint`` is None for
-    ``embedding: embedded``: the run starts the in-process embedder itself)."""
+    ``embedding: embedded``: the run starts the in-process embedder itself; ``judge_endpoint`` is None
+    unless the grid names a ``judge`` and the run's method judges)."""
 
     spec: RunSpec
     endpoint: Endpoint
     embed_endpoint: Endpoint | None
+    judge_endpoint: Endpoint | None = None
 
 
 @dataclass
@@ -149,43 +159,9 @@ class RunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Named:
-    name: str
-    endpoint: Endpoint
-    url_env: str | None  # the profile's own base-URL variable (base_url_env)
-
-
-def _endpoint(entry: Any, kind: str, where: str) -> _Named:
-    """A profile name (``params/<kind>/NAME.yaml``), a profile file's path, or an inline mapping with the
-    profile fields."""
-    if isinstance(entry, str):
-        try:
-            data = load_profile(kind, entry)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        return _Named(entry, endpoint_from_profile(data, kind), data.get("base_url_env"))
-    if isinstance(entry, dict):
-        unknown = sorted(set(entry) - PROFILE_KEYS)
-        if unknown:
-            raise ValueError(f"{where}: unknown endpoint field(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
-        for key in ("name", "model", "base_url"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
-        decoding = sorted(set(entry) & set(DECODING_KEYS))
-        if decoding:
-            raise ValueError(
-                f"{where}: {decoding} are read from backbone profile files only; "
-                "for an inline endpoint set them under the grid's agent: mapping"
-            )
-        validate_profile(entry, where)
-        return _Named(entry["name"], endpoint_from_profile(entry, kind), entry.get("base_url_env"))
-    raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
-
-
-def _check_one_model_per_url(p: Path, served: list[tuple[str, _Named, list[str]]]) -> None:
+def _check_one_model_per_url(p: Path, served: list[tuple[str, NamedEndpoint, list[str]]]) -> None:
     """Refuse two endpoints of different models on one base URL (one vLLM server, one model)."""
-    seen: dict[str, tuple[str, _Named]] = {}
+    seen: dict[str, tuple[str, NamedEndpoint]] = {}
     for what, named, urls in served:
         for url in urls:
             key = url.rstrip("/")
@@ -260,9 +236,17 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     for key in ("max_parallel",):
         if key in data and (not isinstance(data[key], int) or data[key] < 1):
             raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
-    backbones = [_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))]
+    backbones = [
+        named_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))
+    ]
     embedded = data.get("embedding") == EMBEDDED
-    emb = None if embedded else _endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    emb = (
+        None
+        if embedded
+        else named_endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
+    )
+    # the LLM judge's own model (F.2): a backbone profile or an inline endpoint; unset: each run's backbone
+    judge = None if data.get("judge") is None else named_endpoint(data["judge"], "backbones", f"{p}: judge")
     if embedded and data.get("embedding_endpoints"):
         raise ValueError(
             f"{p}: embedding_endpoints cannot be used with embedding: {EMBEDDED} (each run starts its own)"
@@ -284,7 +268,8 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         _check_one_model_per_url(
             p,
             [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
-            + ([("embedding", emb, emb_urls)] if emb is not None else []),
+            + ([("embedding", emb, emb_urls)] if emb is not None else [])
+            + ([("judge", judge, [judge.endpoint.base_url])] if judge is not None else []),
         )
     benchmarks = _list(data, "benchmarks", p)
     _check_benchmarks(p, benchmarks, data)
@@ -294,11 +279,24 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         (n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})})
         for n, v in variants.items()
     ]
+    seeds = _list(data, "seeds", p, [42])
     for run_name, method, mparams in plan:
-        try:
-            validate_method_params(method, mparams)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{p}: run {run_name!r} ({method}): {exc}") from None
+        # a {seed} path (a frozen layer per seed) is checked for every seed, and a frozen layer's size against
+        # every backbone's context length
+        per_seed = _mentions_seed(mparams)
+        for seed in seeds if per_seed else seeds[:1]:
+            for b in backbones:
+                try:
+                    validate_method_params(method, params_for_seed(mparams, seed), seed=seed, endpoint=b.endpoint)
+                except (ValueError, TypeError) as exc:
+                    which = f", seed {seed}" if per_seed else ""
+                    raise ValueError(f"{p}: run {run_name!r} ({method}{which}): {exc}") from None
+    judged = [run_name for run_name, method, mparams in plan if uses_judge(method, mparams)]
+    if judge is not None and not judged:
+        raise ValueError(
+            f"{p}: judge names {judge.name!r}, but no run of the grid calls a judge "
+            "(abstraction_memory or joint_memory with judge: true)"
+        )
     out_root = str(Path(data.get("out_root", "outputs/runs")).resolve())
     cache_dir = data.get("cache_dir", "outputs/cache")
     cache_dir = str(Path(cache_dir).resolve()) if cache_dir else None
@@ -307,7 +305,7 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     for bname, ep in ((b.name, b.endpoint) for b in backbones):
         for bench in benchmarks:
             for run_name, method, mparams in plan:
-                for seed in _list(data, "seeds", p, [42]):
+                for seed in seeds:
                     spec = RunSpec.from_dict(
                         {
                             "method": method,
@@ -323,12 +321,13 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                             "train_pool_limit": data.get("train_pool_limit"),
                             "subset": data.get("subset", "balanced"),
                             "agent": dict(data.get("agent") or {}),
-                            "method_params": mparams,
+                            "method_params": params_for_seed(mparams, seed),
                             "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
                             "out_root": out_root,
                             "cache_dir": cache_dir,
                             "name": run_name,
                             "progress": False,
+                            "judge": judge.name if judge is not None and run_name in judged else None,
                         }
                     )
                     k = counters.get(bname, 0)
@@ -341,6 +340,7 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                             None
                             if emb is None
                             else dataclasses.replace(emb.endpoint, base_url=emb_urls[k % len(emb_urls)]),
+                            judge.endpoint if judge is not None and run_name in judged else None,
                         )
                     )
     return Grid(
@@ -351,8 +351,13 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         max_parallel=int(data.get("max_parallel", 2)),
         cpus_per_run=float(data.get("cpus_per_run", 1.0)),
         out_root=out_root,
-        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb) if n is not None and n.url_env)),
+        url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb, judge) if n is not None and n.url_env)),
     )
+
+
+def _mentions_seed(params: dict[str, Any]) -> bool:
+    """Whether a run's parameters hold the ``{seed}`` placeholder (a frozen layer per seed)."""
+    return any(isinstance(v, str) and SEED_PLACEHOLDER in v for v in params.values())
 
 
 def run_one(run: GridRun) -> RunOutcome:
@@ -370,7 +375,9 @@ def run_one(run: GridRun) -> RunOutcome:
         seed=spec.seed,
     )
     try:
-        summaries = run_cell(spec, endpoint=run.endpoint, embed_endpoint=run.embed_endpoint)
+        summaries = run_cell(
+            spec, endpoint=run.endpoint, embed_endpoint=run.embed_endpoint, judge_endpoint=run.judge_endpoint
+        )
     except Exception as exc:  # noqa: BLE001 - one failing run must not stop the grid
         return RunOutcome(
             **base,
@@ -452,6 +459,8 @@ def grid_probes(grid: Grid) -> list[Probe]:
         if not work_left(r.spec):
             continue
         probes.append(Probe("chat", r.endpoint, f"backbone {r.spec.backbone}"))
+        if r.judge_endpoint is not None:
+            probes.append(Probe("chat", r.judge_endpoint, f"judge {r.spec.judge}"))
         if r.embed_endpoint is not None and uses_embeddings(r.spec.method):
             probes.append(Probe("embedding", r.embed_endpoint, f"embedding {r.spec.embedding}"))
     return distinct(probes)

@@ -18,9 +18,10 @@ from threadpoolctl import threadpool_limits
 from antipersist_lib.errors import EmbeddedServerError, LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
 from antipersist_lib.methods import METHODS
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.methods.frozen_skills import params_for_seed
+from antipersist_lib.runner.protocol import RunSpec, run_cell, uses_judge
 from antipersist_lib.serving.embedded import EMBEDDER_MODEL, WEAK_MODEL_NOTE, EmbeddedBackbone, EmbeddedEmbedder
-from antipersist_lib.serving.profiles import read_mapping
+from antipersist_lib.serving.profiles import NamedEndpoint, named_endpoint, read_mapping
 
 PROFILE_KEYS = {
     "methods",
@@ -40,6 +41,7 @@ PROFILE_KEYS = {
     "backbone",
     "benchmark_options",
     "notebooks",
+    "judge",
 }
 VARIANT_KEYS = {"method", "params"}
 MAX_BACKBONE_RESTARTS = 3
@@ -88,7 +90,20 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"profile {p}: notebooks lists unknown notebook(s) {bad}; known: {known}")
     if not data.get("methods") and not variants:
         raise ValueError(f"profile {p}: nothing to run; give methods and/or variants")
+    judge = judge_model(data, p)
+    if judge is not None and not any(uses_judge(m, mp) for _, m, mp in run_plan(data)):
+        raise ValueError(
+            f"profile {p}: judge names {judge.name!r}, but no run of the profile calls a judge "
+            "(abstraction_memory or joint_memory with judge: true)"
+        )
     return data
+
+
+def judge_model(prof: dict[str, Any], path: str | Path = "profile") -> NamedEndpoint | None:
+    """The profile's LLM judge (``judge:``, a backbone profile name or file, or an inline endpoint with
+    name, model and base_url), for its runs that judge; None: those runs' backbone judges."""
+    entry = prof.get("judge")
+    return None if entry is None else named_endpoint(entry, "backbones", f"profile {path}: judge")
 
 
 def run_plan(prof: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -128,6 +143,7 @@ def run_main(
     name = Path(profile_path).stem
     out = Path(out) / name
     out.mkdir(parents=True, exist_ok=True)
+    judge = judge_model(prof, profile_path)
     bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=out / "llama_server.log")
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -155,11 +171,12 @@ def run_main(
                             **(prof.get("agent", {}) or {}),
                             **((prof.get("agent_by_benchmark") or {}).get(bench, {}) or {}),
                         },
-                        method_params=mparams,
+                        method_params=params_for_seed(mparams, int(seed)),  # {seed}: this run's own store
                         benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
                         name=run_name,
                         out_root=str(out / "runs"),
                         cache_dir=str(out / "cache"),
+                        judge=judge.name if judge is not None and uses_judge(method, mparams) else None,
                     )
                 )
     # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
@@ -178,7 +195,11 @@ def run_main(
             for attempt in range(MAX_BACKBONE_RESTARTS + 1):
                 try:
                     summaries = run_cell(
-                        spec, endpoint=bb.endpoint, embed_endpoint=em.endpoint, backbone_info=bb.describe()
+                        spec,
+                        endpoint=bb.endpoint,
+                        embed_endpoint=em.endpoint,
+                        judge_endpoint=judge.endpoint if spec.judge else None,
+                        backbone_info=bb.describe(),
                     )
                     break
                 except LLMUnavailableError as exc:

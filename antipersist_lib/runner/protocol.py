@@ -34,7 +34,7 @@ from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
-from antipersist_lib.methods import METHODS, make_method, method_class, prompt_hashes
+from antipersist_lib.methods import METHODS, make_method, method_class, params_as_recorded, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
 from antipersist_lib.records import (
     MODES,
@@ -91,6 +91,7 @@ IDENTITY_KEYS = (
     "train_pool_limit",
     "heldout_limit",
     "subset",
+    "judge",
 )
 
 
@@ -121,6 +122,10 @@ class RunSpec:
     #: check the chat (and, for methods that embed, the embedding) endpoint with one small request before
     #: the first task (serving/preflight.py); false only when the caller has checked them or counts requests
     preflight: bool = True
+    #: the LLM judge's model (F.2's judge is a separate model): a backbone profile name or file, or a label
+    #: when the runner is given ``judge_endpoint``; None: the backbone judges. Only for a method that judges
+    #: (``Method.uses_judge``, e.g. abstraction_memory with judge: true)
+    judge: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.preflight, bool):
@@ -151,6 +156,14 @@ class RunSpec:
         unknown = sorted(set(self.agent) - set(AGENT_KEYS))
         if unknown:
             raise ValueError(f"agent: unknown field(s) {unknown}; allowed: {', '.join(AGENT_KEYS)}")
+        if self.judge is not None:
+            if not isinstance(self.judge, str) or not self.judge:
+                raise ValueError(f"judge must be a backbone profile name or file, got {self.judge!r}")
+            if not uses_judge(self.method, self.method_params):
+                raise ValueError(
+                    f"judge names a model ({self.judge!r}), but method {self.method!r} with these parameters "
+                    "calls no judge (abstraction_memory and joint_memory do with judge: true)"
+                )
         icl = {k: self.agent[k] for k in ICL_KEYS if k in self.agent}
         if icl:
             try:
@@ -178,6 +191,13 @@ class RunSpec:
         from antipersist_lib.serving.profiles import profile_label
 
         return profile_label(self.backbone)
+
+    @property
+    def judge_label(self) -> str | None:
+        """The judge profile as manifests name it (None: the backbone judges)."""
+        from antipersist_lib.serving.profiles import profile_label
+
+        return None if self.judge is None else profile_label(self.judge)
 
     @property
     def embedding_label(self) -> str:
@@ -383,6 +403,7 @@ class Runner:
         *,
         endpoint: Endpoint | None = None,
         embed_endpoint: Endpoint | None = None,
+        judge_endpoint: Endpoint | None = None,
         env_factory: Callable[[], Environment] | None = None,
         partition: Partition | None = None,
         fsync: bool = True,
@@ -396,6 +417,10 @@ class Runner:
         # sha256, the llama.cpp build's compiled features); recorded in the manifest, not part of the identity
         self.backbone_info = backbone_info
         self.endpoint = endpoint or backbone_endpoint(spec.backbone)
+        # the judge model's endpoint when the run names one (``spec.judge``); None: the backbone judges
+        self.judge_endpoint = judge_endpoint or (backbone_endpoint(spec.judge) if spec.judge else None)
+        if self.judge_endpoint is not None and spec.judge is None:
+            raise ValueError("judge_endpoint needs spec.judge: the label the manifest names the judge by")
         # ``embedding: embedded``: the in-process MiniLM embedder, started by ``run`` and stopped after it
         self._embedder_server: Any = None
         if embed_endpoint is None and spec.embedding == EMBEDDED:
@@ -451,6 +476,7 @@ class Runner:
             **({"embedded_backbone": self.backbone_info} if self.backbone_info else {}),
             "embedding": s.embedding_label,
             "embedding_endpoint": self.embed_endpoint.describe(),
+            **self._judge_manifest(),
             "seed": s.seed,
             "iterations": s.iterations,
             "train_per_iteration": s.train_per_iteration,
@@ -482,13 +508,34 @@ class Runner:
     def work_left(self) -> bool:
         return work_left(self.spec, len(self.heldout))
 
+    def _judge_manifest(self) -> dict[str, Any]:
+        """``judge`` (identity: the judge profile's label, only when one is named, so runs made before the
+        option resume unchanged) and ``judge_model`` (which model judged: profile, model, base URL without
+        secrets, and whether it is the backbone), for a method that judges; nothing otherwise."""
+        from antipersist_lib.serving.profiles import url_without_secrets
+
+        s = self.spec
+        if not uses_judge(s.method, s.method_params):
+            return {}
+        ep = self.judge_endpoint or self.endpoint
+        model = {
+            "profile": s.judge_label or s.backbone_label,
+            "is_backbone": self.judge_endpoint is None,
+            "model": ep.model,
+            "base_url": url_without_secrets(ep.base_url),
+        }
+        return {**({"judge": s.judge_label} if s.judge else {}), "judge_model": model}
+
     def preflight(self) -> None:
-        """One small chat request, and one embedding request when the method embeds, before the first task;
-        ``PreflightError`` names the endpoint that failed. Not recorded in the ledger or the cache."""
+        """One small chat request, and one embedding request when the method embeds, before the first task
+        (and one to the judge model when the run names one); ``PreflightError`` names the endpoint that
+        failed. Not recorded in the ledger or the cache."""
         from antipersist_lib.serving.preflight import Probe, run_preflight
 
         s = self.spec
         probes = [Probe("chat", self.endpoint, f"backbone {s.backbone}")]
+        if self.judge_endpoint is not None:
+            probes.append(Probe("chat", self.judge_endpoint, f"judge {s.judge}"))
         if uses_embeddings(s.method):
             probes.append(Probe("embedding", self.embed_endpoint, f"embedding {s.embedding}"))
         run_preflight(probes, what=f"run {s.benchmark}/{s.backbone_label}/{s.run_name}/seed{s.seed}")
@@ -516,10 +563,19 @@ class Runner:
             )
             llm = LLMClient(self.endpoint, ledger=ledger, cache=cache, seed=spec.seed)
             embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
+            judge_llm = None
+            if self.judge_endpoint is not None:  # its own client, cache and model; the run's ledger
+                judge_cache = (
+                    ResponseCache(Path(spec.cache_dir) / _slug(self.judge_endpoint.model)) if spec.cache_dir else None
+                )
+                judge_llm = LLMClient(self.judge_endpoint, ledger=ledger, cache=judge_cache, seed=spec.seed)
+            # a resumed run keeps the behaviour it was recorded with: parameters the method gained since
+            # take the value the run ran with (LEGACY_PARAMS); its identity (method_params) is unchanged
+            recorded = layout.read_manifest() if layout.is_run() else None
             method = make_method(
                 spec.method,
-                MethodContext(llm, embedder, layout.state_dir, spec.seed, spec.benchmark, self.fsync),
-                **spec.method_params,
+                MethodContext(llm, embedder, layout.state_dir, spec.seed, spec.benchmark, self.fsync, judge_llm),
+                **params_as_recorded(spec.method, spec.method_params, recorded),
             )
             train_env = self.env_factory()
             envs.append(train_env)
@@ -702,6 +758,11 @@ def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
         return True
     done = layout.heldout_done()
     return any((it, j) not in done for it in range(1, spec.iterations + 1) for j in range(n_heldout))
+
+
+def uses_judge(method: str, params: dict[str, Any]) -> bool:
+    """Whether a run of ``method`` with ``params`` calls an LLM judge (``Method.uses_judge``)."""
+    return method_class(method).uses_judge(params)
 
 
 def uses_embeddings(method: str) -> bool:

@@ -106,11 +106,22 @@ class Embedder:
         usage = getattr(resp, "usage", None)
         return vectors, int(getattr(usage, "prompt_tokens", 0) or 0)
 
-    def embed(self, text: str, *, tags: dict[str, Any] | None = None) -> np.ndarray | None:
-        return self.embed_many([text], tags=tags)[0]
+    def embed(
+        self, text: str, *, tags: dict[str, Any] | None = None, max_retries: int | None = None
+    ) -> np.ndarray | None:
+        return self.embed_many([text], tags=tags, max_retries=max_retries)[0]
 
-    def embed_many(self, texts: Sequence[str], *, tags: dict[str, Any] | None = None) -> list[np.ndarray | None]:
-        """One vector (or None) per text, in order; uncached texts go in a single request."""
+    def embed_many(
+        self, texts: Sequence[str], *, tags: dict[str, Any] | None = None, max_retries: int | None = None
+    ) -> list[np.ndarray | None]:
+        """One vector (or None) per text, in order; uncached texts go in a single request.
+
+        ``max_retries`` overrides the client's for this call: a method that follows B.3 literally
+        (one embedding call, no retry) passes 0."""
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         texts = [str(t) for t in texts]
         out: list[np.ndarray | None] = [None] * len(texts)
         if not texts:
@@ -137,7 +148,7 @@ class Embedder:
                 lambda: self._once(batch),
                 endpoint=self.endpoint,
                 purpose="embedding",
-                max_retries=self.max_retries,
+                max_retries=self.max_retries if max_retries is None else max_retries,
                 backoff=self._backoff,
             )
         except LLMError as exc:

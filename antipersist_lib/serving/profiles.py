@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -278,6 +279,55 @@ def resolve_base_url(data: dict[str, Any], kind: str) -> tuple[str, str]:
 def endpoint_from_profile(data: dict[str, Any], kind: str = "backbones") -> Endpoint:
     url, _ = resolve_base_url(data, kind)
     return Endpoint(base_url=url, model=data["model"], **{k: data[k] for k in ENDPOINT_KEYS if k in data})
+
+
+@dataclass(frozen=True)
+class NamedEndpoint:
+    """A profile resolved to its endpoint: the name runs are labelled with, and the profile's own
+    base-URL variable (``base_url_env``) if it names one."""
+
+    name: str
+    endpoint: Endpoint
+    url_env: str | None
+
+
+def named_endpoint(entry: Any, kind: str, where: str) -> NamedEndpoint:
+    """A profile name (``params/<kind>/NAME.yaml``), a profile file's path, or an inline mapping with the
+    profile fields (a grid's ``backbones`` entries, a grid's or main-job profile's ``judge``); errors name
+    ``where``."""
+    if isinstance(entry, str):
+        try:
+            data = load_profile(kind, entry)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        return NamedEndpoint(entry, endpoint_from_profile(data, kind), data.get("base_url_env"))
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - PROFILE_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown endpoint field(s) {unknown}; allowed: {sorted(PROFILE_KEYS)}")
+        for key in ("name", "model", "base_url"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ValueError(f"{where}: an inline endpoint needs a non-empty {key!r}")
+        decoding = sorted(set(entry) & set(DECODING_KEYS))
+        if decoding:
+            raise ValueError(
+                f"{where}: {decoding} are read from backbone profile files only; "
+                "for an inline endpoint set them under the grid's agent: mapping"
+            )
+        validate_profile(entry, where)
+        return NamedEndpoint(entry["name"], endpoint_from_profile(entry, kind), entry.get("base_url_env"))
+    raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
+
+
+def url_without_secrets(url: str) -> str:
+    """``url`` without user, password, query or fragment, for manifests: profiles refuse credentials
+    in URLs, and this keeps a key that slipped into a query string off disk too."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = host + (f":{parsed.port}" if parsed.port else "")
+    return parsed._replace(netloc=netloc, query="", fragment="").geturl()
 
 
 def backbone_endpoint(name: str) -> Endpoint:
