@@ -26,7 +26,7 @@ from antipersist_lib.analysis import paper, provenance, statistics
 from antipersist_lib.methods import TABLE1_METHODS
 from antipersist_lib.records import MODES
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import summarize_iteration
+from antipersist_lib.runner.protocol import mode_fractions, summarize_iteration
 
 
 def _roots(roots: Any) -> list[Path]:
@@ -115,10 +115,10 @@ def training_decisions(train: list[dict[str, Any]]) -> dict[str, Any]:
     itself (``bandit_<m>``, branches ``BANDIT_BRANCHES``), so "'none' was used" can be told apart
     from "'none' was forced by a safeguard"."""
     decided = [r["meta"] for r in train if r.get("meta", {}).get("mode")]
+    fractions = mode_fractions(train)
     out: dict[str, Any] = {"train_decisions": len(decided)}
     for m in MODES:
-        n = sum(1 for d in decided if d["mode"] == m)
-        out[f"train_mode_{m}"] = n / len(decided) if decided else None
+        out[f"train_mode_{m}"] = fractions.get(m)
         out[f"bandit_{m}"] = sum(1 for d in decided if d["mode"] == m and d.get("branch") in BANDIT_BRANCHES)
     return out
 

@@ -253,6 +253,13 @@ class IterationSummary:
     heldout_score: float = float("nan")
 
 
+def mode_fractions(records: list[dict[str, Any]]) -> dict[str, float]:
+    """The fraction of ``records`` (episode records) whose method chose each mode; {} when none
+    recorded a mode (methods without modes)."""
+    modes = [r["meta"].get("mode") for r in records if r["meta"].get("mode")]
+    return {m: (modes.count(m) / len(modes)) for m in MODES} if modes else {}
+
+
 def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: list[dict[str, Any]]) -> IterationSummary:
     """Held-out success and cost (Table 1, Table 6), trajectory length (Figure 2b), and mode
     frequencies (Figure 8) / synthesis-mode usage (Figure 7) for one iteration."""
@@ -260,13 +267,9 @@ def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: li
     def mean(xs: list[float]) -> float:
         return float(np.mean(xs)) if xs else float("nan")
 
-    def freqs(recs: list[dict[str, Any]]) -> dict[str, float]:
-        modes = [r["meta"].get("mode") for r in recs if r["meta"].get("mode")]
-        return {m: (modes.count(m) / len(modes)) for m in MODES} if modes else {}
-
     h = [r for r in heldout if r["iteration"] == iteration]
     t = [r for r in train if r["iteration"] == iteration]
-    hf = freqs(h)
+    hf = mode_fractions(h)
     return IterationSummary(
         iteration=iteration,
         heldout_success=mean([float(r["outcome"]["success"]) for r in h]),
@@ -281,7 +284,7 @@ def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: li
         synthesis_mode_usage=(sum(hf.get(m, 0.0) for m in SYNTHESIS_MODES) if hf else None),
         train_success=mean([float(r["outcome"]["success"]) for r in t]),
         train_n=len(t),
-        train_mode_frequencies=freqs(t),
+        train_mode_frequencies=mode_fractions(t),
         heldout_score=mean([float(r["outcome"].get("score", 0.0)) for r in h]),
     )
 
