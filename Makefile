@@ -9,7 +9,8 @@
 # dependencies for conda users), build llama.cpp once for a named CPU baseline (never -march=native
 # unless LLAMA_BASELINE=native is asked for), make sure a Java runtime exists (ScienceWorld runs in
 # a JVM) and that ALFWorld's game files are unpacked. `make test` also needs Chromium and its driver
-# (Debian's chromium, chromium-driver: `make browser`) for the JupyterLab browser test.
+# (Debian's chromium, chromium-driver: `make browser`) for the JupyterLab browser test, and bubblewrap
+# (`make sandbox`) for the ARC grader's kernel sandbox.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -31,7 +32,7 @@ LLAMA_INFO := .data/llama.cpp/$(LLAMA_CPP_PYTHON)-$(LLAMA_BASELINE)/build-info.j
 LLAMA_COMPILED := .data/llama.cpp/$(LLAMA_CPP_PYTHON)-$(LLAMA_BASELINE)/compile.json
 export ANTIPERSIST_LLAMA_BASELINE := $(LLAMA_BASELINE)
 
-.PHONY: run test format lab install java browser alfworld-data clean-venv llama llama-rebuild models
+.PHONY: run test format lab install java browser sandbox alfworld-data clean-venv llama llama-rebuild models
 
 # llama-cpp-python is installed as its Python binding only (-DLLAMA_BUILD=OFF: pip compiles nothing);
 # it loads the kit's portable library through LLAMA_CPP_LIB_PATH. --no-cache-dir keeps that
@@ -86,6 +87,17 @@ browser:
 	  echo "the JupyterLab test needs /usr/bin/chromium and /usr/bin/chromedriver: install them (e.g. 'sudo apt-get install chromium chromium-driver') and re-run"; exit 1; \
 	fi
 
+# The ARC study runs model-written code only inside a kernel sandbox (docs/arc-sandbox.md): bubblewrap
+# (Debian's bubblewrap) with user namespaces. The tests attack it as root and as an unprivileged user.
+sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing bubblewrap for the ARC sandbox (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else \
+	  echo "the ARC sandbox needs bubblewrap: install it (e.g. 'sudo apt-get install bubblewrap') and re-run"; exit 1; \
+	fi
+
 alfworld-data:
 	@if [ -d "$(ALFWORLD_DATA)/json_2.1.1" ] || [ "$$(basename "$(ALFWORLD_DATA)")" = json_2.1.1 -a -d "$(ALFWORLD_DATA)" ]; then :; \
 	elif [ -n "$(ALFWORLD_ARCHIVE)" ]; then \
@@ -99,7 +111,7 @@ run: install
 	$(PY) -m antipersist_lib main --profile params/main/smoke.yaml
 
 # ruff (format check + lint, settings in pyproject.toml) first: it fails in seconds, the suite in minutes
-test: install browser
+test: install browser sandbox
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m pytest

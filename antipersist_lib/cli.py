@@ -287,7 +287,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from antipersist_lib.runner.doctor import report, run_checks
+    from antipersist_lib.arc.isolation import probe as probe_isolation
+    from antipersist_lib.runner.doctor import Check, report, run_checks
     from antipersist_lib.serving.profiles import endpoint_from_arguments
 
     checks = run_checks(
@@ -297,6 +298,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         embedded=args.embedded or bool(args.embedded_model),
         embedded_model=args.embedded_model,
     )
+    name = "ARC sandbox (kernel isolation for model-written code)"  # here, not in runner/: arc sits above it
+    try:
+        checks.append(Check(name, True, probe_isolation().describe()))
+    except Exception as exc:  # reported, like every check
+        fix = (
+            "apt-get install -y bubblewrap   (or: make sandbox); user namespaces must be allowed (docs/arc-sandbox.md)"
+        )
+        checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", fix))
     print(report(checks))
     return 0 if all(c.ok for c in checks) else 1
 

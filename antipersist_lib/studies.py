@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.errors import LLMUnavailableError
+from antipersist_lib.errors import InfrastructureError, LLMUnavailableError
 from antipersist_lib.serving.embedded import BACKBONE_OPTION_KEYS  # noqa: F401  (re-exported for the study profiles)
 from antipersist_lib.serving.llm import Endpoint
 
@@ -366,6 +366,9 @@ def command_line(
     except LLMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except InfrastructureError as exc:  # e.g. the ARC sandbox cannot isolate model-written code here
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(show(result).to_string(index=False))
     print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")

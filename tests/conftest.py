@@ -68,3 +68,37 @@ def alfworld_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
             else:  # pragma: no cover - Python without extraction filters
                 tf.extractall(dest)
     return resolve_alfworld_data(dest)
+
+
+def _sandbox_processes() -> list[str]:
+    """Live processes of an ARC sandbox (bubblewrap and the runner both carry the runner's marker)."""
+    from antipersist_lib.arc.sandbox import RUNNER_MARKER
+
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        if RUNNER_MARKER in cmd and stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X"):
+            found.append(f"pid {entry}: {cmd[:100]}")
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After the suite, no process of any ARC sandbox may be alive: each grade must take all of its own along."""
+    import time
+
+    left = _sandbox_processes()
+    if left:  # a SIGKILL sent at the very end may take a moment to land
+        time.sleep(1.0)
+        left = _sandbox_processes()
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"ARC sandbox processes left after the suite: {left}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

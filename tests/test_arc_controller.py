@@ -33,6 +33,7 @@ from antipersist_lib.arc.lineage import (
     trace_lineage,
 )
 from antipersist_lib.arc.prompts import (
+    GRADED_ON_HIDDEN,
     ReplyParseError,
     decision_or_fallback,
     judge_or_fallback,
@@ -476,6 +477,7 @@ def test_evaluate_and_memory_surgery_remove_exactly_one_entry(make_clients, task
 
     episodic_only = evaluate(held_out, clients.llm, memory, sources=("episodic",))
     assert episodic_only.accuracy == 1.0 and "POISON" not in model.prompts["solve"][-1]
+    assert all(p.endswith(GRADED_ON_HIDDEN) for p in model.prompts["solve"])  # evaluation grades unseen inputs
 
     ablated = memory.without("S1")
     assert ablated.entry_ids() == ["E1", "S2"] and memory.entry_ids() == ["E1", "S1", "S2"]
@@ -505,3 +507,34 @@ def test_judge_labels_every_abstract_entry(make_clients, tasks):
         "unparsed": 1,
     }
     assert "POISON" in model.prompts["judge"][0] and "objects of a target color" in model.prompts["judge"][0]
+
+
+def test_ground_truth_code_shown_to_the_model_names_no_family():
+    """gt_code drops the family's comment, selector name and docstring, and still solves its task."""
+    from antipersist_lib.arc.controller import NEUTRAL_SELECTOR
+    from antipersist_lib.arc.families import FAMILIES
+    from antipersist_lib.arc.generator import check_solution, make_task, pool_plan
+
+    giveaways = [w for fam in FAMILIES.values() for w in (fam.strategy_id, fam.selector.__name__)]
+    seen = set()
+    for pool in ("train19", "heldout50"):
+        for entry in pool_plan(pool, 0):
+            task = make_task(entry.family, entry.skill, entry.seed)
+            code = gt_code(task)
+            assert not [w for w in giveaways if w in code], (task.task_id, code)
+            assert '"""' not in code and "#" not in code and f"def {NEUTRAL_SELECTOR}(" in code
+            assert check_solution(task, code) == [], task.task_id
+            seen.add(entry.family)
+    assert seen == set(FAMILIES)
+
+
+def test_the_solver_is_told_what_is_graded():
+    from antipersist_lib.arc.prompts import GRADED_ON_SHOWN, solver_messages
+
+    examples = [{"input": [[1]], "output": [[2]]}]
+    shown = solver_messages(examples, [], [])[-1]["content"]
+    hidden = solver_messages(examples, [], [], graded_on="hidden")[-1]["content"]
+    assert shown.endswith(GRADED_ON_SHOWN) and GRADED_ON_HIDDEN not in shown
+    assert hidden.endswith(GRADED_ON_HIDDEN) and "not shown here" in hidden
+    with pytest.raises(ValueError, match="graded_on"):
+        solver_messages(examples, [], [], graded_on="test")

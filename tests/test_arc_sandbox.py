@@ -13,6 +13,7 @@ import socket
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from antipersist_lib.arc.sandbox import (
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and these checks rely on Linux /proc")
 
 FAST = SandboxLimits(wall_seconds=5.0, cpu_seconds=5, memory_bytes=256 << 20, max_file_bytes=64 << 10)
+UNISOLATED = replace(FAST, isolation="unisolated")  # the explicit opt-out: rlimits and in-process guards only
 MARGIN = 1.5  # seconds of slack over the wall limit for start-up, kill and reaping
 
 FLIP = [
@@ -205,8 +207,9 @@ def test_grade_reply_extracts_and_reports_no_code():
 # Hostile code: time, processes, memory
 
 
-def test_infinite_loop_times_out_and_leaves_no_process():
-    limits = SandboxLimits(wall_seconds=1.0, cpu_seconds=30)
+@pytest.mark.parametrize("isolation", ["kernel", "unisolated"])
+def test_infinite_loop_times_out_and_leaves_no_process(isolation):
+    limits = SandboxLimits(wall_seconds=1.0, cpu_seconds=30, isolation=isolation)
     started = time.monotonic()
     result = grade("def solve(grid):\n    while True:\n        pass\n", FLIP, limits=limits)
     elapsed = time.monotonic() - started
@@ -249,16 +252,18 @@ ESCAPED_FORK = (  # a deliberate escape from the in-process denial: a fresh posi
 )
 
 
+@pytest.mark.parametrize("isolation", ["kernel", "unisolated"])
 @pytest.mark.parametrize("how", ["FORK, EXIT = os.fork, os._exit", ESCAPED_FORK], ids=["os.fork", "escaped-fork"])
-def test_fork_bomb_is_contained_and_cleaned_up(how):
-    """os.fork is denied in-process; the escaped fork must be stopped by RLIMIT_NPROC or the group kill."""
+def test_fork_bomb_is_contained_and_cleaned_up(how, isolation):
+    """os.fork is denied in-process; the escaped fork is refused by seccomp (kernel), or stopped by
+    RLIMIT_NPROC and the group kill (unisolated)."""
     before = live_process_count()
-    limits = SandboxLimits(wall_seconds=1.5, cpu_seconds=30)
+    limits = SandboxLimits(wall_seconds=1.5, cpu_seconds=30, isolation=isolation)
     started = time.monotonic()
     result = grade(FORK_BOMB.format(how=textwrap.indent(how, "    ")), ONE, limits=limits)
     assert time.monotonic() - started < limits.wall_seconds + MARGIN
     assert result.status == "timeout" and not result.passed
-    if how is not ESCAPED_FORK:
+    if how is not ESCAPED_FORK or isolation == "kernel":
         assert "forked 0" in result.stderr_tail
     assert lingering(result.pid) == []
     deadline = time.monotonic() + 5.0  # other work on the machine may come and go; ours must not linger
@@ -306,7 +311,9 @@ def test_memory_hog_is_stopped():
 # Hostile code: files, network, environment, output
 
 
-def test_writes_outside_the_sandbox_are_refused(tmp_path):
+@pytest.mark.parametrize("limits", [FAST, UNISOLATED], ids=["kernel", "unisolated"])
+def test_writes_outside_the_sandbox_are_refused(tmp_path, limits):
+    """Kernel: the host folder is not even in the view; unisolated: the in-process layer refuses the write."""
     target = tmp_path / "escaped"
     code = probe(
         f"""
@@ -323,7 +330,7 @@ def test_writes_outside_the_sandbox_are_refused(tmp_path):
         ):
             try:
                 attempt()
-            except PermissionError:
+            except OSError:
                 refused += 1
         os.symlink("/", "rootlink")  # a planted link must not make the clean-up touch the outside
         os.makedirs("sub/dir")
@@ -332,31 +339,35 @@ def test_writes_outside_the_sandbox_are_refused(tmp_path):
         ok = refused == 6 and open("inside.txt").read() == "fine"
         """
     )
-    result = grade(code, ONE, limits=FAST)
+    result = grade(code, ONE, limits=limits)
     assert result.passed, result.outcomes
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_file_size_is_capped_and_the_cwd_is_thrown_away():
-    limit = FAST.max_file_bytes
+@pytest.mark.parametrize("limits", [FAST, UNISOLATED], ids=["kernel", "unisolated"])
+def test_file_size_is_capped_and_the_cwd_is_thrown_away(limits):
+    limit = limits.max_file_bytes
+    name = f"big-{os.getpid()}-{time.monotonic_ns()}.bin"
     code = probe(
         f"""
         import os
         print("CWD=" + os.getcwd(), flush=True)
         try:
-            with open("big.bin", "wb") as handle:
+            with open({name!r}, "wb") as handle:
                 handle.write(b"x" * {10 * limit})
             capped = False
         except OSError:
             capped = True
-        ok = capped and os.path.getsize("big.bin") <= {limit}
+        ok = capped and os.path.getsize({name!r}) <= {limit}
         """
     )
-    result = grade(code, ONE, limits=FAST)
+    result = grade(code, ONE, limits=limits)
     assert result.passed, result.outcomes
     cwd = next(line[4:] for line in result.stderr_tail.splitlines() if line.startswith("CWD="))
     assert os.path.realpath(cwd) != os.path.realpath(os.getcwd())
-    assert not os.path.exists(cwd)
+    assert not os.path.exists(os.path.join(cwd, name))  # the kernel sandbox's /tmp is its own tmpfs
+    if limits.isolation == "unisolated":
+        assert not os.path.exists(cwd)
 
 
 def test_network_connections_fail():
@@ -391,13 +402,17 @@ def test_parent_environment_is_not_visible(monkeypatch):
     code = probe(
         """
         import os
-        environ = open("/proc/self/environ", "rb").read()
+        try:
+            environ = open("/proc/self/environ", "rb").read()
+        except OSError:  # no /proc in the kernel sandbox
+            environ = b""
         ok = "ANTIPERSIST_SANDBOX_SECRET" not in os.environ and b"hunter2" not in environ
-        ok = ok and set(os.environ) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "LC_CTYPE"}
+        ok = ok and set(os.environ) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "LC_CTYPE", "PWD"}
         """
     )
-    result = grade(code, ONE, limits=FAST)
-    assert result.passed, result.outcomes
+    for limits in (FAST, UNISOLATED):
+        result = grade(code, ONE, limits=limits)
+        assert result.passed, (limits.isolation, result.outcomes)
 
 
 def test_prints_do_not_break_grading():
@@ -422,3 +437,91 @@ def test_oversized_results_are_cut_off():
     limits = SandboxLimits(wall_seconds=5.0, max_output_bytes=50_000)
     result = grade("def solve(grid):\n    return [[1] * 300 for _ in range(300)]\n", FLIP, limits=limits)
     assert result.status == "output_invalid" and not result.passed and "50000" in result.error
+
+
+# --------------------------------------------------------------------------------------------------
+# Isolation modes
+
+
+def test_unisolated_grades_the_same_and_guards_cannot_be_dropped_there():
+    for limits in (FAST, UNISOLATED):
+        result = grade(FLIP_CODE, FLIP, limits=limits)
+        assert result.passed and result.n_correct == 3, limits.isolation
+    with pytest.raises(ValueError, match="in_process_guards=False needs isolation='kernel'"):
+        SandboxLimits(isolation="unisolated", in_process_guards=False)
+    with pytest.raises(ValueError, match="sandbox must be one of"):
+        SandboxLimits(isolation="docker")
+
+
+def test_missing_bubblewrap_is_named_with_the_fix(monkeypatch):
+    from antipersist_lib.arc import isolation
+
+    isolation.probe.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(isolation.os, "access", lambda path, mode: False)
+    try:
+        with pytest.raises(isolation.SandboxUnavailable, match=r"bubblewrap \(bwrap\) is not installed.*make sandbox"):
+            grade(FLIP_CODE, FLIP, limits=FAST)
+    finally:
+        isolation.probe.cache_clear()
+
+
+def test_refused_user_namespaces_are_reported_with_bubblewraps_words(monkeypatch, tmp_path):
+    """A bwrap that cannot create namespaces (here: a stand-in that fails like one) is named, with its message."""
+    from antipersist_lib.arc import isolation
+
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in --version) echo "bubblewrap 0.8.0";; --help) echo "--size --perms";; '
+        "*) echo 'bwrap: No permissions to creating new namespace, likely because the kernel does not allow "
+        "non-privileged user namespaces' >&2; exit 1;; esac\n"
+    )
+    fake.chmod(0o755)
+    isolation.probe.cache_clear()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    try:
+        with pytest.raises(isolation.SandboxUnavailable, match="No permissions to creating new namespace") as info:
+            isolation.probe()
+        assert "user.max_user_namespaces" in str(info.value)
+    finally:
+        isolation.probe.cache_clear()
+
+
+def test_seccomp_filter_shape():
+    """Every jump lands inside the program and the last instructions return; numbers differ per arch."""
+    import struct
+
+    from antipersist_lib.arc import isolation
+
+    for arch in ("x86_64", "aarch64"):
+        for threads in (False, True):
+            prog = isolation.seccomp_program(arch, allow_threads=threads)
+            assert len(prog) % 8 == 0
+            ins = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+            for at, (code, jt, jf, _k) in enumerate(ins):
+                if code & 0x07 == 0x05:  # a jump
+                    assert at + 1 + max(jt, jf) < len(ins)
+            assert ins[-1][0] == 0x06
+    with pytest.raises(ValueError, match="no syscall table"):
+        isolation.seccomp_program("riscv64", allow_threads=False)
+
+
+def test_threads_follow_max_processes():
+    code = probe(
+        """
+        import threading
+        try:
+            thread = threading.Thread(target=lambda: None)
+            thread.start()
+            thread.join()
+            started = True
+        except RuntimeError:
+            started = False
+        print("STARTED=%s" % started, flush=True)
+        ok = True
+        """
+    )
+    none = grade(code, ONE, limits=FAST)
+    some = grade(code, ONE, limits=replace(FAST, max_processes=64))
+    assert "STARTED=False" in none.stderr_tail and "STARTED=True" in some.stderr_tail, (none, some)

@@ -143,6 +143,8 @@ def test_study_folder_manifest_and_no_secret(tiny_study):
     assert {"arc_solver", "arc_decision", "arc_extraction", "arc_judge"} <= set(man["prompt_hashes"])
     assert all(k.startswith("arc_") and len(v) == 16 for k, v in man["prompt_hashes"].items())
     assert "python" in man["versions"] and man["study"] == "arc" and man["calls"]["arc_solve"] == 9
+    assert man["sandbox"]["mode"] == "kernel" and "bubblewrap" in man["sandbox"]["description"]
+    assert man["sandbox"]["seccomp_arch"] in ("x86_64", "aarch64", None)
     for path in out.rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
@@ -221,6 +223,7 @@ def test_analyses_read_the_study_back(tiny_study):
             r"surgery\.conditions names unknown condition\(s\) \['auto-gt-b1'\]",
         ),
         ({"steps": 0}, r"'steps' must be an integer >= 1"),
+        ({"sandbox": "none"}, r"sandbox must be one of \('kernel', 'unisolated'\), got 'none'"),
     ],
 )
 def test_bad_profile_names_the_key(tmp_path, change, message):
@@ -229,6 +232,33 @@ def test_bad_profile_names_the_key(tmp_path, change, message):
     with pytest.raises(study.StudyProfileError, match=message) as info:
         study.load_study_profile(path)
     assert str(path) in str(info.value)
+
+
+def test_unisolated_is_an_explicit_choice_carried_to_every_grade(tmp_path):
+    kernel = study.load_study_profile(write_profile(tmp_path, TINY, "kernel.yaml"))
+    assert kernel.sandbox == "kernel" and kernel.eval_kwargs()["limits"].isolation == "kernel"
+    prof = study.load_study_profile(write_profile(tmp_path, {**TINY, "sandbox": "unisolated"}))
+    assert all(prof.stream_config(c).limits.isolation == "unisolated" for c in prof.conditions)
+    assert prof.eval_kwargs()["limits"].isolation == "unisolated"
+    record = study.sandbox_record(prof)
+    assert record["mode"] == "unisolated" and "WITHOUT kernel isolation" in record["description"]
+
+
+def test_missing_isolation_refuses_before_any_model_call(tmp_path, monkeypatch, capsys):
+    from antipersist_lib.arc.isolation import SandboxUnavailable
+
+    def unavailable():
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed: install bubblewrap (`make sandbox`)")
+
+    monkeypatch.setattr(study, "probe_isolation", unavailable)
+    calls = []
+    with LoopbackServer(responder=lambda request: calls.append(request) or "OK") as srv:
+        endpoint = Endpoint(base_url=srv.base_url, model="scripted", max_retries=0)
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            study.run_study(write_profile(tmp_path, TINY), tmp_path / "out", endpoint=endpoint, log=lambda *a: None)
+        assert calls == [] and not (tmp_path / "out").exists()
+        code = study.main(["--profile", str(write_profile(tmp_path, TINY)), "--out", str(tmp_path / "cli")])
+    assert code == 4 and "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
 
 
 def test_unknown_backbone_profile_is_named(tmp_path):

@@ -391,6 +391,8 @@ def test_doctor_checks_an_adhoc_endpoint(capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if "--base-url" in x)
     assert line.startswith("[MISSING]") and url in line and "org/m" in line
+    sandbox = next(x for x in out.splitlines() if x.startswith("[ok] ARC sandbox"))  # bubblewrap: make test installs it
+    assert "kernel isolation: bubblewrap" in sandbox
     assert main(["doctor", "--backbone", "llama-4-scout", "--base-url", url, "--model", "m"]) == 2
 
 

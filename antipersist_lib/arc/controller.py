@@ -35,6 +35,7 @@ Kit choices where the paper is silent:
 
 from __future__ import annotations
 
+import ast
 import math
 import random
 from collections import Counter
@@ -172,12 +173,31 @@ def task_examples(task: ArcTask, split: str = "train") -> list[dict[str, Any]]:
     return [ex.to_dict() for ex in (task.train if split == "train" else task.test)]
 
 
+#: the name every ground-truth selector gets when the model sees it (the real names say the family)
+NEUTRAL_SELECTOR = "select_objects"
+
+
 def gt_code(task: ArcTask) -> str:
-    """The ground-truth solution without its leading comment (which names the family and skill)."""
-    lines = task.solution_source.splitlines()
-    while lines and (lines[0].startswith("#") or not lines[0].strip()):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
+    """The ground-truth solution as the model sees it: no family in sight.
+
+    The generator's source names the family in its leading comment, in the selector's name
+    (``select_if_marker``) and in the selector's docstring; the study's lineage and judge analyses compare
+    what the model writes into memory with those labels, so the model must not be handed them. Here the
+    comment and docstrings go, and the selector is renamed to ``NEUTRAL_SELECTOR`` (its body, the constants
+    and the tool call stay, so the code still solves the task)."""
+    tree = ast.parse(task.solution_source)
+    selectors = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name != "solve"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                if isinstance(body[0].value.value, str) and len(body) > 1:
+                    node.body = body[1:]
+            if node.name in selectors:
+                node.name = NEUTRAL_SELECTOR
+        elif isinstance(node, ast.Name) and node.id in selectors:
+            node.id = NEUTRAL_SELECTOR
+    return ast.unparse(tree) + "\n"
 
 
 def solve_task(
@@ -197,7 +217,8 @@ def solve_task(
     """Solver prompt with the chosen memory sources, then a sandbox grade of the reply's code."""
     strategies = list(memory.abstract) if "abstract" in sources else []
     history = list(memory.episodic) if "episodic" in sources else []
-    messages = solver_messages(task_examples(task), strategies, history, tool_bodies=tool_bodies)
+    graded_on = "shown" if grade_split == "train" else "hidden"
+    messages = solver_messages(task_examples(task), strategies, history, tool_bodies=tool_bodies, graded_on=graded_on)
     reply = llm.chat(
         messages,
         purpose=purpose,

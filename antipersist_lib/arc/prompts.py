@@ -81,7 +81,19 @@ Earlier trajectories, each with one example and the code written for it:
 {history}
 
 Reply with one Markdown-fenced Python block (```python ... ```) that defines solve(grid). \
-The first such block is graded, exactly, on every example above."""
+{grading}"""
+
+#: what the solver is told about grading: during the stream the shown examples are graded, at evaluation
+#: new inputs of the same puzzle that the prompt does not show (the reply is never told it can pass by
+#: returning the shown outputs: such code fails on the other grids and is kept as a trajectory)
+GRADED_ON_SHOWN = (
+    "The first such block is graded by running solve on each example input above: every output must match "
+    "exactly. Write the rule itself, not a lookup of these pairs: the code is kept and reused on other grids."
+)
+GRADED_ON_HIDDEN = (
+    "The first such block is graded by running solve on other input grids of this puzzle, not shown here: "
+    "every output must match exactly. Write the rule the examples share."
+)
 
 FAILURE_BANNER = """\
 # FAILED ATTEMPT: this code solved {n_correct} of {n_examples} examples{status}.
@@ -178,6 +190,8 @@ EMPTY_HISTORY = "(no trajectories)"
 for _name, _template in (
     ("arc_solver_system", SOLVER_SYSTEM),
     ("arc_solver", SOLVER_PROMPT),
+    ("arc_graded_on_shown", GRADED_ON_SHOWN),
+    ("arc_graded_on_hidden", GRADED_ON_HIDDEN),
     ("arc_failure_banner", FAILURE_BANNER),
     ("arc_decision_system", DECISION_SYSTEM),
     ("arc_decision", DECISION_PROMPT + "\n" + "\n".join(DECISION_ACTIONS.values()) + DECISION_MEMORY_SECTION),
@@ -281,13 +295,19 @@ def solver_messages(
     history: Sequence[Episode],
     *,
     tool_bodies: bool = False,
+    graded_on: str = "shown",
 ) -> list[dict[str, str]]:
+    """The B.1 prompt; ``graded_on`` says what the reply is graded on: the ``shown`` examples (the stream)
+    or ``hidden`` inputs of the same task (evaluation)."""
+    if graded_on not in ("shown", "hidden"):
+        raise ValueError(f"graded_on must be 'shown' or 'hidden', got {graded_on!r}")
     user = SOLVER_PROMPT.format(
         n_examples=len(examples),
         examples=render_examples(examples),
         memory=render_strategies(strategies),
         tools=render_tools(tool_bodies),
         history=render_history(history),
+        grading=GRADED_ON_SHOWN if graded_on == "shown" else GRADED_ON_HIDDEN,
     )
     return chat(SOLVER_SYSTEM, user)
 

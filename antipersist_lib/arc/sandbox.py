@@ -1,51 +1,34 @@
-"""Grade untrusted, model-written ARC solvers in a throw-away child process.
+"""Grade untrusted, model-written ARC solvers in a throw-away sandbox.
 
-Why a child process: the solver code comes from a language model, so it may loop forever, eat all
-memory, fork, write files, open sockets or read the parent's secrets. Each call to :func:`grade` runs
-the tool preamble and the code in a fresh ``python -I -S`` process and calls ``solve(grid)`` on every
-example input there; the parent alone holds the expected outputs and does the comparison, so the child
-can neither see the answers nor report a pass it did not earn.
+Why: the solver code comes from a language model, so it may loop forever, eat all memory, fork, write files,
+open sockets, read the grader's secrets or rebuild the answer key from the kit's sources. Each call to
+:func:`grade` runs the tool preamble and the code in a fresh ``python -I -S`` process and calls
+``solve(grid)`` on every example input there; only the inputs enter the sandbox, and the grader alone holds
+the expected outputs and does the comparison, so the program can neither see the answers nor report a pass
+it did not earn.
 
-What is enforced by the kernel (holds however hostile the code is, except as noted for root):
+Isolation (``SandboxLimits.isolation``):
 
-* a wall-clock limit: the child runs in its own session (``start_new_session=True``) and on timeout,
-  and after every run, the whole process group is killed with ``os.killpg(SIGKILL)``;
-* resource limits set with ``resource.setrlimit`` by the child runner itself, before it reads the job and
-  long before user code runs (not in ``preexec_fn``, which can deadlock a multi-threaded parent):
-  RLIMIT_AS (memory), RLIMIT_CPU (soft limit SIGXCPU, hard limit SIGKILL one second later),
-  RLIMIT_FSIZE (size of any file written), RLIMIT_NOFILE, RLIMIT_NPROC and RLIMIT_CORE=0.
-  RLIMIT_NPROC counts every process and thread of the real user, so any value below the user's current
-  count (the default 0) simply forbids the child to fork or start threads; the parent and the test runner
-  are not affected because the limit is only checked when the child itself forks;
-* a cleared environment (PATH, LANG/LC_ALL, and HOME/TMPDIR pointing into the throw-away directory),
-  isolated mode (``-I``: no PYTHON* variables, no user site, no cwd on ``sys.path``) and no ``site``
-  (``-S``: only the standard library, so neither the kit nor numpy can be imported);
-* a fresh temporary directory as cwd, deleted afterwards;
-* caps on what the parent reads: results over ``max_output_bytes`` kill the child, stderr keeps a tail.
+* ``"kernel"`` (the default): the process runs in a bubblewrap sandbox built by ``arc/isolation.py``: its
+  own user, PID, network, mount and IPC namespaces, a read-only view of the interpreter and the standard
+  library only, a private size-capped tmpfs as the only writable place, a seccomp filter (no new processes,
+  no sockets, no ptrace, ...), and a watchdog thread that kills the namespace's PID 1 at the deadline.
+  Missing bubblewrap or user namespaces raise ``SandboxUnavailable`` naming the fix: nothing is run.
+  ``docs/arc-sandbox.md`` is the threat model.
+* ``"unisolated"``: an explicit opt-out (``sandbox: unisolated`` in a study profile) for machines where
+  hostile code cannot hurt anything: a plain child process in its own session with a cleared environment,
+  a temporary working directory, rlimits and a process-group kill, nothing more.
+
+In both modes the runner sets rlimits (address space, CPU, file size, open files, processes, no core) before
+it reads the job, and then, as defence in depth only, patches Python (``in_process_guards``): writes outside
+its directory, sockets, fork/exec/kill and the ``ctypes``/``subprocess`` imports raise. A program can undo
+that layer (the originals sit in closures); the kernel sandbox does not rely on it, and the attack tests
+switch it off to show as much.
 
 Results travel on the child's original stdout, which the runner duplicates to a private descriptor before
 user code runs; fd 1 and ``sys.stdout`` are then pointed at stderr, so ``print`` (or ``os.write(1, ...)``)
-in user code ends up in the stderr tail and cannot corrupt the result stream.
-
-What is only best-effort (done in-process by the runner just before user code runs; a program written to
-escape on purpose can undo it, e.g. by digging the original functions out of closures or ``gc``):
-
-* network denial: ``socket.socket`` (and ``_socket.socket``) are replaced by a class whose constructor
-  raises, and ``create_connection``, ``getaddrinfo`` and friends raise. This is not a network namespace;
-  the kernel would still let the process connect;
-* process denial: ``os.fork``, ``os.system``, ``os.exec*``, ``os.spawn*``, ``os.posix_spawn``,
-  ``os.kill``/``killpg``, ``os.setsid``/``setpgid`` and ``resource.setrlimit`` raise, and ``subprocess``,
-  ``ctypes`` and sub-interpreters cannot be imported (defense in depth beside RLIMIT_NPROC);
-* write confinement: ``open``/``io.open``/``FileIO``/``os.open`` refuse to write, create or truncate files
-  whose real path is outside the sandbox directory, ``os.remove``/``rename``/``mkdir``/... refuse paths
-  outside it, and ``chmod``/``chown``/``link``/``mknod`` and friends raise. Reading files is not confined.
-
-When the grader runs as root (as in some containers), the kernel does not apply RLIMIT_NPROC to root and
-root may raise its own limits and write anywhere, so the process, limit and file protections above are
-then only as strong as the in-process layer; the wall-clock kill of the process group still holds unless
-a grandchild escapes into a new session, which the in-process layer also tries to prevent. Run the kit as
-an unprivileged user (or in a container without network) where the code may be malicious, not merely
-wrong.
+in user code ends up in the stderr tail and cannot corrupt the result stream. The grader reads at most
+``max_output_bytes`` of results and keeps a tail of stderr; a line it cannot parse is ignored.
 
 The preamble and the code are compiled separately (``<tools>``, ``<solution>``, so tracebacks and syntax
 errors name the right line) and executed in one namespace whose ``__name__`` is ``"__solution__"``: an
@@ -67,11 +50,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from antipersist_lib.arc import isolation
+from antipersist_lib.arc.isolation import SANDBOX_TMP, SandboxUnavailable  # noqa: F401  (re-exported)
 from antipersist_lib.errors import InfrastructureError
+
+#: what an unisolated run says on every start and records in its manifest
+UNISOLATED_WARNING = (
+    "sandbox: unisolated - model-written code runs WITHOUT kernel isolation (only rlimits and in-process "
+    "guards, which hostile code can undo): it can read your files and secrets and reach the network. "
+    "Use this only where that code cannot hurt anything; remove 'sandbox: unisolated' to isolate it."
+)
+
+#: an argument of every runner process, so a process list can tell leftover sandbox processes apart
+RUNNER_MARKER = "antipersist-arc-sandbox"
 
 Grid = list[list[int]]
 
@@ -104,14 +100,22 @@ class SandboxLimits:
     memory_bytes: int = 1 << 30  # RLIMIT_AS: address space of the child
     max_file_bytes: int = 1 << 20  # RLIMIT_FSIZE: largest file the child may write
     max_open_files: int = 64  # RLIMIT_NOFILE
-    max_processes: int = 0  # RLIMIT_NPROC (per real user; 0 = the child may not fork or start threads)
+    max_processes: int = 0  # RLIMIT_NPROC; > 0 also lets the kernel sandbox start threads (processes: never)
     max_output_bytes: int = 4 << 20  # result stream cap; more kills the child (status output_invalid)
     stderr_tail_bytes: int = 8192  # how much of the end of stderr (user prints included) is kept
+    tmpfs_bytes: int = 16 << 20  # size of the sandbox's only writable place (kernel isolation)
+    isolation: str = "kernel"  # "kernel" (bubblewrap, see arc/isolation.py) or "unisolated" (opt-in only)
+    in_process_guards: bool = True  # defence in depth; False only to test what the kernel holds on its own
 
     def __post_init__(self) -> None:
         if not self.wall_seconds > 0:
             raise ValueError(f"SandboxLimits.wall_seconds must be > 0, got {self.wall_seconds!r}")
-        for name in ("cpu_seconds", "memory_bytes", "max_file_bytes", "max_open_files", "max_output_bytes"):
+        isolation.check_mode(self.isolation)
+        if not self.in_process_guards and self.isolation != "kernel":
+            raise ValueError("SandboxLimits.in_process_guards=False needs isolation='kernel' (nothing else would hold)")
+        for name in (
+            "cpu_seconds", "memory_bytes", "max_file_bytes", "max_open_files", "max_output_bytes", "tmpfs_bytes"
+        ):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive int, got {value!r}")
@@ -149,7 +153,7 @@ class GradeResult:
     stderr_tail: str = ""
     wall_seconds: float = 0.0
     returncode: int | None = None  # of the child; negative = killed by that signal
-    pid: int | None = field(default=None, compare=False)  # the child's pid = its process-group id
+    pid: int | None = field(default=None, compare=False)  # the grader's child (bubblewrap, or the runner unisolated)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (for records and logs)."""
@@ -452,7 +456,8 @@ def _main():
     import linecache
     import traceback
 
-    _set_limits(json.loads(sys.argv[1]))
+    limits = json.loads(sys.argv[2])
+    _set_limits(limits)
     result_fd = os.dup(1)  # the private result channel (not inherited: dup() fds are non-inheritable)
     os.dup2(2, 1)  # user prints, even os.write(1, ...), go to stderr
     job = json.loads(sys.stdin.buffer.read())
@@ -501,7 +506,8 @@ def _main():
 
     reserve = bytearray(4 << 20)  # freed on MemoryError so the runner can still report
     namespace = {"__name__": "__solution__", "__builtins__": __builtins__}
-    _lockdown(os.path.realpath(os.getcwd()))
+    if limits["guards"]:
+        _lockdown(os.path.realpath(os.getcwd()))
     try:
         for unit in units:
             exec(unit, namespace)
@@ -595,31 +601,166 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
-    """Start the runner in ``workdir``, feed it ``job``, collect its result lines and stderr tail."""
+def _parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` from /proc (None when it is gone or /proc is unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Namespace:
+    """The sandbox's PID namespace as the grader sees it: bubblewrap, then (once known) the namespace's PID 1.
+
+    Killing PID 1 of a PID namespace makes the kernel kill every process in it, so :meth:`kill` ends the
+    program and anything it started, whatever session or group they moved to. The host PID of PID 1 comes
+    from bubblewrap's ``--info-fd`` and is only trusted when it is bubblewrap's own child; it is pinned with a
+    pidfd so a reused PID can never be hit.
+    """
+
+    def __init__(self, bwrap_pid: int) -> None:
+        self.bwrap_pid = bwrap_pid
+        self.info = bytearray()
+        self.init_pid: int | None = None
+        self._pidfd: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Bytes from the info descriptor; the first complete JSON object names PID 1."""
+        if self.init_pid is not None or len(self.info) > 65536:
+            return
+        self.info += chunk
+        try:
+            obj, _end = json.JSONDecoder().raw_decode(self.info.decode("utf-8", errors="replace").lstrip())
+        except ValueError:
+            return
+        pid = obj.get("child-pid") if isinstance(obj, dict) else None
+        if type(pid) is not int or pid <= 1 or _parent_pid(pid) != self.bwrap_pid:
+            self.info = bytearray(b"x" * 65537)  # never trust anything later on this channel
+            return
+        pidfd = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                pidfd = None
+            if pidfd is not None and _parent_pid(pid) != self.bwrap_pid:  # it died and the PID was reused
+                os.close(pidfd)
+                return
+        with self._lock:
+            if self._closed:
+                if pidfd is not None:
+                    os.close(pidfd)
+                return
+            self.init_pid, self._pidfd = pid, pidfd
+
+    def kill(self) -> None:
+        """SIGKILL PID 1 of the namespace (the kernel takes every process in it along) and bubblewrap."""
+        with self._lock:
+            if self._pidfd is not None:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except OSError:
+                    pass
+            elif self.init_pid is not None and _parent_pid(self.init_pid) == self.bwrap_pid:
+                try:
+                    os.kill(self.init_pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        _kill_group(self.bwrap_pid)  # bubblewrap leads its own group; --die-with-parent takes PID 1 along
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+
+
+def _exit_code(status: int, kernel: bool) -> int:
+    """The child's exit code; negative = killed by that signal (bubblewrap reports a signal N as 128 + N)."""
+    code = os.waitstatus_to_exitcode(status)
+    if kernel and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
+
+
+def _run_child(job: bytes, limits: SandboxLimits, workdir: str | None) -> _ChildRun:
+    """Start the runner (in the kernel sandbox, or in ``workdir`` when unisolated), feed it ``job``, collect
+    its result lines and stderr tail. A watchdog thread kills it at the wall-clock deadline whatever happens."""
     runner_limits = {
         "memory_bytes": limits.memory_bytes,
         "cpu_seconds": limits.cpu_seconds,
         "max_file_bytes": limits.max_file_bytes,
         "max_open_files": limits.max_open_files,
         "max_processes": limits.max_processes,
+        "guards": limits.in_process_guards,
     }
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
+    kernel = limits.isolation == "kernel"
+    home = SANDBOX_TMP if kernel else workdir
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": home, "TMPDIR": home}
+    info_read = info_write = seccomp_read = None
+    pass_fds: tuple[int, ...] = ()
+    if kernel:
+        iso = isolation.probe()
+        argv = [iso.view.interpreter, "-I", "-S", "-c", _RUNNER, RUNNER_MARKER, json.dumps(runner_limits)]
+        info_read, info_write = os.pipe()
+        if iso.seccomp_arch:
+            seccomp_read, seccomp_write = os.pipe()
+            program = isolation.seccomp_program(iso.seccomp_arch, allow_threads=limits.max_processes > 0)
+            os.write(seccomp_write, program)  # a few hundred bytes: fits the pipe buffer
+            os.close(seccomp_write)
+        cmd = iso.command(argv, tmpfs_bytes=limits.tmpfs_bytes, info_fd=info_write, seccomp_fd=seccomp_read)
+        pass_fds = tuple(fd for fd in (info_write, seccomp_read) if fd is not None)
+        cwd = None
+    else:
+        cmd = [sys.executable, "-I", "-S", "-c", _RUNNER, RUNNER_MARKER, json.dumps(runner_limits)]
+        cwd = workdir
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _RUNNER, json.dumps(runner_limits)],
+            cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=workdir,
+            cwd=cwd,
             env=env,
             close_fds=True,
+            pass_fds=pass_fds,
             start_new_session=True,
         )
     except OSError as exc:
-        raise InfrastructureError(f"could not start the ARC sandbox interpreter {sys.executable!r}: {exc}") from exc
+        for fd in (info_read, info_write, seccomp_read):
+            if fd is not None:
+                os.close(fd)
+        raise InfrastructureError(f"could not start the ARC sandbox ({cmd[0]!r}): {exc}") from exc
+    finally:
+        for fd in (info_write, seccomp_read):  # the child holds its copies
+            if fd is not None:
+                os.close(fd)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    namespace = _Namespace(proc.pid) if kernel else None
+    deadline = started + limits.wall_seconds
+    stop = threading.Event()
+
+    def kill() -> None:
+        if namespace is not None:
+            namespace.kill()
+        else:
+            _kill_group(proc.pid)
+
+    fired = threading.Event()
+
+    def watchdog() -> None:  # runs however the reading loop below is doing
+        if not stop.wait(max(0.0, deadline - time.monotonic())):
+            fired.set()
+            kill()
+
+    guard = threading.Thread(target=watchdog, name=f"arc-sandbox-watchdog-{proc.pid}", daemon=True)
+    guard.start()
     in_fd, out_fd, err_fd = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
     for fd in (in_fd, out_fd, err_fd):
         os.set_blocking(fd, False)
@@ -627,11 +768,13 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
     sel.register(out_fd, selectors.EVENT_READ)
     sel.register(err_fd, selectors.EVENT_READ)
     sel.register(in_fd, selectors.EVENT_WRITE)
+    if info_read is not None:
+        os.set_blocking(info_read, False)
+        sel.register(info_read, selectors.EVENT_READ)
     pending = memoryview(job)
     readers = {out_fd, err_fd}
     out = bytearray()
     err = bytearray()
-    deadline = started + limits.wall_seconds
     grace_end: float | None = None  # after the child exits: a moment to drain, not a timeout
     timed_out = overflow = False
     try:
@@ -643,7 +786,7 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
                 timed_out = True
                 break
             if grace_end is None and _has_exited(proc.pid):
-                _kill_group(proc.pid)  # stragglers would keep the pipes open
+                kill()  # stragglers would keep the pipes open
                 grace_end = min(deadline, now + 1.0)
             for key, _mask in sel.select(timeout=min(deadline - now, 0.05)):
                 fd = key.fd
@@ -662,6 +805,12 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
                     chunk = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
+                if fd == info_read:
+                    if chunk and namespace is not None:
+                        namespace.feed(chunk)
+                    else:
+                        sel.unregister(fd)
+                    continue
                 if not chunk:
                     sel.unregister(fd)
                     readers.discard(fd)
@@ -677,26 +826,33 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str) -> _ChildRun:
             if overflow:
                 break
     finally:
-        _kill_group(proc.pid)
+        stop.set()
+        kill()
+        timed_out = timed_out or fired.is_set()  # the watchdog may have ended it while the loop was draining
         sel.close()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 stream.close()
             except OSError:
                 pass
+        if info_read is not None:
+            os.close(info_read)
         try:
             _pid, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.returncode = _exit_code(status, kernel)
             cpu = usage.ru_utime + usage.ru_stime
         except ChildProcessError:
             proc.returncode, cpu = None, 0.0
+        if namespace is not None:
+            namespace.close()
+        guard.join()
     wall = time.monotonic() - started
     events = []
     complete = out[: out.rfind(b"\n") + 1]  # a torn last line (killed mid-write) is dropped
     for line in complete.splitlines():
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # the program may write anything here, e.g. "[" * 10**6
             continue
         if isinstance(event, dict):
             events.append(event)
@@ -734,11 +890,14 @@ def grade(
     inputs, expected = _check_examples(examples)
     n = len(inputs)
     job = json.dumps({"preamble": preamble, "code": code, "inputs": inputs}).encode()
-    workdir = tempfile.mkdtemp(prefix="arc-sandbox-")
-    try:
-        run = _run_child(job, limits, workdir)
-    finally:
-        _remove_tree(workdir)
+    if limits.isolation == "kernel":
+        run = _run_child(job, limits, None)  # the program's only writable place is the sandbox's own tmpfs
+    else:
+        workdir = tempfile.mkdtemp(prefix="arc-sandbox-")
+        try:
+            run = _run_child(job, limits, workdir)
+        finally:
+            _remove_tree(workdir)
 
     outcomes: dict[int, ExampleOutcome] = {}
     fatal: dict[str, Any] | None = None

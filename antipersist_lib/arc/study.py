@@ -73,11 +73,14 @@ from antipersist_lib.arc.controller import (
     stream_batches,
 )
 from antipersist_lib.arc.generator import N_TEST, N_TRAIN, POOL_SIZES, ArcTask, make_task, pool_plan
+from antipersist_lib.arc.isolation import ISOLATION_MODES
+from antipersist_lib.arc.isolation import probe as probe_isolation
 from antipersist_lib.arc.lineage import (
     judge_memory,
     label_counts,
     memory_surgery,
 )
+from antipersist_lib.arc.sandbox import UNISOLATED_WARNING, SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json, read_jsonl
@@ -138,6 +141,7 @@ PROFILE_KEYS = {
     "judge",
     "surgery",
     "response_cache",
+    "sandbox",
 }
 POOL_KEYS = {"name", "seed", "limit"}
 EXAMPLE_KEYS = {"n_train", "n_test"}
@@ -224,8 +228,14 @@ class StudyProfile:
     judge: dict[str, Any] | None = None
     surgery: dict[str, Any] | None = None
     response_cache: bool = True
+    sandbox: str = "kernel"  # how model-written code is isolated: "kernel" or, by explicit opt-in, "unisolated"
     backbone_options: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The grader's limits, with the profile's isolation mode."""
+        return SandboxLimits(isolation=self.sandbox)
 
     def stream_config(self, cond: Condition) -> StreamConfig:
         return StreamConfig(
@@ -235,18 +245,19 @@ class StudyProfile:
             steps=self.steps,
             tasks_per_step=cond.tasks_per_step,
             seed=self.seed,
+            limits=self.limits,
             **self.stream,
         )
 
     def eval_kwargs(self) -> dict[str, Any]:
         """``evaluate``'s solver settings: the stream's own (tool bodies, decoding, token cap, sandbox limits)."""
-        base = StreamConfig(**self.stream)
+        base = StreamConfig(limits=self.limits, **self.stream)
         return {
             "sources": self.eval_sources,
             "tool_bodies": base.tool_bodies,
             "temperature": base.temperature,
             "max_tokens": base.solver_max_tokens,
-            "limits": base.limits,
+            "limits": self.limits,
             "workers": self.eval_workers,
         }
 
@@ -377,6 +388,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         judge=judge,
         surgery=surgery,
         response_cache=_bool(data.get("response_cache", True), "response_cache", path),
+        sandbox=_sandbox_mode(data.get("sandbox", "kernel"), path),
         backbone_options=options,
         raw=data,
     )
@@ -386,6 +398,27 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         except (TypeError, ValueError) as exc:
             raise fail(path, f"stream settings: {exc}") from None
     return profile
+
+
+def _sandbox_mode(value: Any, path: Any) -> str:
+    if value not in ISOLATION_MODES:
+        raise fail(
+            path,
+            f"sandbox must be one of {ISOLATION_MODES}, got {value!r} ('unisolated' runs model-written code without "
+            "kernel isolation and is only for machines where that code cannot hurt anything)",
+        )
+    return str(value)
+
+
+def sandbox_record(profile: StudyProfile) -> dict[str, Any]:
+    """How this run isolates model-written code, checked now: the manifest's ``sandbox`` entry.
+
+    Kernel isolation that this machine cannot provide raises ``SandboxUnavailable`` (naming the missing piece)
+    before any model call; ``sandbox: unisolated`` is recorded as such and warned about on every run."""
+    if profile.sandbox == "unisolated":
+        return {"mode": "unisolated", "description": UNISOLATED_WARNING}
+    iso = probe_isolation()
+    return iso.to_dict() | {"description": iso.describe()}
 
 
 def _bool(value: Any, key: str, path: Any) -> bool:
@@ -596,6 +629,7 @@ def _manifest(
     status: str,
     started: float,
     before_s: float,
+    sandbox: dict[str, Any],
     ledger: Ledger | None = None,
     cache: ResponseCache | None = None,
 ) -> dict[str, Any]:
@@ -616,6 +650,7 @@ def _manifest(
             "prompt_hashes": {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")},
             "calls": dict(sorted(calls.items())),
             "cached_calls": sum(r.cached for r in ledger.records) if ledger is not None else 0,
+            "sandbox": sandbox,
             "wall_s": round(wall, 1),  # this invocation
             "wall_s_total": round(before_s + wall, 1),  # every invocation into this folder
         }
@@ -638,6 +673,8 @@ def run_study(
     ``--base-url/--model``). Before the first condition, judge or surgery still to do, the chat endpoint
     gets one small request (``StudyModels.check_endpoints``; ``preflight=False`` skips it)."""
     profile = load_study_profile(profile_path)
+    sandbox = sandbox_record(profile)  # refuses here, before any model call, when isolation is missing
+    log(("WARNING: " if sandbox["mode"] == "unisolated" else "sandbox: ") + sandbox["description"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -660,7 +697,7 @@ def run_study(
         with Ledger(out / LEDGER_FILE) as ledger:
             llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
             atomic_write_json(
-                out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s)
+                out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s, sandbox)
             )
             for cond in profile.all_conditions():
                 folder = out / CONDITIONS_DIR / cond.name
@@ -694,7 +731,7 @@ def run_study(
             frame = _frame(rows)
             atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows})
             frame.to_csv(out / RESULTS_CSV, index=False)
-            manifest = _manifest(profile, bb, train, evalsets, "complete", started, before_s, ledger, cache)
+            manifest = _manifest(profile, bb, train, evalsets, "complete", started, before_s, sandbox, ledger, cache)
             atomic_write_json(out / MANIFEST_FILE, manifest)
     return StudyResult(out, frame, manifest)
 
