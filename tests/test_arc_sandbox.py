@@ -525,3 +525,20 @@ def test_threads_follow_max_processes():
     none = grade(code, ONE, limits=FAST)
     some = grade(code, ONE, limits=replace(FAST, max_processes=64))
     assert "STARTED=False" in none.stderr_tail and "STARTED=True" in some.stderr_tail, (none, some)
+
+
+def test_a_sandbox_that_cannot_start_is_an_infrastructure_error_and_leaks_no_descriptor(monkeypatch):
+    from antipersist_lib.arc import sandbox
+    from antipersist_lib.errors import InfrastructureError
+
+    grade(FLIP_CODE, FLIP, limits=FAST)  # the isolation probe is done and cached before counting
+
+    def refuse(*args, **kwargs):
+        raise OSError(7, "Argument list too long")
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", refuse)
+    before = len(os.listdir("/proc/self/fd"))
+    for limits in (FAST, UNISOLATED):
+        with pytest.raises(InfrastructureError, match="could not start the ARC sandbox.*Argument list too long"):
+            grade(FLIP_CODE, FLIP, limits=limits)
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -733,9 +733,8 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str | None) -> _Child
             start_new_session=True,
         )
     except OSError as exc:
-        for fd in (info_read, info_write, seccomp_read):
-            if fd is not None:
-                os.close(fd)
+        if info_read is not None:  # the other two are closed just below
+            os.close(info_read)
         raise InfrastructureError(f"could not start the ARC sandbox ({cmd[0]!r}): {exc}") from exc
     finally:
         for fd in (info_write, seccomp_read):  # the child holds its copies
