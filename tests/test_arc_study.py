@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from antipersist_lib.analysis import faulty_paper
+from antipersist_lib.analysis import faulty_paper, plots
 from antipersist_lib.arc import analysis, figures, study
 from antipersist_lib.arc.controller import gt_code
 from antipersist_lib.arc.prompts import EMPTY_HISTORY, render_grid
@@ -413,3 +413,36 @@ def test_obtain_study_modes(tiny_study, tmp_path):
         and analysis.lineage_example(None) is None
         and analysis.judge_table(None) is None
     )
+
+
+def test_figure6_buffer_composition_counts_families_per_step(tiny_study):
+    out = tiny_study["result"].out_dir
+    comp = analysis.buffer_composition(out)
+    assert list(comp.columns) == list(analysis.COMPOSITION_COLUMNS)
+    # every family has a row at every snapshot step of every stream, so absent families show as 0
+    per_step = comp.groupby(["condition", "step"])["family"].nunique()
+    assert (per_step == len(analysis.FAMILIES)).all()
+    # Auto keeps the GT episodes it retained (3 steps, 1 task each); Force empties its buffer every step
+    sizes = comp.groupby(["condition", "step"])["entries"].sum()
+    steps = analysis.step_table(out).set_index(["condition", "step"])["buffer_size"]
+    assert sizes.sort_index().tolist() == steps.sort_index().tolist()
+    assert sizes[("auto-gt-b8", 3)] == 3 and sizes[("force-gt-b8", 3)] == 0
+    assert analysis.figure6_condition(comp) == "auto-gt-b8"
+    admitted = analysis.families_admitted(comp).set_index("condition")
+    assert admitted.loc["force-gt-b8", "most_families"] == 0
+    assert admitted.loc["auto-gt-b8", "all_families_at_step"] is None  # 3 tasks cannot cover 6 families
+    fig = figures.plot_buffer_composition(comp, "auto-gt-b8", title="Fig. 6", paper_step=71)
+    assert fig.axes and not plots.text_overlaps(fig)
+
+
+def test_families_admitted_finds_the_first_full_step():
+    fams = list(analysis.FAMILIES)
+    rows = [
+        {"condition": "c", "step": step, "family": f, "entries": int(i < step)}
+        for step in (1, 6, 7)
+        for i, f in enumerate(fams)
+    ]
+    comp = pd.DataFrame(rows).assign(regime="auto", source="gt", buffer_capacity=8)
+    got = analysis.families_admitted(comp).iloc[0]
+    assert got["all_families_at_step"] == 6 and got["most_families"] == 6 and got["steps"] == 7
+    assert analysis.figure6_condition(comp.iloc[0:0]) is None

@@ -1,7 +1,7 @@
 """ARC-AGI Stream analyses: the tables notebooks 09 and 10 show, computed from a study folder.
 
 Each function reads what ``arc.study.run_study`` wrote (results, per-step snapshots, judge and surgery
-files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``decision_table``, ``utility_table``
+files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``buffer_composition`` / ``families_admitted`` (Fig. 6), ``decision_table``, ``utility_table``
 (Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
 ``misclassification_table`` (Fig. 7(a)), ``final_strategies`` and ``lineage_example`` (App. C.1),
 ``judge_table`` (§6.2) and ``surgery_table`` (App. I). Figures are in ``arc.figures``. A ``None`` study
@@ -10,6 +10,7 @@ files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``decision_table``,
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pandas as pd
 
 from antipersist_lib.analysis import faulty_paper
 from antipersist_lib.arc.controller import MEMORY_FILE
+from antipersist_lib.arc.families import FAMILIES
 from antipersist_lib.arc.lineage import (
     Lineage,
     SnapshotIndex,
@@ -92,6 +94,67 @@ def step_table(out_dir: str | Path | None) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
+
+COMPOSITION_COLUMNS = ("condition", "regime", "source", "buffer_capacity", "step", "family", "entries")
+
+
+def buffer_composition(out_dir: str | Path | None) -> pd.DataFrame:
+    """Fig. 6: per (condition, step, family), how many episodic-buffer entries come from that family.
+
+    Every family of the generator gets a row at every step (0 when absent), so a figure shows which
+    problem types the buffer holds and when the last one is admitted."""
+    rows = []
+    conds = condition_specs(out_dir)
+    for name in condition_names(out_dir):
+        spec = conds[name]
+        for snap in condition_snapshots(out_dir, name):
+            counts = Counter(e["family"] for e in snap["memory"]["episodic"]["entries"])
+            for family in FAMILIES:
+                rows.append(
+                    {
+                        "condition": name,
+                        "regime": spec["regime"],
+                        "source": spec["source"],
+                        "buffer_capacity": spec["buffer_size"],
+                        "step": snap["step"],
+                        "family": family,
+                        "entries": counts.get(family, 0),
+                    }
+                )
+    return pd.DataFrame(rows, columns=list(COMPOSITION_COLUMNS))
+
+
+def families_admitted(composition: pd.DataFrame) -> pd.DataFrame:
+    """Per condition: the first step whose buffer holds every family (None if never), and the examples seen
+    by then (the paper's §6.1 numbers: 71 steps, 568 examples under Auto)."""
+    rows = []
+    n_families = len(FAMILIES)
+    for name, group in composition.groupby("condition", sort=False):
+        present = group[group["entries"] > 0].groupby("step")["family"].nunique()
+        full = present[present == n_families]
+        first = int(full.index.min()) if not full.empty else None
+        rows.append(
+            {
+                "condition": name,
+                "steps": int(group["step"].max()),
+                "most_families": int(present.max()) if not present.empty else 0,
+                "all_families_at_step": first,
+            }
+        )
+    return pd.DataFrame(rows, columns=["condition", "steps", "most_families", "all_families_at_step"])
+
+
+def figure6_condition(composition: pd.DataFrame) -> str | None:
+    """The condition Fig. 6 shows: the paper's (Auto, |B|=8), i.e. the Auto stream with the largest buffer
+    (GT before Running); any condition when no Auto stream ran; None without a study."""
+    if composition.empty:
+        return None
+    conds = composition.drop_duplicates("condition")
+    auto = conds[conds["regime"] == "auto"]
+    pool = auto if not auto.empty else conds
+    pool = pool.assign(cap=pool["buffer_capacity"].fillna(10**9), gt=pool["source"] != "gt")
+    return str(pool.sort_values(["cap", "gt"], ascending=[False, True]).iloc[0]["condition"])
 
 
 def decision_table(out_dir: str | Path | None) -> pd.DataFrame:

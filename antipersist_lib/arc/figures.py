@@ -121,6 +121,43 @@ def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statem
     return fig
 
 
+def plot_buffer_composition(
+    composition: pd.DataFrame,
+    condition: str | None,
+    *,
+    title: str,
+    paper_step: int | None = None,
+    note: str = "",
+    statement: str = "",
+) -> Any:
+    """Fig. 6: the episodic buffer's entries per family over the stream, stacked, for one condition.
+
+    A dashed line marks the first step whose buffer holds every family; a dotted one the paper's step."""
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    data = composition[composition["condition"] == condition] if condition is not None else composition.iloc[0:0]
+    if data.empty:
+        ax.text(0.5, 0.5, "no study loaded", ha="center", va="center", transform=ax.transAxes)
+    else:
+        wide = data.pivot_table(index="step", columns="family", values="entries", aggfunc="sum").sort_index()
+        wide = wide[[f for f in data["family"].drop_duplicates() if f in wide.columns]]
+        ax.stackplot(wide.index, *(wide[c] for c in wide.columns), labels=list(wide.columns), alpha=0.85)
+        full = wide.index[(wide > 0).sum(axis=1) == wide.shape[1]]
+        if len(full):
+            ax.axvline(full[0], color="black", ls="--", lw=1, label=f"all families (this run): step {full[0]}")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if paper_step is not None and not data.empty and paper_step <= int(data["step"].max()):
+        ax.axvline(paper_step, color="grey", ls=":", lw=1)
+    _integer_steps(ax)
+    ax.set_xlabel("stream step")
+    ax.set_ylabel("episodic buffer entries")
+    ax.set_title(f"{title}: {condition}" if condition else title)
+    fig.tight_layout()
+    footnote(fig, statement, note)
+    plt.close(fig)
+    return fig
+
+
 def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Fig. 7(a): cumulative misclassified memory actions per step, one line per condition."""
     sns.set_theme(style="whitegrid")
