@@ -272,6 +272,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
     """The faulty-memories study runners (their own modules hold the command line; this forwards to it)."""
     if args.study == "arc-study":
         from antipersist_lib.arc.study import main as study_main
+    elif args.study == "arc-probes":
+        from antipersist_lib.arc.probes import main as study_main
     else:
         from antipersist_lib.consolidation.study import main as study_main
     argv = ["--profile", args.profile] + (["--out", args.out] if args.out else [])
@@ -515,6 +517,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command, what, example in (
         ("arc-study", "an ARC-AGI Stream study profile (faulty-memories study, §5)", "params/arc/smoke.yaml"),
+        (
+            "arc-probes",
+            "ARC-AGI Stream probes on single-family subsets (faulty-memories study, §6: Figs. 8(a), 8(b), 11)",
+            "params/arc/probes_smoke.yaml",
+        ),
         (
             "consolidation",
             "a consolidation study profile (faulty-memories study, §3-4.2): build memories, evaluate them",

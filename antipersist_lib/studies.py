@@ -313,6 +313,40 @@ def previous_wall_s(out: Path) -> float:
     return float(m.get("wall_s_total", m.get("wall_s", 0.0)) or 0.0) if isinstance(m, dict) else 0.0
 
 
+def obtain_folder(
+    mode: str,
+    folder: str | Path,
+    *,
+    profile: str | Path | None,
+    root: str | Path | None,
+    out_root: str | Path,
+    run: Callable[[Path, Path], Any],
+    results_file: str,
+    what: str,
+) -> Path | None:
+    """A notebook's run-or-load step for one study folder. "paper": None; "load": ``folder`` (its
+    ``results_file`` must exist); "run": ``run(profile, out)`` into ``<out_root>/<profile name>`` (resuming) and
+    return that folder. Relative paths are taken from ``root`` (default: the repository). ``what`` names the
+    study in errors ("study", "probe")."""
+    from antipersist_lib.paths import repo_root
+
+    base = Path(root) if root is not None else repo_root()
+    if mode == "paper":
+        return None
+    if mode == "load":
+        path = base / folder
+        if not (path / results_file).exists():
+            raise FileNotFoundError(f"no {what} results at {path}: run the {what} first or point the folder elsewhere")
+        return path
+    if mode == "run":
+        if not profile:
+            raise ValueError(f"mode 'run' needs a {what} profile (params/arc/*.yaml)")
+        out = base / out_root / Path(profile).stem
+        run(base / profile, out)
+        return out
+    raise ValueError(f"mode must be one of ('paper', 'load', 'run'), got {mode!r}")
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

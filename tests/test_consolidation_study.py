@@ -442,6 +442,56 @@ def test_the_mark_rule_reproduces_every_mark_the_paper_prints():
             r"the study sets it",
         ),
         ({"methods": {"expel": {"train_per_iteration": -1}}}, r"'methods.expel.train_per_iteration' must be"),
+        ({"regimes": {"static_all": {"passes": 2}}}, r"'regimes.static_all.passes' applies to the stream regime"),
+        (
+            {"regimes": {"static_all": {}, "s": {"regime": "stream", "batch_size": 2, "passes": 0}}},
+            r"'regimes.s.passes' must be an integer >= 1",
+        ),
+        (
+            {"regimes": {"static_all": {}, "s": {"regime": "stream", "batch_size": 2, "stages": {"count": 3}}}},
+            r"'regimes.s.stages.rule' must be one of \('one_per_type', 'single_type'\)",
+        ),
+        (
+            {"regimes": {"static_all": {}, "s": {"regime": "stream", "batch_size": 2, "stages": {"rule": "x"}}}},
+            r"'regimes.s.stages.rule' must be one of",
+        ),
+        (
+            {"regimes": {"static_all": {}, "s": {"regime": "stream", "batch_size": 2, "stages": {"rules": 1}}}},
+            r"unknown key\(s\) \['regimes.s.stages.rules'\]",
+        ),
+        (
+            {
+                "regimes": {
+                    "static_all": {},
+                    "s": {
+                        "regime": "stream",
+                        "batch_size": 2,
+                        "passes": 2,
+                        "stages": {"count": 2, "rule": "single_type"},
+                    },
+                }
+            },
+            r"'regimes.s': 'passes' cycles the whole pool and 'stages' draws fresh batches per stage; give one",
+        ),
+        (
+            {
+                "regimes": {
+                    "static_all": {},
+                    "s": {
+                        "regime": "stream",
+                        "batch_size": 2,
+                        "homogeneous": False,
+                        "stages": {"count": 2, "rule": "single_type"},
+                    },
+                }
+            },
+            r"'regimes.s.homogeneous' contradicts 'stages.rule: single_type'",
+        ),
+        ({"regimes": {"static_all": {"backbone": "embedded"}}}, r"'regimes.static_all.backbone' must be a backbone"),
+        ({"regimes": {"static_all": {"backbone": "/nope/b.yaml"}}}, r"'regimes.static_all.backbone'"),
+        ({"context": {"overflow": "truncate"}}, r"'context.overflow' must be one of \('refuse', 'truncate_oldest'\)"),
+        ({"context": {"reserve": 3}}, r"unknown key\(s\) \['context.reserve'\]"),
+        ({"evaluation": {"steps": {"every": 2, "every_pass": 1}}}, r"takes one of 'every' \(updates\) or 'every_pass'"),
     ],
 )
 def test_bad_profile_keys_are_named(tmp_path, change, message):
@@ -462,6 +512,25 @@ def test_the_kit_profiles_load():
     sw = study.load_study_profile(ROOT / "params" / "consolidation" / "scienceworld.yaml")
     assert sw.benchmark == "scienceworld" and len(sw.pool.types) == 15  # Table 9's tasks
     assert {r.capacity for r in sw.regimes if r.regime == "stream"} == {20, 50, 100}
+    rounds = sw.regime("rounds")  # App. J.1.3: 20 rounds over the pool, evaluated after each
+    assert (rounds.passes, rounds.steps, rounds.batch_size) == (20, {"every_pass": 1}, 4)
+    assert {(r.batch_size, r.capacity) for r in paper.regimes if r.regime == "stream" and r.capacity} == {(6, 50)}
+    erosion = study.load_study_profile(ROOT / "params" / "consolidation" / "erosion_paper.yaml")
+    seed = erosion.regime("seed")  # App. G.1: a one-call seed by a stronger model, then 200 stages of 6, cap 50
+    assert seed.regime == "static_all" and seed.backbone not in (None, erosion.backbone)
+    rules = {}
+    for name in ("g1_one_per_type", "g2_single_type"):
+        r = erosion.regime(name)
+        assert (r.initial, r.batch_size, r.capacity, r.stages.count, r.stages.per_type_limit) == (
+            "seed",
+            6,
+            50,
+            200,
+            64,
+        )
+        rules[name] = (r.stages.rule, r.homogeneous)
+    assert rules == {"g1_one_per_type": ("one_per_type", False), "g2_single_type": ("single_type", True)}
+    assert erosion.steps == {"every": 20} and erosion.heldout_limit == 48
 
 
 def test_the_recorded_smoke_fixture_loads():
@@ -504,3 +573,155 @@ def test_obtain_study_loads_runs_or_shows_the_paper_alone(tmp_path, server, pool
     df = study.results(out)
     assert sorted(df["builder"]) == ["all", "react"] and prof.exists()
     assert study.results([out, out]).shape[0] == 2 * len(df)  # several studies (e.g. one per backbone) stack
+
+
+# -- two backbones, repeated passes, the context budget -------------------------------------------------
+
+SEED_SHEET = "<cheatsheet>SEED-MODEL SHEET: go to kitchen, take the cup</cheatsheet>"
+
+
+def seed_responder(req: dict) -> str:
+    """The second backbone: writes its own cheatsheet, and would play ErrandWorld if it were (wrongly) asked."""
+    system = (req.get("messages") or [{}])[0].get("content", "")
+    return SEED_SHEET if system == CP.DC_SYSTEM else errand_policy(req)
+
+
+def _dc_requests(srv: LoopbackServer) -> int:
+    return sum(
+        1 for r in srv.requests_for("/v1/chat/completions") if r["body"]["messages"][0]["content"] == CP.DC_SYSTEM
+    )
+
+
+def test_a_seed_bank_built_by_one_backbone_is_continued_by_another(tmp_path, pool_run):
+    """Fig. 4: Static-Group by one model, then streamed updates (here two passes) by the study's model."""
+    with LoopbackServer(responder=responder) as main, LoopbackServer(responder=seed_responder) as seed_srv:
+        seed_profile = tmp_path / "seed-model.yaml"
+        seed_profile.write_text(
+            yaml.safe_dump(
+                {"name": "seed-model", "model": "seed-model", "base_url": seed_srv.base_url, "context_length": 100000}
+            )
+        )
+        prof = write_profile(
+            tmp_path / "two.yaml",
+            pool={"runs": [str(pool_run)]},
+            builders=["dc"],
+            builder_options={"common": {"max_tokens": 64}},
+            regimes={
+                "seed": {"regime": "static_group", "backbone": str(seed_profile)},
+                "more": {"regime": "stream", "batch_size": 2, "homogeneous": False, "initial": "seed", "passes": 2},
+            },
+            evaluation={
+                "seeds": [1],
+                "heldout_limit": 1,
+                "max_steps": 4,
+                "steps": {"every_pass": 1},
+                "no_memory": False,
+            },
+            methods=None,
+        )
+        res = study.run_study(prof, tmp_path / "out", endpoint=endpoint(main), embed_endpoint=endpoint(main))
+        pool = load_pool(res.out / study.POOL_FILE)
+        n_types = len({r.task_type for r in pool})
+        per_pass = len(batches(pool, 2, False, 0))
+        assert _dc_requests(seed_srv) == n_types  # the seed bank: one call per task type, all by the seed model
+        assert _dc_requests(main) == 2 * per_pass  # the continuation: every update of both passes by the study's model
+        others = [
+            r
+            for r in seed_srv.requests_for("/v1/chat/completions")
+            if r["body"]["messages"][0]["content"] != CP.DC_SYSTEM
+        ]
+        assert len(others) <= 1  # at most the preflight probe: no agent ever ran on the seed model
+        seed_url = seed_srv.base_url
+    m = study.load_manifest(res.out)
+    assert m["regime_backbones"]["seed"]["endpoint"]["base_url"] == seed_url
+    assert m["regime_backbones"]["seed"]["endpoint"]["model"] == "seed-model" and "more" not in m["regime_backbones"]
+    built = {b["regime"]: b["built_by"]["model"] for b in m["builds"]}
+    assert built == {"seed": "seed-model", "more": "scripted"}
+    start = load_bank(res.out / "memories" / "dc" / "more" / "snapshots.jsonl", n_types)
+    assert "SEED-MODEL SHEET" in start.render()  # the continuation starts from the seed model's bank
+    more = res.frame[res.frame["condition"] == "more"]
+    assert list(more["pass"]) == [1, 2]  # evaluated at the end of each pass
+    assert list(more["step"]) == [n_types + per_pass, n_types + 2 * per_pass]
+    assert list(more["updates"]) == [per_pass, 2 * per_pass] and more["examples_seen"].eq([6, 12]).all()
+
+
+def _all_profile(tmp_path: Path, pool_run: Path, overflow: str) -> Path:
+    return write_profile(
+        tmp_path / f"{overflow}.yaml",
+        pool={"runs": [str(pool_run)]},
+        builders=["all"],
+        builder_options={"all": {"log_chars": 300}},
+        regimes={"static_all": {}},
+        evaluation={"seeds": [1], "heldout_limit": 1, "max_steps": 3, "no_memory": False},
+        methods=None,
+        context={"overflow": overflow, "reserve_tokens": 50},
+    )
+
+
+def test_an_evaluated_memory_past_the_context_is_refused_or_cut_from_its_oldest_entries(tmp_path, pool_run, server):
+    import dataclasses
+
+    from antipersist_lib.consolidation.context import ContextOverflowError
+
+    small = dataclasses.replace(endpoint(server), context_length=350)  # 300 tokens left for the memory
+    with pytest.raises(ContextOverflowError, match=r"builder 'all' under regime 'static_all', step 1: its memory is"):
+        study.run_study(
+            _all_profile(tmp_path, pool_run, "refuse"), tmp_path / "refused", endpoint=small, embed_endpoint=small
+        )
+    assert not (tmp_path / "refused" / "runs").exists()  # refused before any agent ran
+    n_before = len(server.requests)
+    res = study.run_study(
+        _all_profile(tmp_path, pool_run, "truncate_oldest"), tmp_path / "cut", endpoint=small, embed_endpoint=small
+    )
+    full = load_bank(res.out / "memories" / "all" / "static_all" / "bank.json")
+    fitted = load_bank(res.out / "memories" / "all" / "static_all" / study.FITTED_DIR / "step1.json")
+    dropped = int(res.frame["memory_dropped"].iloc[0])
+    assert 0 < dropped < len(full.entries) and fitted.ids == full.ids[dropped:]  # the newest entries stay
+    record = study.load_manifest(res.out)["builds"][0]["evaluation_context"]["1"]
+    assert (
+        record["dropped_entries"] == dropped
+        and record["budget_tokens"] == 300
+        and record["policy"] == "truncate_oldest"
+    )
+    assert study.load_manifest(res.out)["context"] == {"overflow": "truncate_oldest", "reserve_tokens": 50}
+    systems = [
+        r["body"]["messages"][0]["content"] for r in server.requests[n_before:] if r.get("body", {}).get("messages")
+    ]
+    assert any(full.entries[-1].text[:80] in s for s in systems)
+    assert not any(full.entries[0].text[:80] in s for s in systems)
+
+
+def test_a_staged_stream_from_a_profile_draws_each_stage_afresh(tmp_path, pool_run, server):
+    """App. G.1's schedule through the runner: stages of one record per type, read every 2 stages."""
+    prof = write_profile(
+        tmp_path / "staged.yaml",
+        pool={"runs": [str(pool_run)]},
+        builders=["dc"],
+        builder_options={"common": {"max_tokens": 64}},
+        regimes={
+            "static_all": {},
+            "staged": {
+                "regime": "stream",
+                "batch_size": 2,
+                "capacity": 3,
+                "initial": "static_all",
+                "stages": {"count": 5, "rule": "one_per_type", "per_type_limit": 2},
+                "steps": {"every": 2},
+            },
+        },
+        evaluation={"seeds": [1], "heldout_limit": 1, "max_steps": 3, "no_memory": False},
+        methods=None,
+    )
+    res = study.run_study(prof, tmp_path / "out", endpoint=endpoint(server), embed_endpoint=endpoint(server))
+    pool = load_pool(res.out / study.POOL_FILE)
+    first_two = {t: [r.rid for r in pool if r.task_type == t][:2] for t in {r.task_type for r in pool}}
+    lines = [json.loads(x) for x in (res.out / "memories/dc/staged/snapshots.jsonl").read_text().splitlines()]
+    events = [x["event"] for x in lines if x["event"]]
+    assert [e["stage"] for e in events] == [1, 2, 3, 4, 5]
+    for e in events:  # one record of each type, from the first two of each type only
+        assert sorted(next(t for t, ids in first_two.items() if rid in ids) for rid in e["batch"]) == sorted(first_two)
+    bank = load_bank(res.out / "memories/dc/staged/bank.json")
+    assert bank.meta["stages"] == {"count": 5, "rule": "one_per_type", "per_type_limit": 2} and bank.capacity == 3
+    staged = res.frame[res.frame["condition"] == "staged"]
+    assert list(staged["updates"]) == [2, 4, 5] and list(staged["step"]) == [3, 5, 6]
+    assert not staged["homogeneous"].any() and staged["pass"].isna().all()

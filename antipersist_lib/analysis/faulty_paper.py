@@ -242,6 +242,11 @@ def table11() -> list[CollapseRow]:
     ]
 
 
+def table11_frame() -> pd.DataFrame:
+    """Table 11 as printed: wins/48 without memory, at stage 168 (50 items) and 169 (1 item), and the change."""
+    return pd.DataFrame([asdict(r) for r in table11()])
+
+
 # -- numbers the text states -----------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 Each function reads what ``arc.study.run_study`` wrote (results, per-step snapshots, judge and surgery
 files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``buffer_composition`` / ``families_admitted`` (Fig. 6), ``decision_table``, ``utility_table``
 (Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
-``misclassification_table`` (Fig. 7(a)), ``final_strategies`` and ``lineage_example`` (App. C.1),
+``source_ablation_table`` (Fig. 9(a) / App. K.1), ``misclassification_table`` (Fig. 7(a)), ``final_strategies`` and ``lineage_example`` (App. C.1),
 ``judge_table`` (§6.2) and ``surgery_table`` (App. I). Figures are in ``arc.figures``. A ``None`` study
 (notebook mode "paper") gives empty tables, so a notebook shows the paper's numbers alone.
 """
@@ -19,6 +19,7 @@ import pandas as pd
 from antipersist_lib.analysis import faulty_paper
 from antipersist_lib.arc.controller import MEMORY_FILE
 from antipersist_lib.arc.families import FAMILIES
+from antipersist_lib.arc.generator import ArcTask
 from antipersist_lib.arc.lineage import (
     Lineage,
     SnapshotIndex,
@@ -28,11 +29,16 @@ from antipersist_lib.arc.lineage import (
 )
 from antipersist_lib.arc.study import (
     CONDITIONS_DIR,
+    COVERAGE_AVERAGES,
+    FIG2_EVAL_SET,
+    FIG2_GROUP,
     JUDGE_FILE,
+    SOURCES_FILE,
     SURGERY_FILE,
     condition_names,
     condition_snapshots,
     condition_specs,
+    load_manifest,
 )
 from antipersist_lib.jsonl import read_json
 
@@ -96,7 +102,7 @@ def step_table(out_dir: str | Path | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
-COMPOSITION_COLUMNS = ("condition", "regime", "source", "buffer_capacity", "step", "family", "entries")
+COMPOSITION_COLUMNS = ("condition", "regime", "source", "buffer_capacity", "table4_b", "step", "family", "entries")
 
 
 def buffer_composition(out_dir: str | Path | None) -> pd.DataFrame:
@@ -117,6 +123,7 @@ def buffer_composition(out_dir: str | Path | None) -> pd.DataFrame:
                         "regime": spec["regime"],
                         "source": spec["source"],
                         "buffer_capacity": spec["buffer_size"],
+                        "table4_b": spec.get("table4_b", spec["buffer_size"]),
                         "step": snap["step"],
                         "family": family,
                         "entries": counts.get(family, 0),
@@ -146,14 +153,16 @@ def families_admitted(composition: pd.DataFrame) -> pd.DataFrame:
 
 
 def figure6_condition(composition: pd.DataFrame) -> str | None:
-    """The condition Fig. 6 shows: the paper's (Auto, |B|=8), i.e. the Auto stream with the largest buffer
-    (GT before Running); any condition when no Auto stream ran; None without a study."""
+    """The condition Fig. 6 shows: the paper's (Auto, |B|=8), i.e. the Auto stream with the largest |B| (Table 4's,
+    under the study's buffer reading; an uncapped buffer counts as the largest when no |B| is recorded; GT before
+    Running); any condition when no Auto stream ran; None without a study."""
     if composition.empty:
         return None
     conds = composition.drop_duplicates("condition")
     auto = conds[conds["regime"] == "auto"]
     pool = auto if not auto.empty else conds
-    pool = pool.assign(cap=pool["buffer_capacity"].fillna(10**9), gt=pool["source"] != "gt")
+    size = pool["table4_b"] if "table4_b" in pool.columns else pool["buffer_capacity"]
+    pool = pool.assign(cap=size.fillna(10**9), gt=pool["source"] != "gt")
     return str(pool.sort_values(["cap", "gt"], ascending=[False, True]).iloc[0]["condition"])
 
 
@@ -201,7 +210,10 @@ def utility_table(df: pd.DataFrame, eval_set: str = "heldout") -> pd.DataFrame:
 
 
 def regression_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's."""
+    """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's.
+
+    With the profile's ``fig2`` setup, each Fig. 2 stream's row compares its empty memory (step 0) with its
+    last checkpoint on the selected slice; otherwise the grid's streams on the ``train`` set are used."""
     paper_before = faulty_paper.stated("arc19_no_memory_accuracy").value
     paper_after = faulty_paper.stated("arc19_after_consolidation_accuracy").value
     rows = [
@@ -213,7 +225,19 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
             "with_memory": paper_after,
         }
     ]
-    sub = df[df["eval_set"] == "train"]
+    fig2 = df[df["eval_set"] == FIG2_EVAL_SET]
+    for name, grp in fig2.groupby("condition", sort=False):  # the Fig. 2 setup: its own slice and stream
+        first, last = grp.loc[grp["step"].idxmin()], grp.loc[grp["step"].idxmax()]
+        rows.append(
+            {
+                "source": f"this run ({last['backbone']})",
+                "condition": name,
+                "n_tasks": int(last["n_tasks"]),
+                "no_memory": 100 * float(first["accuracy"]),
+                "with_memory": 100 * float(last["accuracy"]),
+            }
+        )
+    sub = df[df["eval_set"] == "train"] if fig2.empty else df.iloc[0:0]
     if not sub.empty:
         base = sub[sub["regime"] == "none"]
         if base.empty:
@@ -235,13 +259,65 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def coverage_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Table 4's numbers for every stream condition: per-step coverage averaged over its steps."""
+def table4_averages(
+    snapshots: list[dict], *, average_over: str = "checkpoints", checkpoints: list[int] | tuple[int, ...] = ()
+) -> dict:
+    """Table 4's Avg. Covered, Avg. Fused and Buffer Size for one stream.
+
+    ``average_over="checkpoints"`` (the kit's reading of the paper): the mean over the memories the study
+    evaluates, i.e. the snapshots at its checkpoint steps after step 0 (the empty memory is no state of the
+    stream). Buffer Size is then the mean number of episodic-buffer entries held at those checkpoints. The
+    paper's integer-valued cells (1.33, 1.67, 2.17, 5.00, 3.33, 50.00) are all multiples of 1/6, which an
+    average over a handful of evaluated memories gives and an average over hundreds of steps rarely does.
+    ``"steps"``: the mean over every step's snapshot (the kit's earlier definition). Either way a snapshot's
+    numbers are taken after the step's memory decision (and any FIFO eviction); Avg. Fused averages only
+    memories that hold an abstract entry. A Force stream's buffer size is 0 by construction (the paper
+    prints "—")."""
+    if average_over not in COVERAGE_AVERAGES:
+        raise ValueError(f"average_over must be one of {COVERAGE_AVERAGES}, got {average_over!r}")
+    if average_over == "checkpoints":
+        wanted = {int(c) for c in checkpoints if int(c) > 0}
+        chosen = [snap for snap in snapshots if snap["step"] in wanted]
+        if not chosen:
+            raise ValueError(f"no snapshot at the checkpoints {sorted(wanted)}")
+        return average_coverage(chosen)
+    return average_coverage(snapshots)
+
+
+TABLE4_COLUMNS = [
+    "condition",
+    "regime",
+    "source",
+    "buffer_capacity",
+    "tasks_per_step",
+    "table4_b",
+    "buffer_reading",
+    "covered",
+    "fused",
+    "buffer_size",
+    "n_steps",
+    "average_over",
+]
+
+
+def coverage_table(out_dir: str | Path | None, *, average_over: str | None = None) -> pd.DataFrame:
+    """Table 4's numbers for every stream condition of the profile's grid (``table4_averages``).
+
+    ``average_over`` defaults to the study's ``coverage_average`` (studies that predate it: "checkpoints").
+    ``table4_b`` is the paper's |B| for the stream under the study's ``buffer_reading``: the buffer's cap
+    ("cap") or the tasks per step with an uncapped buffer ("batch"); older studies read as "cap"."""
     rows = []
+    if out_dir is None:
+        return pd.DataFrame(rows, columns=TABLE4_COLUMNS)
+    man = load_manifest(out_dir)
+    over = average_over or man.get("coverage_average", "checkpoints")
+    checkpoints = man.get("checkpoints", [])
     conds = condition_specs(out_dir)
     for name in condition_names(out_dir):
-        avg = average_coverage(condition_snapshots(out_dir, name))
         c = conds[name]
+        if c.get("group", "grid") == FIG2_GROUP:
+            continue
+        avg = table4_averages(condition_snapshots(out_dir, name), average_over=over, checkpoints=checkpoints)
         rows.append(
             {
                 "condition": name,
@@ -249,21 +325,25 @@ def coverage_table(out_dir: str | Path | None) -> pd.DataFrame:
                 "source": c["source"],
                 "buffer_capacity": c["buffer_size"],
                 "tasks_per_step": c["tasks_per_step"],
+                "table4_b": c.get("table4_b", c["buffer_size"]),
+                "buffer_reading": c.get("buffer_reading", "cap"),
                 **avg,
+                "average_over": over,
             }
         )
-    cols = ["condition", "regime", "source", "buffer_capacity", "tasks_per_step", "covered", "fused", "buffer_size"]
-    return pd.DataFrame(rows, columns=[*cols, "n_steps"])
+    return pd.DataFrame(rows, columns=TABLE4_COLUMNS)
 
 
-def table4_beside_paper(out_dir: str | Path | None, *, source: str = "gt") -> pd.DataFrame:
-    """Table 4 long form: metric x |B| x regime, the paper's value beside this run's (GT conditions)."""
-    mine = coverage_table(out_dir)
+def table4_beside_paper(
+    out_dir: str | Path | None, *, source: str = "gt", average_over: str | None = None
+) -> pd.DataFrame:
+    """Table 4 long form: metric x |B| x regime, the paper's value beside this run's (GT conditions).
+
+    A run's condition goes in the column of its ``table4_b`` (its |B| under the study's buffer reading)."""
+    mine = coverage_table(out_dir, average_over=average_over)
     rows = []
     for cell in faulty_paper.table4():
-        match = mine[
-            (mine["regime"] == cell.regime) & (mine["buffer_capacity"] == cell.buffer) & (mine["source"] == source)
-        ]
+        match = mine[(mine["regime"] == cell.regime) & (mine["table4_b"] == cell.buffer) & (mine["source"] == source)]
         value = match[cell.metric].iloc[0] if len(match) else None
         rows.append(
             {
@@ -276,6 +356,46 @@ def table4_beside_paper(out_dir: str | Path | None, *, source: str = "gt") -> pd
             }
         )
     return pd.DataFrame(rows)
+
+
+#: what App. K.1 / Fig. 17 states about the three arms (the paper prints the curves as an image only)
+SOURCE_ABLATION_STATEMENT = (
+    "Paper (App. K.1, Fig. 17, GT-400 stream, four checkpoints): Episodic Only recovers nearly all of the Auto "
+    "gain; Abstract Only never rises above the zero-shot baseline; both together add a few points."
+)
+
+#: K.1's arm labels, in the order the paper names them
+SOURCE_ARM_LABELS = {"abstract_only": "Abstract Only", "episodic_only": "Episodic Only", "both": "Both (Auto)"}
+SOURCE_ABLATION_COLUMNS = ["condition", "step", "arm", "label", "accuracy_pct", "no_memory_pct", "n_tasks", "reused"]
+
+
+def source_ablation_table(out_dir: str | Path | None, df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Fig. 9(a) / App. K.1 (Fig. 17): held-out accuracy (%) per checkpoint with the solver reading only the
+    abstract store, only the episodic store, or both, side by side; ``no_memory_pct`` from the study's
+    no-memory baseline when ``df`` (the results table) is given. Empty when the study ran no ablation."""
+    rows = []
+    base = None
+    if df is not None and not df.empty:
+        b = df[(df["regime"] == "none") & (df["eval_set"] == "heldout")]["accuracy"]
+        base = 100 * float(b.iloc[0]) if len(b) else None
+    for name in condition_names(out_dir):
+        path = Path(out_dir) / CONDITIONS_DIR / name / SOURCES_FILE
+        if not path.exists():
+            continue
+        for r in read_json(path)["rows"]:
+            rows.append(
+                {
+                    "condition": name,
+                    "step": r["step"],
+                    "arm": r["arm"],
+                    "label": SOURCE_ARM_LABELS[r["arm"]],
+                    "accuracy_pct": 100 * r["accuracy"],
+                    "no_memory_pct": base,
+                    "n_tasks": r["n_tasks"],
+                    "reused": r["reused"],
+                }
+            )
+    return pd.DataFrame(rows, columns=SOURCE_ABLATION_COLUMNS)
 
 
 def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
@@ -424,3 +544,27 @@ def surgery_table(out_dir: str | Path | None) -> pd.DataFrame | None:
                     }
                 )
     return pd.DataFrame(rows) if rows else None
+
+
+def taxonomy_tables() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tables 5 and 6 as the generator defines them: the six families (strategy_id, what they select on, the
+    rule) and the seven skills (skill_id, the transformation), in the paper's order."""
+    from antipersist_lib.arc.generator import SKILLS
+
+    families = pd.DataFrame(
+        [(f.strategy_id, f.selects_by, f.definition) for f in FAMILIES.values()],
+        columns=["strategy_id", "selects_by", "definition"],
+    )
+    skills = pd.DataFrame([(s.skill_id, s.definition) for s in SKILLS.values()], columns=["skill_id", "definition"])
+    return families, skills
+
+
+def example_tasks(*, skill: str = "recolor", family: str | None = None, seed: int = 0) -> list[ArcTask]:
+    """Figs. 12 and 13: one generated task per family under ``skill`` (Fig. 12: recolor), or, with ``family``,
+    one per skill under that family (Fig. 13: detect_color_property)."""
+    from antipersist_lib.arc.families import FAMILY_IDS
+    from antipersist_lib.arc.generator import SKILL_IDS, make_task
+
+    if family is None:
+        return [make_task(f, skill, seed, n_train=2, n_test=1) for f in FAMILY_IDS]
+    return [make_task(family, s, seed, n_train=2, n_test=1) for s in SKILL_IDS]

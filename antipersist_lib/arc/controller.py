@@ -29,6 +29,14 @@ Kit choices where the paper is silent:
   comment line, which names the family and skill (labels the model must never see).
 - With ``record_failures=False`` a failed Running solve is not recorded; a step that leaves the
   buffer empty takes no decision (recorded as a skipped Retain).
+- ``decide_on="passing"`` follows App. B.3's timing (the decision prompt comes after the solve is graded
+  passing): a step none of whose solves passed takes no decision call (a skipped Retain whose reason is
+  ``NO_PASSING_SOLVE``); GT steps always count as passing. Its trajectories stay in the buffer for the next
+  decision (Auto, Episodic-only). Force makes no extraction call on such a step and empties the buffer
+  (the failed trajectories go to the snapshot's ``discarded``), so no episode persists between rounds and
+  only passing steps are distilled. With several tasks per step, one passing solve makes the step passing.
+- ``extraction_schema="flat"`` uses App. B.6's schema; ``solver_mode="select"``/``"select_open"`` splits
+  every solve (stream and evaluation) into B.7's selection call and the synthesis call.
 - ``steps`` beyond the task list cycle through it again; ``shuffle`` orders it with ``seed``.
 - A run directory is written once: an existing non-empty snapshot file is refused (no resume).
 """
@@ -47,17 +55,23 @@ from typing import Any
 
 from antipersist_lib.arc.generator import ArcTask
 from antipersist_lib.arc.prompts import (
+    EXTRACTION_SCHEMAS,
+    SELECTED_NONE,
+    SOLVER_MODES,
     Decision,
     ReplyParseError,
+    StrategyChoice,
     decision_messages,
     decision_or_fallback,
     extraction_messages,
     failure_banner,
     parse_extraction,
+    selection_messages,
+    selection_or_fallback,
     solver_messages,
 )
 from antipersist_lib.arc.sandbox import DEFAULT_LIMITS, ExampleOutcome, GradeResult, SandboxLimits, extract_code, grade
-from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, StrategyDraft
+from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, Strategy, StrategyDraft
 from antipersist_lib.arc.tools import TOOL_SOURCE
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
@@ -74,6 +88,10 @@ PURPOSE_SOLVE = "arc_solve"
 PURPOSE_DECIDE = "arc_decide"
 PURPOSE_EXTRACT = "arc_extract"
 PURPOSE_EVAL = "arc_eval"
+PURPOSE_SELECT = "arc_select"
+
+#: when the memory decision is taken: after every step, or (App. B.3) only after a step with a passing solve
+DECIDE_ON = ("every_step", "passing")
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,20 @@ class StreamConfig:
     solver_max_tokens: int = 4096
     manager_max_tokens: int = 4096
     limits: SandboxLimits = DEFAULT_LIMITS
+    decide_on: str = "every_step"  # "passing": App. B.3's timing (decide only after a passing solve)
+    extraction_schema: str = "structured"  # "flat": App. B.6's schema
+    solver_mode: str = "direct"  # "select" / "select_open": App. B.7's selection call before synthesis
+
+    def evaluate_kwargs(self) -> dict[str, Any]:
+        """``evaluate``'s solver settings, the stream's own: tool bodies, decoding, token cap, sandbox limits and
+        solver mode (a study and its probes evaluate the way their streams solve)."""
+        return {
+            "tool_bodies": self.tool_bodies,
+            "temperature": self.temperature,
+            "max_tokens": self.solver_max_tokens,
+            "limits": self.limits,
+            "solver_mode": self.solver_mode,
+        }
 
     def __post_init__(self) -> None:
         if self.regime not in REGIMES:
@@ -107,6 +139,13 @@ class StreamConfig:
             raise ValueError(f"steps must be >= 1, got {self.steps!r}")
         if self.tasks_per_step < 1 or self.history_examples < 1:
             raise ValueError("tasks_per_step and history_examples must be >= 1")
+        for key, allowed in (
+            ("decide_on", DECIDE_ON),
+            ("extraction_schema", EXTRACTION_SCHEMAS),
+            ("solver_mode", SOLVER_MODES),
+        ):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{key} must be one of {allowed}, got {getattr(self, key)!r}")
         unknown = [s for s in self.solver_memory if s not in MEMORY_SOURCES]
         if unknown:
             raise ValueError(f"solver_memory entries must be in {MEMORY_SOURCES}, got {unknown}")
@@ -130,6 +169,8 @@ class SolveRecord:
     status: str
     code: str | None
     error: str | None = None
+    repeat: int = 0  # evaluation repeat (0: the first or only one)
+    selection: dict[str, Any] | None = None  # B.7: the StrategyChoice and the chosen entry id, when selecting
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,19 +254,47 @@ def solve_task(
     limits: SandboxLimits = DEFAULT_LIMITS,
     purpose: str = PURPOSE_SOLVE,
     tags: dict[str, Any] | None = None,
+    solver_mode: str = "direct",
+    seed: int | None = None,
+    repeat: int = 0,
 ) -> tuple[SolveRecord, GradeResult]:
-    """Solver prompt with the chosen memory sources, then a sandbox grade of the reply's code."""
+    """Solver prompt with the chosen memory sources, then a sandbox grade of the reply's code.
+
+    ``solver_mode`` "select"/"select_open" first runs B.7's selection call (``select_strategy``) and shows
+    only the chosen strategy in the solver's memory block. ``seed`` overrides the request seed (evaluation
+    repeats differ by it, so the response cache keeps them apart)."""
+    if solver_mode not in SOLVER_MODES:
+        raise ValueError(f"solver_mode must be one of {SOLVER_MODES}, got {solver_mode!r}")
     strategies = list(memory.abstract) if "abstract" in sources else []
     history = list(memory.episodic) if "episodic" in sources else []
     graded_on = "shown" if grade_split == "train" else "hidden"
-    messages = solver_messages(task_examples(task), strategies, history, tool_bodies=tool_bodies, graded_on=graded_on)
-    reply = llm.chat(
-        messages,
-        purpose=purpose,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        tags={"task_id": task.task_id, **(tags or {})},
+    tags = {"task_id": task.task_id, **(tags or {})}
+    selection = None
+    memory_block = None
+    if solver_mode != "direct":
+        choice, called = select_strategy(
+            task,
+            llm,
+            strategies,
+            allow_new=solver_mode == "select_open",
+            tool_bodies=tool_bodies,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            tags=tags,
+            seed=seed,
+        )
+        chosen = strategies[choice.index - 1] if choice.index is not None else None
+        memory_block = _selected_block(chosen, choice)
+        selection = {**choice.to_dict(), "called": called, "entry_id": chosen.entry_id if chosen else None}
+    messages = solver_messages(
+        task_examples(task),
+        strategies,
+        history,
+        tool_bodies=tool_bodies,
+        graded_on=graded_on,
+        memory_block=memory_block,
     )
+    reply = llm.chat(messages, purpose=purpose, temperature=temperature, max_tokens=max_tokens, tags=tags, seed=seed)
     code = extract_code(reply.text)
     examples = task_examples(task, grade_split)
     if code is None:
@@ -242,8 +311,48 @@ def solve_task(
         status=result.status,
         code=code,
         error=result.error,
+        repeat=repeat,
+        selection=selection,
     )
     return record, result
+
+
+def select_strategy(
+    task: ArcTask,
+    llm: LLMClient,
+    strategies: Sequence[Strategy],
+    *,
+    allow_new: bool = False,
+    tool_bodies: bool = False,
+    temperature: float = 0.0,
+    max_tokens: int = 4096,
+    tags: dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> tuple[StrategyChoice, bool]:
+    """B.7's selection call on half the task's shown examples; (choice, whether a call was made).
+
+    With an empty strategy memory the closed variant has nothing to name and makes no call (recorded as
+    ``skipped``); the open variant still asks, since it may propose a strategy."""
+    if not strategies and not allow_new:
+        return StrategyChoice(None, "", "skipped"), False
+    reply = llm.chat(
+        selection_messages(task_examples(task), strategies, tool_bodies=tool_bodies, allow_new=allow_new),
+        purpose=PURPOSE_SELECT,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        tags=dict(tags or {}),
+        seed=seed,
+    )
+    return selection_or_fallback(reply.text, n_strategies=len(strategies), allow_new=allow_new), True
+
+
+def _selected_block(chosen: Strategy | None, choice: StrategyChoice) -> str:
+    """The synthesis prompt's memory block: the chosen stored strategy, a proposed one, or none."""
+    if chosen is not None:
+        return f"### Strategy {chosen.entry_id}\n{chosen.text.strip()}"
+    if choice.new_text:
+        return f"### Proposed strategy\n{choice.new_text}"
+    return SELECTED_NONE
 
 
 def _no_code(n: int) -> GradeResult:
@@ -279,7 +388,7 @@ def consolidate(
     """Run the extraction prompt on ``inputs`` and apply its plan; the snapshot's extraction record."""
     existing = list(memory.abstract)
     reply = llm.chat(
-        extraction_messages(existing, inputs),
+        extraction_messages(existing, inputs, schema=config.extraction_schema),
         purpose=PURPOSE_EXTRACT,
         temperature=config.temperature,
         max_tokens=config.manager_max_tokens,
@@ -296,9 +405,12 @@ def consolidate(
         "dropped": [],
         "warnings": [],
         "error": None,
+        "schema": config.extraction_schema,
     }
     try:
-        plan = parse_extraction(reply.text, n_existing=len(existing), n_inputs=len(inputs))
+        plan = parse_extraction(
+            reply.text, n_existing=len(existing), n_inputs=len(inputs), schema=config.extraction_schema
+        )
     except ReplyParseError as exc:
         record["error"] = str(exc)
         return record
@@ -330,10 +442,29 @@ def consolidate(
     return record
 
 
+#: the skipped decision's reason under ``decide_on: passing`` (a step without a passing solve)
+NO_PASSING_SOLVE = "no solve of this step passed (decide_on: passing)"
+
+
+def step_passed(graded: Sequence[tuple[ArcTask, SolveRecord, GradeResult]], config: StreamConfig) -> bool:
+    """Whether a step counts as passing for ``decide_on: passing``: a GT step always does (its trajectory is
+    the ground truth); a Running step does when at least one of its solves passed."""
+    return config.source == "gt" or any(record.passed for _task, record, _result in graded)
+
+
 def _decide(
-    llm: LLMClient, memory: Memory, step: int, new_ids: list[str], config: StreamConfig, calls: Counter
+    llm: LLMClient,
+    memory: Memory,
+    step: int,
+    new_ids: list[str],
+    config: StreamConfig,
+    calls: Counter,
+    *,
+    passed: bool = True,
 ) -> Decision:
     buffer = memory.episodic
+    if config.decide_on == "passing" and not passed:
+        return Decision("retain", (), "skipped", reason=NO_PASSING_SOLVE)
     if config.regime == "force":
         return (
             Decision("consolidate", tuple(buffer.ids()), "forced") if len(buffer) else Decision("retain", (), "skipped")
@@ -372,8 +503,11 @@ def run_step(
             max_tokens=config.solver_max_tokens,
             limits=config.limits,
             tags={"step": step, "regime": config.regime},
+            solver_mode=config.solver_mode,
         )
         calls[PURPOSE_SOLVE] += 1
+        if record.selection is not None and record.selection["called"]:
+            calls[PURPOSE_SELECT] += 1
         graded.append((task, record, result))
     buffer = memory.episodic
     new_ids = []
@@ -383,9 +517,11 @@ def run_step(
             buffer.append(episode)
             new_ids.append(episode.entry_id)
 
-    decision = _decide(llm, memory, step, new_ids, config, calls)
+    passed = step_passed(graded, config)
+    decision = _decide(llm, memory, step, new_ids, config, calls, passed=passed)
     deleted: list[Episode] = []
     consumed: list[Episode] = []
+    discarded: list[Episode] = []
     extraction = None
     if decision.action == "delete":
         deleted = buffer.remove(decision.ids)
@@ -394,7 +530,9 @@ def run_step(
         extraction = consolidate(llm, memory, inputs, step, config, calls)
         if extraction["applied"] or config.regime == "force":
             consumed = buffer.remove(decision.ids)
-    if config.regime == "force":
+    if config.regime == "force" and decision.source == "skipped" and decision.reason == NO_PASSING_SOLVE:
+        discarded = buffer.clear()  # Force keeps no episode between rounds; a failing step is not distilled
+    elif config.regime == "force":
         consumed += buffer.clear()
     evicted = buffer.enforce_capacity()
     return {
@@ -408,6 +546,8 @@ def run_step(
         "deleted": [e.to_dict() for e in deleted],
         "consumed": [e.to_dict() for e in consumed],
         "evicted": [e.to_dict() for e in evicted],
+        "discarded": [e.to_dict() for e in discarded],
+        "passed": passed,
         "memory": memory.to_dict(),
         "coverage": memory.coverage().to_dict(),
     }
@@ -481,16 +621,26 @@ def evaluate(
     max_tokens: int = 4096,
     limits: SandboxLimits = DEFAULT_LIMITS,
     workers: int = 1,
+    solver_mode: str = "direct",
+    repeats: int = 1,
 ) -> EvalResult:
     """Solve each held-out task with ``memory`` in the solver prompt; a pass = every test grid right.
 
     ``sources`` restricts which stores condition the solver (App. K.1: episodic only, abstract only, both).
+    ``repeats`` > 1 solves every task that many times (§4: "average two repeats per question"); repeat r > 0
+    sends the request seed ``llm.seed + r`` so that its sample (and its cache entry) differs from repeat 0.
+    ``accuracy`` is then the mean pass rate over all task x repeat solves, ``n_passed`` counts passing solves
+    and ``n_tasks`` stays the number of tasks.
     """
     unknown = [s for s in sources if s not in MEMORY_SOURCES]
     if unknown:
         raise ValueError(f"sources must be in {MEMORY_SOURCES}, got {unknown}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats!r}")
 
-    def one(task: ArcTask) -> SolveRecord:
+    def one(job: tuple[ArcTask, int]) -> SolveRecord:
+        task, rep = job
+        seed = None if rep == 0 else int(getattr(llm, "seed", None) or 0) + rep
         record, _result = solve_task(
             task,
             llm,
@@ -502,13 +652,17 @@ def evaluate(
             max_tokens=max_tokens,
             limits=limits,
             purpose=PURPOSE_EVAL,
+            solver_mode=solver_mode,
+            seed=seed,
+            repeat=rep,
         )
         return record
 
+    jobs = [(task, rep) for rep in range(repeats) for task in tasks]
     if workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            records = tuple(pool.map(one, tasks))
+            records = tuple(pool.map(one, jobs))
     else:
-        records = tuple(one(task) for task in tasks)
+        records = tuple(one(job) for job in jobs)
     n_passed = sum(r.passed for r in records)
-    return EvalResult(n_passed / len(records) if records else 0.0, n_passed, len(records), records)
+    return EvalResult(n_passed / len(records) if records else 0.0, n_passed, len(tasks), records)

@@ -10,7 +10,8 @@
   Retain items combine nothing and are not counted.
 - Average coverage (Table 4): the per-step ``coverage`` numbers averaged over the run's steps.
 - Memory surgery (App. I): remove exactly one entry, re-evaluate with everything else fixed,
-  report the accuracy delta (ablated minus full).
+  report the accuracy delta (ablated minus full) and the tasks whose pass rate over the evaluation's
+  repeats rose or fell.
 - LLM-judge labels (§6.2, App. K.2): one call per abstract entry, label normal / over-generalized /
   over-specific / garbage; unparseable replies count as ``unparsed``.
 
@@ -214,6 +215,15 @@ def average_coverage(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
 # -- memory surgery (App. I) ----------------------------------------------------------------------
 
 
+def task_pass_rates(result: EvalResult) -> dict[str, float]:
+    """Task id -> the fraction of its evaluation repeats that passed (1.0 or 0.0 with a single repeat),
+    in the order the tasks were first evaluated."""
+    passes: dict[str, list[bool]] = {}
+    for record in result.records:
+        passes.setdefault(record.task_id, []).append(record.passed)
+    return {task: sum(outcomes) / len(outcomes) for task, outcomes in passes.items()}
+
+
 @dataclass(frozen=True)
 class SurgeryResult:
     entry_id: str
@@ -226,12 +236,20 @@ class SurgeryResult:
         return self.ablated.accuracy - self.base.accuracy
 
     def flips(self) -> dict[str, list[str]]:
-        """Task ids that changed outcome when the entry was removed."""
-        base = {r.task_id: r.passed for r in self.base.records}
-        ablated = {r.task_id: r.passed for r in self.ablated.records}
+        """Task ids whose pass rate over the evaluation's repeats rose (``to_pass``) or fell (``to_fail``)
+        when the entry was removed.
+
+        Kit reading: with ``evaluation.repeats`` > 1 a task's outcome is the fraction of its repeats that
+        passed (``task_pass_rates``), the same mean the accuracy takes (§4: "average two repeats per
+        question"), so a task flips when that fraction changes in either direction, and the summed changes
+        over ``n_tasks`` equal ``delta``. With one repeat this is the plain pass/fail flip. A task the full
+        memory's evaluation lacks counts as never passing there.
+        """
+        base = task_pass_rates(self.base)
+        ablated = task_pass_rates(self.ablated)
         return {
-            "to_pass": [t for t, ok in ablated.items() if ok and not base.get(t, False)],
-            "to_fail": [t for t, ok in ablated.items() if not ok and base.get(t, False)],
+            "to_pass": [t for t, rate in ablated.items() if rate > base.get(t, 0.0)],
+            "to_fail": [t for t, rate in ablated.items() if rate < base.get(t, 0.0)],
         }
 
     def to_dict(self) -> dict[str, Any]:

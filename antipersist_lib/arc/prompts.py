@@ -11,6 +11,11 @@ that structure:
   offered depend on the regime (Episodic Management Only never mentions consolidation);
 - extraction (B.4/B.6, C.1): return the whole new strategy memory as a JSON list of
   retain / new / merge items with 1-based ``from_existing`` and ``from_functions`` indices;
+- flat extraction (B.6, ``schema="flat"``): the same three kinds as a flat list, each strategy one free-form
+  string (no when_to_use / strategy pair), merge's ``from_functions`` optional;
+- strategy selection (B.7): before synthesis, one call sees the helper buffer, half the shown examples and
+  the numbered strategy memory and names the strategy to apply (open variant: or proposes a new one); the
+  solver prompt then shows only that strategy in its memory block;
 - judge (§6.2, App. K.2): label one memory entry normal / over-generalized / over-specific / garbage.
 
 Family and skill labels are never rendered into the solver, decision or extraction prompts; only
@@ -24,6 +29,10 @@ applied by the ``*_or_fallback`` helpers (and by the controller):
 - extraction: an unparseable reply (no JSON list, or a non-empty list without one valid item)
   leaves the strategy memory **unchanged**; invalid items and out-of-range indices are skipped
   with a warning while the valid items are applied;
+- flat extraction: as extraction; an item without ``kind`` is read from its fields (text + from_existing:
+  merge; text alone: new; no text: retain), a list-valued ``strategy`` is joined, B.4-only fields are ignored;
+- selection: an unparseable reply, a number out of range, or (closed variant) a proposed new strategy
+  gives **no strategy** in the synthesis prompt (never the full memory);
 - judge: an unparseable reply gets the label ``"unparsed"``, counted apart from the four labels.
 """
 
@@ -33,7 +42,7 @@ import ast
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from antipersist_lib.arc.families import FAMILIES
@@ -164,6 +173,68 @@ existing strategy that no item names is dropped. Put together only trajectories 
 same underlying rule. Say in "when_to_use" which puzzles the strategy applies to and which it \
 does not; give the steps of the solution in "strategy". Reply with the JSON array in a ```json block."""
 
+EXTRACTION_FLAT_PROMPT = """\
+# Strategy extraction
+
+Rewrite the strategy memory of an agent that solves grid puzzles by writing Python `solve(grid)` \
+functions. Below are the current strategies and the trajectories selected for consolidation, both \
+numbered from 1. A trajectory marked FAILED did not solve its puzzle; its banner shows an input, \
+the expected output and what the code produced.
+
+## Current strategy memory
+{memory}
+
+## Selected trajectories
+{inputs}
+
+## What to return
+A flat JSON array that is the whole new strategy memory. Each element is one of three kinds:
+- {{"kind": "retain", "from_existing": [i]}}: strategy i stays as it is;
+- {{"kind": "new", "strategy": "...", "from_functions": [k, ...]}}: a fresh strategy drawn from \
+trajectories k;
+- {{"kind": "merge", "from_existing": [i, ...], "strategy": "...", "from_functions": [k, ...]}}: \
+existing strategies i rewritten into one, optionally with trajectories k as further evidence \
+(`from_functions` may be left out).
+"strategy" is one plain string in your own words: what kind of puzzle it fits and how to solve \
+it. `from_existing` numbers the current strategies and `from_functions` the selected trajectories. \
+Any current strategy that no element mentions is removed. Only trajectories governed by the same \
+rule belong in one strategy. Reply with the JSON array in a ```json block."""
+
+SELECTION_SYSTEM = "You pick which stored strategy an agent should follow on a grid puzzle before it writes code."
+
+SELECTION_PROMPT = """\
+# Strategy selection
+
+A solver will write a Python `solve(grid)` function for the puzzle below. Before it does, choose \
+the strategy from memory that it should follow. Only some of the puzzle's examples are shown here.
+
+## Tool buffer
+Helpers the solver can call:
+{tools}
+
+## Examples ({n_examples} of {n_total})
+{examples}
+
+## Strategy memory
+{memory}
+
+## What to return
+{choices}
+Reply with one JSON object and nothing else."""
+
+SELECTION_CHOICES_CLOSED = (
+    'Name the stored strategy that fits this puzzle by its number: {"choice": 2, "reason": "..."}. '
+    'If none fits, reply {"choice": null, "reason": "..."}.'
+)
+SELECTION_CHOICES_OPEN = (
+    'Name the stored strategy that fits this puzzle by its number: {"choice": 2, "reason": "..."}. '
+    'If none fits, you may describe a better one instead: {"choice": "new", "strategy": "<plain text>"}, '
+    'or reply {"choice": null} to go without one.'
+)
+
+#: the solver prompt's memory block under strategy selection: the one strategy chosen, or why there is none
+SELECTED_NONE = "(no strategy selected for this puzzle)"
+
 JUDGE_SYSTEM = "You review the memory of an agent that solves grid puzzles, one entry at a time."
 
 JUDGE_PROMPT = """\
@@ -197,6 +268,10 @@ for _name, _template in (
     ("arc_decision", DECISION_PROMPT + "\n" + "\n".join(DECISION_ACTIONS.values()) + DECISION_MEMORY_SECTION),
     ("arc_extraction_system", EXTRACTION_SYSTEM),
     ("arc_extraction", EXTRACTION_PROMPT),
+    ("arc_extraction_flat", EXTRACTION_FLAT_PROMPT),
+    ("arc_selection_system", SELECTION_SYSTEM),
+    ("arc_selection", SELECTION_PROMPT + "\n" + SELECTION_CHOICES_CLOSED + "\n" + SELECTION_CHOICES_OPEN),
+    ("arc_selected_none", SELECTED_NONE),
     ("arc_judge_system", JUDGE_SYSTEM),
     ("arc_judge", JUDGE_PROMPT),
 ):
@@ -296,15 +371,17 @@ def solver_messages(
     *,
     tool_bodies: bool = False,
     graded_on: str = "shown",
+    memory_block: str | None = None,
 ) -> list[dict[str, str]]:
     """The B.1 prompt; ``graded_on`` says what the reply is graded on: the ``shown`` examples (the stream)
-    or ``hidden`` inputs of the same task (evaluation)."""
+    or ``hidden`` inputs of the same task (evaluation). ``memory_block`` replaces the strategy listing
+    (B.7's synthesis call shows only the selected strategy)."""
     if graded_on not in ("shown", "hidden"):
         raise ValueError(f"graded_on must be 'shown' or 'hidden', got {graded_on!r}")
     user = SOLVER_PROMPT.format(
         n_examples=len(examples),
         examples=render_examples(examples),
-        memory=render_strategies(strategies),
+        memory=render_strategies(strategies) if memory_block is None else memory_block,
         tools=render_tools(tool_bodies),
         history=render_history(history),
         grading=GRADED_ON_SHOWN if graded_on == "shown" else GRADED_ON_HIDDEN,
@@ -343,12 +420,47 @@ def decision_messages(
     return chat(DECISION_SYSTEM, user)
 
 
-def extraction_messages(strategies: Sequence[Strategy], inputs: Sequence[Episode]) -> list[dict[str, str]]:
-    user = EXTRACTION_PROMPT.format(
+EXTRACTION_SCHEMAS = ("structured", "flat")
+SOLVER_MODES = ("direct", "select", "select_open")
+
+
+def extraction_messages(
+    strategies: Sequence[Strategy], inputs: Sequence[Episode], *, schema: str = "structured"
+) -> list[dict[str, str]]:
+    """The B.4 prompt (``structured``: when_to_use + strategy per item) or B.6's ``flat`` schema."""
+    if schema not in EXTRACTION_SCHEMAS:
+        raise ValueError(f"schema must be one of {EXTRACTION_SCHEMAS}, got {schema!r}")
+    template = EXTRACTION_PROMPT if schema == "structured" else EXTRACTION_FLAT_PROMPT
+    user = template.format(
         memory=render_strategies(strategies, numbered=True),
         inputs=render_history(inputs, numbered=True),
     )
     return chat(EXTRACTION_SYSTEM, user)
+
+
+def selection_examples(examples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """B.7 shows half of the task's examples to the selection call: the first ceil(n/2) (at least one)."""
+    return list(examples[: max(1, (len(examples) + 1) // 2)])
+
+
+def selection_messages(
+    examples: Sequence[dict[str, Any]],
+    strategies: Sequence[Strategy],
+    *,
+    tool_bodies: bool = False,
+    allow_new: bool = False,
+) -> list[dict[str, str]]:
+    """The B.7 selection prompt: helper buffer, half the examples, the numbered strategy memory."""
+    shown = selection_examples(examples)
+    user = SELECTION_PROMPT.format(
+        tools=render_tools(tool_bodies),
+        n_examples=len(shown),
+        n_total=len(examples),
+        examples=render_examples(shown),
+        memory=render_strategies(strategies, numbered=True),
+        choices=SELECTION_CHOICES_OPEN if allow_new else SELECTION_CHOICES_CLOSED,
+    )
+    return chat(SELECTION_SYSTEM, user)
 
 
 def judge_evidence(families: Iterable[str], skills: Iterable[str]) -> str:
@@ -399,7 +511,8 @@ def find_json(reply: str, kind: type) -> Any:
 
 @dataclass(frozen=True)
 class Decision:
-    """A memory action. ``source``: model (parsed), fallback (unparseable -> retain), forced (Force)."""
+    """A memory action. ``source``: model (parsed), fallback (unparseable -> retain), forced (Force),
+    skipped (no call: the buffer is empty, or ``decide_on: passing`` and no solve of the step passed)."""
 
     action: str
     ids: tuple[str, ...] = ()
@@ -549,12 +662,41 @@ def _text(item: dict[str, Any]) -> str:
     return body or (f"When to use: {when}" if when else "")
 
 
-def parse_extraction(reply: str, *, n_existing: int, n_inputs: int) -> ExtractionPlan:
+def _flat_text(raw: dict[str, Any], where: str, warnings: list[str]) -> str:
+    """B.6's single free-form strategy string. A list is joined line by line and other values are
+    ignored, each with a warning; B.4's ``when_to_use`` is not part of the flat schema and is ignored."""
+    value = raw.get("strategy", raw.get("text"))
+    if "when_to_use" in raw or "solve_strategy" in raw:
+        warnings.append(f"{where}: the flat schema takes one 'strategy' string; other text fields ignored")
+    if isinstance(value, list):
+        warnings.append(f"{where}: 'strategy' is a list; its items were joined")
+        return "\n".join(str(v).strip() for v in value if str(v).strip())
+    if value is not None and not isinstance(value, str):
+        warnings.append(f"{where}: 'strategy' must be a string, got {type(value).__name__}; ignored")
+        return ""
+    return (value or "").strip()
+
+
+def _flat_kind(raw: dict[str, Any], where: str, warnings: list[str]) -> str:
+    """An item's kind; the flat schema's items may leave it out, and then it follows from the fields:
+    strategy text with ``from_existing`` is a merge, text without it is new, no text is a retain."""
+    if raw.get("kind") is not None:
+        return str(raw.get("kind", "")).strip().lower()
+    has_text = bool(str(raw.get("strategy") or "").strip())
+    kind = ("merge" if raw.get("from_existing") else "new") if has_text else "retain"
+    warnings.append(f"{where}: no 'kind'; read as {kind} from its fields")
+    return kind
+
+
+def parse_extraction(reply: str, *, n_existing: int, n_inputs: int, schema: str = "structured") -> ExtractionPlan:
     """An extraction reply as an ExtractionPlan; invalid items are skipped with a warning.
 
     ReplyParseError when there is no JSON array, or when a non-empty array has no valid item
-    (an empty array is valid: it drops every strategy).
+    (an empty array is valid: it drops every strategy). ``schema="flat"`` (B.6) reads one free-form
+    ``strategy`` string per item (``_flat_text``) and infers a missing ``kind`` (``_flat_kind``).
     """
+    if schema not in EXTRACTION_SCHEMAS:
+        raise ValueError(f"schema must be one of {EXTRACTION_SCHEMAS}, got {schema!r}")
     try:
         value = find_json(reply, list)
     except ReplyParseError:
@@ -572,13 +714,13 @@ def parse_extraction(reply: str, *, n_existing: int, n_inputs: int) -> Extractio
         if not isinstance(raw, dict):
             warnings.append(f"{where}: skipped, not an object")
             continue
-        kind = str(raw.get("kind", "")).strip().lower()
+        kind = _flat_kind(raw, where, warnings) if schema == "flat" else str(raw.get("kind", "")).strip().lower()
         if kind not in EXTRACTION_KINDS:
             warnings.append(f"{where}: skipped, kind {raw.get('kind')!r} is not one of {EXTRACTION_KINDS}")
             continue
         existing = _indices(raw.get("from_existing"), n_existing, "from_existing", where, warnings)
         functions = _indices(raw.get("from_functions"), n_inputs, "from_functions", where, warnings)
-        text = _text(raw)
+        text = _flat_text(raw, where, warnings) if schema == "flat" else _text(raw)
         if kind == "retain":
             if not existing:
                 warnings.append(f"{where}: skipped, retain names no existing strategy")
@@ -597,6 +739,71 @@ def parse_extraction(reply: str, *, n_existing: int, n_inputs: int) -> Extractio
     if value and not items:
         raise ReplyParseError("no valid item in the extraction reply: " + "; ".join(warnings))
     return ExtractionPlan(tuple(items), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """A B.7 selection reply. ``index``: 1-based stored strategy; ``new_text``: a proposed strategy (open
+    variant); neither: no strategy. ``source``: model, skipped (nothing to choose from) or fallback."""
+
+    index: int | None = None
+    new_text: str = ""
+    source: str = "model"
+    reason: str = ""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_NONE_WORDS = {"", "none", "null", "no", "neither"}
+
+
+def parse_selection(reply: str, *, n_strategies: int, allow_new: bool) -> StrategyChoice:
+    """A selection reply as a StrategyChoice; ReplyParseError when it names no valid choice.
+
+    Accepted: ``{"choice": <1..n>}`` (also a digit string, "Strategy 2" or "S2"-style "2"), ``{"choice": null}``
+    or "none" for no strategy and, when ``allow_new``, ``{"choice": "new", "strategy": "..."}``. The keys
+    ``strategy``/``index`` are read when ``choice`` is absent."""
+    obj = find_json(reply, dict)
+    reason = obj.get("reason") if isinstance(obj.get("reason"), str) else ""
+    key = next((k for k in ("choice", "index", "strategy") if k in obj), None)
+    if key is None:
+        raise ReplyParseError(f"the selection object has no 'choice': {_snippet(json.dumps(obj))!r}")
+    raw = obj[key]
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word == "new":
+            text = obj.get("strategy") if key != "strategy" else obj.get("text")
+            if not allow_new:
+                raise ReplyParseError("the reply proposes a new strategy, but only a stored one may be named")
+            if not isinstance(text, str) or not text.strip():
+                raise ReplyParseError("the reply proposes a new strategy without its text ('strategy')")
+            return StrategyChoice(None, text.strip(), "model", reason)
+        if word in _NONE_WORDS:
+            return StrategyChoice(None, "", "model", reason)
+        digits = re.fullmatch(r"(?:strategy\s*)?s?(\d+)", word)
+        if digits is None:
+            if key == "strategy" and allow_new and len(word) > 20:  # a bare proposed text
+                return StrategyChoice(None, raw.strip(), "model", reason)
+            raise ReplyParseError(f"choice {raw!r} names no stored strategy")
+        raw = int(digits.group(1))
+    if raw is None:
+        return StrategyChoice(None, "", "model", reason)
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ReplyParseError(f"choice must be a strategy number, got {raw!r}")
+    if not 1 <= raw <= n_strategies:
+        raise ReplyParseError(f"choice {raw} is out of range: the memory lists {n_strategies} strategies")
+    return StrategyChoice(raw, "", "model", reason)
+
+
+def selection_or_fallback(reply: str, *, n_strategies: int, allow_new: bool) -> StrategyChoice:
+    """``parse_selection``, or the documented fallback: no strategy in the synthesis call (never the whole
+    memory, which would turn the variant back into B.1), with the parse error recorded."""
+    try:
+        return parse_selection(reply, n_strategies=n_strategies, allow_new=allow_new)
+    except ReplyParseError as exc:
+        return StrategyChoice(None, "", "fallback", error=str(exc))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 for notebooks 09 and 10 (faulty-memories paper §4.1, §5, §6.1-6.2, Table 4, Figs. 2, 5, 7, 9, App. C.1, I, K.2).
 
 ``run_study(profile, out_dir)`` reads a study profile (``params/arc/*.yaml``), runs ``controller.run_stream``
-once per condition of its grid (regime x source x buffer size [x tasks per step]) on a training pool, then
+once per condition of its grid (regime x source x |B| [x tasks per step]) on a training pool, then
 evaluates the memory as it stood at each checkpoint step on a held-out pool subset (and, optionally, on the
 training slice the stream saw: Fig. 2's in-distribution regression), plus a no-memory baseline. It writes::
 
@@ -34,7 +34,20 @@ Kit choices where the paper is silent:
   the grid sees them: the limit is capped at the fewest tasks any condition sees), graded on their test grids.
 - ``task_examples`` may shrink the tasks (``n_train`` shown examples, ``n_test`` graded grids) so that a
   small model's context holds them; the paper uses 10 and 10 (the default).
-- Table 4's numbers are the per-step coverage averaged over the stream (``lineage.average_coverage``).
+- Table 4's |B| (``buffer_reading``): "batch" reads ``conditions.buffer_size`` as the fresh tasks per step with an
+  uncapped buffer (§6.1's "8 fresh examples" per step; Table 4's buffer sizes 3.33 and 50.00 exceed |B|; the
+  paper profile's reading), "cap" (the default) as the buffer's FIFO capacity with one task per step. Condition
+  names carry both capacity and tasks per step (``auto-gt-binf-t8`` / ``auto-gt-b8``); every record carries
+  ``table4_b``, the |B| column it belongs to.
+- Table 4's numbers average the evaluated checkpoint memories (``coverage_average: checkpoints``, steps > 0;
+  ``arc.analysis.table4_averages``) or every step (``steps``).
+- ``evaluation.repeats`` solves every evaluated task that many times (§4: two repeats); accuracy is the mean.
+- ``fig2`` (Fig. 2, App. D.5): the first ``n_tasks`` pool tasks the no-memory solver passes in every repeat
+  (``select_slice``; ``fig2_slice.json``) are streamed ``revisits`` times with GT trajectories, one per step,
+  in extra conditions ``fig2-<regime>-gt-b...`` evaluated on that slice (``fig2_slice``) at step 0 and after
+  each pass. A pool with fewer passing tasks gives a shorter slice (logged, ``shortfall``); none is an error.
+- ``source_ablation`` (App. K.1, Fig. 9(a)): chosen conditions' checkpoint memories are evaluated again with
+  the solver reading only the abstract store, only the episodic store, or both (``sources.json``).
 
 Reading a study back: ``load_study``, ``load_manifest``, ``results``, ``summary``, ``study_note`` and the
 notebooks' run-or-load step ``obtain_study``; the tables are in ``arc.analysis``, the figures in
@@ -58,6 +71,7 @@ import pandas as pd
 
 from antipersist_lib.arc.controller import (
     CONFIG_FILE,
+    DECIDE_ON,
     MEMORY_FILE,
     MEMORY_SOURCES,
     REGIMES,
@@ -80,6 +94,7 @@ from antipersist_lib.arc.lineage import (
     label_counts,
     memory_surgery,
 )
+from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS, SOLVER_MODES
 from antipersist_lib.arc.sandbox import UNISOLATED_WARNING, SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.core.prompts import prompt_hashes
@@ -99,6 +114,7 @@ from antipersist_lib.studies import (
     command_line,
     fail,
     manifest_base,
+    obtain_folder,
     open_models,
     previous_wall_s,
     read_profile,
@@ -115,11 +131,36 @@ EVALS_FILE = "evals.jsonl"
 DONE_FILE = "condition.json"
 JUDGE_FILE = "judge.json"
 SURGERY_FILE = "surgery.json"
+SOURCES_FILE = "sources.json"
+FIG2_SLICE_FILE = "fig2_slice.json"
 NO_MEMORY = "no_memory"
 EVAL_SETS = ("heldout", "train")
+#: the evaluation set of the Fig. 2 conditions: the selected slice, graded on its test grids
+FIG2_EVAL_SET = "fig2_slice"
+FIG2_GROUP = "fig2"
+GRID_GROUP = "grid"
+
+#: how a profile reads the values of ``conditions.buffer_size`` (Table 4's |B|):
+#: "cap": the episodic buffer's FIFO capacity (one task per step unless ``tasks_per_step`` says otherwise);
+#: "batch": the tasks (fresh examples) per step, with an uncapped buffer (§6.1: "8 fresh examples" per step,
+#: "71 steps (568 examples)"; Table 4's buffer sizes 3.33 and 50.00 exceed a cap of 1 or 8)
+BUFFER_READINGS = ("cap", "batch")
+#: what Table 4's averages run over: the evaluated checkpoint memories (steps > 0) or every stream step
+COVERAGE_AVERAGES = ("checkpoints", "steps")
+#: K.1's source arms: the name a table shows and the stores that condition the solver
+SOURCE_ARMS = {"abstract_only": ("abstract",), "episodic_only": ("episodic",), "both": ("episodic", "abstract")}
 
 #: what run_study leaves in a condition folder (an incomplete one holding anything else is not cleared)
-_CONDITION_FILES = {CONFIG_FILE, SNAPSHOTS_FILE, MEMORY_FILE, EVALS_FILE, DONE_FILE, JUDGE_FILE, SURGERY_FILE}
+_CONDITION_FILES = {
+    CONFIG_FILE,
+    SNAPSHOTS_FILE,
+    MEMORY_FILE,
+    EVALS_FILE,
+    DONE_FILE,
+    JUDGE_FILE,
+    SURGERY_FILE,
+    SOURCES_FILE,
+}
 
 PROFILE_KEYS = {
     "name",
@@ -142,6 +183,10 @@ PROFILE_KEYS = {
     "surgery",
     "response_cache",
     "sandbox",
+    "buffer_reading",
+    "coverage_average",
+    "fig2",
+    "source_ablation",
 }
 POOL_KEYS = {"name", "seed", "limit"}
 EXAMPLE_KEYS = {"n_train", "n_test"}
@@ -155,8 +200,14 @@ STREAM_KEYS = {
     "temperature",
     "solver_max_tokens",
     "manager_max_tokens",
+    "decide_on",
+    "extraction_schema",
+    "solver_mode",
 }
-EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers"}
+EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers", "repeats"}
+FIG2_KEYS = {"select", "n_tasks", "revisits", "regime", "buffer_size"}
+FIG2_SELECTIONS = ("no_memory_pass", "first")
+SOURCE_ABLATION_KEYS = {"conditions", "checkpoints", "eval_set", "arms"}
 JUDGE_KEYS = {"conditions", "max_tokens"}
 SURGERY_KEYS = {"conditions", "max_entries", "eval_set"}
 
@@ -166,6 +217,7 @@ RESULT_COLUMNS = (
     "source",
     "buffer_capacity",
     "tasks_per_step",
+    "table4_b",
     "step",
     "examples_seen",
     "eval_set",
@@ -198,12 +250,31 @@ class Condition:
     name: str
     regime: str
     source: str = ""
-    buffer_size: int | None = None
+    buffer_size: int | None = None  # the episodic buffer's FIFO capacity (None: uncapped)
     tasks_per_step: int = 1
+    table4_b: int | None = None  # the paper's |B| for this stream, under the profile's buffer_reading
+    buffer_reading: str = "cap"
+    group: str = GRID_GROUP  # "grid": the profile's grid; "fig2": a stream over the Fig. 2 slice
 
     @property
     def is_baseline(self) -> bool:
         return self.regime == "none"
+
+
+@dataclass(frozen=True)
+class Fig2Spec:
+    """Fig. 2's setup (§3, App. D.5 Example 1): a training slice the backbone solves without memory, streamed
+    ``revisits`` times with ground-truth trajectories, one task per step."""
+
+    select: str = "no_memory_pass"  # or "first": the first n_tasks of the pool, unchecked
+    n_tasks: int = 19
+    revisits: int = 10
+    regimes: tuple[str, ...] = ("force",)
+    buffer_size: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.n_tasks * self.revisits
 
 
 @dataclass(frozen=True)
@@ -231,6 +302,12 @@ class StudyProfile:
     sandbox: str = "kernel"  # how model-written code is isolated: "kernel" or, by explicit opt-in, "unisolated"
     backbone_options: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    buffer_reading: str = "cap"
+    coverage_average: str = "checkpoints"
+    eval_repeats: int = 1
+    fig2: Fig2Spec | None = None
+    fig2_conditions: tuple[Condition, ...] = ()
+    source_ablation: dict[str, Any] | None = None
 
     @property
     def limits(self) -> SandboxLimits:
@@ -238,11 +315,12 @@ class StudyProfile:
         return SandboxLimits(isolation=self.sandbox)
 
     def stream_config(self, cond: Condition) -> StreamConfig:
+        fig2 = cond.group == FIG2_GROUP and self.fig2 is not None
         return StreamConfig(
             regime=cond.regime,
             source=cond.source,
             buffer_size=cond.buffer_size,
-            steps=self.steps,
+            steps=self.fig2.steps if fig2 and self.fig2 else self.steps,
             tasks_per_step=cond.tasks_per_step,
             seed=self.seed,
             limits=self.limits,
@@ -251,15 +329,21 @@ class StudyProfile:
 
     def eval_kwargs(self) -> dict[str, Any]:
         """``evaluate``'s solver settings: the stream's own (tool bodies, decoding, token cap, sandbox limits)."""
-        base = StreamConfig(limits=self.limits, **self.stream)
         return {
+            **StreamConfig(limits=self.limits, **self.stream).evaluate_kwargs(),
             "sources": self.eval_sources,
-            "tool_bodies": base.tool_bodies,
-            "temperature": base.temperature,
-            "max_tokens": base.solver_max_tokens,
-            "limits": self.limits,
             "workers": self.eval_workers,
+            "repeats": self.eval_repeats,
         }
+
+    def checkpoints_of(self, cond: Condition) -> tuple[int, ...]:
+        """The steps whose memory is evaluated: the profile's, or for a Fig. 2 stream the empty memory and
+        the end of every pass over the slice."""
+        if cond.is_baseline:
+            return (0,)
+        if cond.group == FIG2_GROUP and self.fig2 is not None:
+            return tuple(range(0, self.fig2.steps + 1, self.fig2.n_tasks))
+        return self.checkpoints
 
     def condition(self, name: str) -> Condition:
         for cond in self.all_conditions():
@@ -269,7 +353,7 @@ class StudyProfile:
 
     def all_conditions(self) -> tuple[Condition, ...]:
         baseline = (Condition(NO_MEMORY, "none"),) if self.no_memory else ()
-        return self.conditions + baseline
+        return self.conditions + self.fig2_conditions + baseline
 
 
 def _section(data: Any, key: str, allowed: set[str], path: Any) -> dict[str, Any]:
@@ -293,8 +377,79 @@ def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -
 
 
 def condition_name(regime: str, source: str, buffer_size: int | None, tasks_per_step: int) -> str:
+    """``<regime>-<source>-b<cap or inf>[-t<tasks per step>]``: the name says both the buffer's capacity and the
+    tasks per step, so it reads the same under either ``buffer_reading`` (|B| = 8 as a batch is
+    ``auto-gt-binf-t8``, as a cap ``auto-gt-b8``)."""
     name = f"{regime}-{source}-b{buffer_size if buffer_size is not None else 'inf'}"
     return name + (f"-t{tasks_per_step}" if tasks_per_step != 1 else "")
+
+
+def fig2_condition_name(regime: str, buffer_size: int | None) -> str:
+    return f"{FIG2_GROUP}-" + condition_name(regime, "gt", buffer_size, 1)
+
+
+def _grid_conditions(grid: dict[str, Any], reading: str, base_tps: int, path: Any) -> tuple[Condition, ...]:
+    """The grid's streams; ``reading`` says whether ``buffer_size`` values are a cap or the tasks per step."""
+    regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
+    sources = check_list(grid.get("source", ["gt"]), "conditions.source", path)
+    buffers = check_list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
+    for r in regimes:
+        if r not in REGIMES:
+            raise fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
+    for s in sources:
+        if s not in SOURCES:
+            raise fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
+    if reading == "batch":
+        if "tasks_per_step" in grid or base_tps != 1:
+            raise fail(
+                path,
+                "buffer_reading: batch takes the tasks per step from conditions.buffer_size (|B| fresh examples "
+                "per step); leave out tasks_per_step and conditions.tasks_per_step",
+            )
+        for b in buffers:
+            check_int(b, "conditions.buffer_size", path, minimum=1)
+        combos = [(r, s, None, b, b) for r, s, b in itertools.product(regimes, sources, buffers)]
+    else:
+        per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
+        for b in buffers:
+            check_int(b, "conditions.buffer_size", path, minimum=1, optional=True)
+        for t in per_step:
+            check_int(t, "conditions.tasks_per_step", path, minimum=1)
+        combos = [(r, s, b, t, b) for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)]
+    conditions = tuple(
+        Condition(condition_name(r, s, cap, t), r, s, cap, t, table4_b=b, buffer_reading=reading)
+        for r, s, cap, t, b in combos
+    )
+    if len({c.name for c in conditions}) != len(conditions):
+        raise fail(path, "conditions: a value is listed twice")
+    return conditions
+
+
+def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
+    if data.get("fig2") in (None, False):
+        return None
+    spec = _section(data, "fig2", FIG2_KEYS, path)
+    select = spec.get("select", "no_memory_pass")
+    if select not in FIG2_SELECTIONS:
+        raise fail(path, f"fig2.select must be one of {FIG2_SELECTIONS}, got {select!r}")
+    regimes = tuple(check_list(spec.get("regime", ["force"]), "fig2.regime", path))
+    for r in regimes:
+        if r not in REGIMES:
+            raise fail(path, f"fig2.regime: {r!r} is not one of {REGIMES}")
+    return Fig2Spec(
+        select=select,
+        n_tasks=int(check_int(spec.get("n_tasks", 19), "fig2.n_tasks", path, minimum=1) or 19),
+        revisits=int(check_int(spec.get("revisits", 10), "fig2.revisits", path, minimum=1) or 10),
+        regimes=regimes,
+        buffer_size=check_int(spec.get("buffer_size"), "fig2.buffer_size", path, minimum=1, optional=True),
+    )
+
+
+def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str, path: Any) -> str:
+    value = data.get(key, default)
+    if value not in allowed:
+        raise fail(path, f"{key} must be one of {allowed}, got {value!r}")
+    return str(value)
 
 
 def load_study_profile(path: str | Path) -> StudyProfile:
@@ -325,30 +480,28 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     grid = _section(data, "conditions", CONDITION_KEYS, path)
     if not grid:
         raise fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
-    regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
-    sources = check_list(grid.get("source", ["gt"]), "conditions.source", path)
-    buffers = check_list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
-    per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
-    for r in regimes:
-        if r not in REGIMES:
-            raise fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
-    for s in sources:
-        if s not in SOURCES:
-            raise fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
-    for b in buffers:
-        check_int(b, "conditions.buffer_size", path, minimum=1, optional=True)
-    for t in per_step:
-        check_int(t, "conditions.tasks_per_step", path, minimum=1)
-    conditions = tuple(
-        Condition(condition_name(r, s, b, t), r, s, b, t)
-        for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)
+    reading = _choice(data, "buffer_reading", BUFFER_READINGS, "cap", path)
+    conditions = _grid_conditions(grid, reading, int(base_tps or 1), path)
+    fig2 = _fig2(data, path)
+    fig2_conditions = (
+        tuple(
+            Condition(fig2_condition_name(r, fig2.buffer_size), r, "gt", fig2.buffer_size, 1, group=FIG2_GROUP)
+            for r in fig2.regimes
+        )
+        if fig2
+        else ()
     )
-    if len({c.name for c in conditions}) != len(conditions):
-        raise fail(path, "conditions: a value is listed twice")
 
     stream = _section(data, "stream", STREAM_KEYS, path)
     if "solver_memory" in stream:
         stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
+    for key, allowed in (
+        ("decide_on", DECIDE_ON),
+        ("extraction_schema", EXTRACTION_SCHEMAS),
+        ("solver_mode", SOLVER_MODES),
+    ):
+        if key in stream and stream[key] not in allowed:
+            raise fail(path, f"stream.{key} must be one of {allowed}, got {stream[key]!r}")
     evaluation = _section(data, "evaluation", EVALUATION_KEYS, path)
     sets = tuple(check_list(evaluation.get("sets", ["heldout"]), "evaluation.sets", path))
     bad_sets = [s for s in sets if s not in EVAL_SETS]
@@ -358,9 +511,26 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     bad_sources = [s for s in sources_eval if s not in MEMORY_SOURCES]
     if bad_sources:
         raise fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
-    names = [c.name for c in conditions]
+    repeats = int(check_int(evaluation.get("repeats", 1), "evaluation.repeats", path, minimum=1) or 1)
+    names = [c.name for c in conditions + fig2_conditions]
     judge = _optional_block(data, "judge", JUDGE_KEYS, names, path)
     surgery = _optional_block(data, "surgery", SURGERY_KEYS, names, path)
+    ablation = _optional_block(data, "source_ablation", SOURCE_ABLATION_KEYS, [c.name for c in conditions], path)
+    if ablation is not None:
+        arms = check_list(ablation.get("arms", list(SOURCE_ARMS)), "source_ablation.arms", path)
+        bad_arms = [a for a in arms if a not in SOURCE_ARMS]
+        if bad_arms:
+            raise fail(path, f"source_ablation.arms: {bad_arms} not in {tuple(SOURCE_ARMS)}")
+        ablation["arms"] = list(arms)
+        if ablation.setdefault("eval_set", "heldout") not in sets:
+            raise fail(path, f"source_ablation.eval_set {ablation['eval_set']!r} is not in evaluation.sets {sets}")
+        chosen = ablation.get("checkpoints")
+        if chosen is not None:
+            steps_chosen = [check_int(c, "source_ablation.checkpoints[]", path) for c in check_list(chosen, "x", path)]
+            off = [c for c in steps_chosen if c not in points]
+            if off:
+                raise fail(path, f"source_ablation.checkpoints {off} are not checkpoints of the study")
+            ablation["checkpoints"] = sorted(int(c or 0) for c in steps_chosen)
     if surgery is not None:
         check_int(surgery.get("max_entries"), "surgery.max_entries", path, minimum=1, optional=True)
         if surgery.setdefault("eval_set", "heldout") not in EVAL_SETS:
@@ -391,8 +561,14 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         sandbox=_sandbox_mode(data.get("sandbox", "kernel"), path),
         backbone_options=options,
         raw=data,
+        buffer_reading=reading,
+        coverage_average=_choice(data, "coverage_average", COVERAGE_AVERAGES, "checkpoints", path),
+        eval_repeats=repeats,
+        fig2=fig2,
+        fig2_conditions=fig2_conditions,
+        source_ablation=ablation,
     )
-    for cond in conditions:  # StreamConfig's own checks, with the profile named
+    for cond in conditions + fig2_conditions:  # StreamConfig's own checks, with the profile named
         try:
             profile.stream_config(cond)
         except (TypeError, ValueError) as exc:
@@ -473,6 +649,55 @@ def training_slice(profile: StudyProfile, tasks: Sequence[ArcTask]) -> list[ArcT
     return per_condition[0][:k]
 
 
+@dataclass(frozen=True)
+class SliceSelection:
+    """Fig. 2's training slice: which pool tasks were kept, how many were tried and how many passed.
+
+    ``shortfall`` > 0 when the pool held fewer than ``n_tasks`` tasks the no-memory solver passes: the kit then
+    streams the ones it found (and says so in ``fig2_slice.json`` and the log) rather than padding the slice
+    with tasks the model fails, which would break the setup's premise (100 % without memory)."""
+
+    task_ids: tuple[str, ...]
+    select: str
+    n_tasks: int
+    n_tried: int
+    repeats: int
+    shortfall: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def select_slice(
+    pool: Sequence[ArcTask], llm: LLMClient | None, spec: Fig2Spec, eval_kwargs: dict[str, Any]
+) -> tuple[list[ArcTask], SliceSelection]:
+    """The first ``spec.n_tasks`` pool tasks (in pool order) that the solver passes with an empty memory in every
+    one of the evaluation's repeats (so their no-memory accuracy is 100 %, as Fig. 2's slice); ``select: first``
+    keeps the first ``n_tasks`` without a model call. Tasks are tried in chunks of ``workers``; a chunk may try a
+    few tasks past the last one kept (their calls are spent, their results unused)."""
+    if spec.select == "first":
+        kept = list(pool[: spec.n_tasks])
+        sel = SliceSelection(tuple(t.task_id for t in kept), "first", spec.n_tasks, 0, 0, spec.n_tasks - len(kept))
+        return kept, sel
+    if llm is None:
+        raise ValueError("select: no_memory_pass needs a model")
+    repeats = int(eval_kwargs.get("repeats", 1))
+    chunk = max(1, int(eval_kwargs.get("workers", 1)))
+    empty = Memory(EpisodicBuffer(capacity=None), AbstractStore())
+    kept, tried = [], 0
+    while len(kept) < spec.n_tasks and tried < len(pool):
+        batch = list(pool[tried : tried + chunk])
+        tried += len(batch)
+        res = evaluate(batch, llm, empty, **eval_kwargs)
+        passes = Counter(r.task_id for r in res.records if r.passed)
+        kept.extend(t for t in batch if passes[t.task_id] == repeats)
+    kept = kept[: spec.n_tasks]
+    sel = SliceSelection(
+        tuple(t.task_id for t in kept), spec.select, spec.n_tasks, tried, repeats, spec.n_tasks - len(kept)
+    )
+    return kept, sel
+
+
 # -- the backbone ------------------------------------------------------------------------------------
 
 
@@ -529,7 +754,7 @@ def _run_condition(
         result = run_stream(train, llm, config, folder)
         snapshots, calls = result.snapshots, dict(result.calls)
     folder.mkdir(parents=True, exist_ok=True)
-    steps = (0,) if cond.is_baseline else profile.checkpoints
+    steps = profile.checkpoints_of(cond)
     config = None if cond.is_baseline else profile.stream_config(cond)
     rows = []
     with JsonlWriter(folder / EVALS_FILE) as writer:
@@ -537,7 +762,7 @@ def _run_condition(
             memory = _empty_memory(cond) if step == 0 else memory_at(snapshots[step - 1])
             for eval_set, tasks in evalsets.items():
                 res = evaluate(tasks, llm, memory, **profile.eval_kwargs())
-                calls["arc_eval"] = calls.get("arc_eval", 0) + len(tasks)
+                calls["arc_eval"] = calls.get("arc_eval", 0) + len(res.records)
                 writer.append({"step": step, "eval_set": eval_set, **res.to_dict()})
                 rows.append(_row(cond, step, eval_set, res, snapshots, backbone))
     done = {
@@ -565,6 +790,7 @@ def _row(
         "source": cond.source,
         "buffer_capacity": cond.buffer_size,
         "tasks_per_step": cond.tasks_per_step,
+        "table4_b": cond.table4_b,
         "step": step,
         "examples_seen": step * cond.tasks_per_step,
         "eval_set": eval_set,
@@ -621,6 +847,41 @@ def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: 
     )
 
 
+def _run_source_ablation(
+    profile: StudyProfile, cond: Condition, llm: LLMClient, folder: Path, evalsets: dict[str, list[ArcTask]]
+) -> None:
+    """App. K.1 / Fig. 9(a): re-evaluate the memory of chosen checkpoints with the solver reading only the
+    abstract store, only the episodic store, or both; writes ``sources.json``. An arm whose stores equal the
+    study's own ``evaluation.sources`` reuses that evaluation (``evals.jsonl``) instead of calling again."""
+    spec = profile.source_ablation or {}
+    eval_set = spec.get("eval_set", "heldout")
+    tasks = evalsets[eval_set]
+    snapshots = load_snapshots(folder)
+    own = {e["step"]: e for e in _read_evals(folder) if e["eval_set"] == eval_set}
+    rows = []
+    for step in spec.get("checkpoints") or profile.checkpoints:
+        memory = _empty_memory(cond) if step == 0 else memory_at(snapshots[step - 1])
+        for arm in spec["arms"]:
+            stores = SOURCE_ARMS[arm]
+            if set(stores) == set(profile.eval_sources) and step in own:
+                res, reused = _eval_from_dict(own[step]), True
+            else:
+                res, reused = evaluate(tasks, llm, memory, **{**profile.eval_kwargs(), "sources": stores}), False
+            rows.append(
+                {
+                    "step": step,
+                    "arm": arm,
+                    "sources": list(stores),
+                    "eval_set": eval_set,
+                    "accuracy": res.accuracy,
+                    "n_passed": res.n_passed,
+                    "n_tasks": res.n_tasks,
+                    "reused": reused,
+                }
+            )
+    atomic_write_json(folder / SOURCES_FILE, {"eval_set": eval_set, "rows": rows})
+
+
 def _manifest(
     profile: StudyProfile,
     bb: StudyModels,
@@ -632,6 +893,7 @@ def _manifest(
     sandbox: dict[str, Any],
     ledger: Ledger | None = None,
     cache: ResponseCache | None = None,
+    fig2: SliceSelection | None = None,
 ) -> dict[str, Any]:
     calls = Counter(r.purpose for r in ledger.records) if ledger is not None else Counter()
     m = manifest_base("arc", STUDY_FORMAT, profile.path, profile.name, profile.raw, bb, status)
@@ -651,6 +913,11 @@ def _manifest(
             "calls": dict(sorted(calls.items())),
             "cached_calls": sum(r.cached for r in ledger.records) if ledger is not None else 0,
             "sandbox": sandbox,
+            "buffer_reading": profile.buffer_reading,
+            "coverage_average": profile.coverage_average,
+            "eval_repeats": profile.eval_repeats,
+            "fig2": {**asdict(profile.fig2), "selection": fig2.to_dict() if fig2 else None} if profile.fig2 else None,
+            "source_ablation": profile.source_ablation,
             "wall_s": round(wall, 1),  # this invocation
             "wall_s_total": round(before_s + wall, 1),  # every invocation into this folder
         }
@@ -699,6 +966,7 @@ def run_study(
             atomic_write_json(
                 out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s, sandbox)
             )
+            fig2_tasks, fig2_sel = _fig2_slice(profile, out, train, llm, bb, ledger, log)
             for cond in profile.all_conditions():
                 folder = out / CONDITIONS_DIR / cond.name
                 if (folder / DONE_FILE).exists():
@@ -707,10 +975,15 @@ def run_study(
                     bb.check_endpoints(f"study {out}")
                     t0 = time.monotonic()
                     with ledger.tag(condition=cond.name):
+                        tasks_of, sets_of = (
+                            (fig2_tasks, {FIG2_EVAL_SET: fig2_tasks}) if cond.group == FIG2_GROUP else (train, evalsets)
+                        )
                         with_restarts(
                             bb,
                             f"condition {cond.name}",
-                            lambda c=cond, f=folder: _run_condition(profile, c, llm, train, evalsets, f, bb.label),
+                            lambda c=cond, f=folder, t=tasks_of, e=sets_of: _run_condition(
+                                profile, c, llm, t, e, f, bb.label
+                            ),
                             before=lambda f=folder: _clear_incomplete(f),
                             log=log,
                         )
@@ -727,13 +1000,58 @@ def run_study(
                     bb.check_endpoints(f"study {out}")
                     with ledger.tag(condition=cond.name):
                         _run_surgery(profile, llm, folder, evalsets)
+                if (
+                    profile.source_ablation
+                    and cond.name in profile.source_ablation["conditions"]
+                    and not (folder / SOURCES_FILE).exists()
+                ):
+                    bb.check_endpoints(f"study {out}")
+                    with ledger.tag(condition=cond.name, ablation="sources"):
+                        _run_source_ablation(profile, cond, llm, folder, evalsets)
             rows = [row for cond in profile.all_conditions() for row in _condition_rows(out, cond.name)]
             frame = _frame(rows)
             atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows})
             frame.to_csv(out / RESULTS_CSV, index=False)
-            manifest = _manifest(profile, bb, train, evalsets, "complete", started, before_s, sandbox, ledger, cache)
+            manifest = _manifest(
+                profile, bb, train, evalsets, "complete", started, before_s, sandbox, ledger, cache, fig2_sel
+            )
             atomic_write_json(out / MANIFEST_FILE, manifest)
     return StudyResult(out, frame, manifest)
+
+
+def _fig2_slice(
+    profile: StudyProfile,
+    out: Path,
+    train: Sequence[ArcTask],
+    llm: LLMClient,
+    bb: StudyModels,
+    ledger: Ledger,
+    log: Any,
+) -> tuple[list[ArcTask], SliceSelection | None]:
+    """Select (or, on a resumed run, read back) Fig. 2's slice from the training pool; ``fig2_slice.json``."""
+    if profile.fig2 is None:
+        return [], None
+    path = out / FIG2_SLICE_FILE
+    by_id = {t.task_id: t for t in train}
+    if path.exists():
+        sel = SliceSelection(**{**read_json(path), "task_ids": tuple(read_json(path)["task_ids"])})
+    else:
+        if profile.fig2.select == "no_memory_pass":
+            bb.check_endpoints(f"study {out}")
+        with ledger.tag(condition=f"{FIG2_GROUP}-selection"):
+            _kept, sel = select_slice(train, llm, profile.fig2, profile.eval_kwargs())
+        atomic_write_json(path, sel.to_dict())
+    if not sel.task_ids:
+        raise RuntimeError(
+            f"fig2: the no-memory solver passed none of the {sel.n_tried} pool tasks tried; there is no slice "
+            "to stream (use a stronger backbone, or fig2.select: first)"
+        )
+    if sel.shortfall:
+        log(
+            f"WARNING: fig2 slice holds {len(sel.task_ids)} of {sel.n_tasks} tasks: the pool had no more tasks "
+            "the no-memory solver passes (fig2_slice.json)"
+        )
+    return [by_id[t] for t in sel.task_ids], sel
 
 
 def _condition_rows(out: Path, name: str) -> list[dict[str, Any]]:
@@ -742,8 +1060,10 @@ def _condition_rows(out: Path, name: str) -> list[dict[str, Any]]:
 
 def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
+    # studies written before Table 4's |B| was recorded read their buffer size as a cap (the only reading then)
+    df["table4_b"] = df["table4_b"].where(df["table4_b"].notna(), df["buffer_capacity"])
     types = {"step": int, "examples_seen": int, "n_passed": int, "n_tasks": int, "tasks_per_step": int}
-    return df.astype({**types, "buffer_capacity": "Int64", "accuracy": float, "fused": float})
+    return df.astype({**types, "buffer_capacity": "Int64", "table4_b": "Int64", "accuracy": float, "fused": float})
 
 
 # -- reading a study back -------------------------------------------------------------------------------
@@ -775,7 +1095,19 @@ def summary(out_dir: str | Path | None) -> dict[str, Any]:
     if out_dir is None:
         return {"study": None}
     man = load_manifest(out_dir)
-    keys = ("name", "profile_path", "backbone", "steps", "checkpoints", "task_examples", "train_pool", "heldout_pool")
+    keys = (
+        "name",
+        "profile_path",
+        "backbone",
+        "steps",
+        "checkpoints",
+        "task_examples",
+        "train_pool",
+        "heldout_pool",
+        "buffer_reading",
+        "coverage_average",
+        "eval_repeats",
+    )
     return {
         **{k: man.get(k) for k in keys},
         "model": man["endpoint"]["model"],
@@ -827,23 +1159,16 @@ def obtain_study(
 ) -> Path | None:
     """The notebooks' run-or-load step. "paper": None; "load": ``study_dir``; "run": run ``profile`` into
     ``<out_root>/<profile name>`` (resuming) and return that folder. Relative paths are taken from ``root``."""
-    from antipersist_lib.paths import repo_root
-
-    base = Path(root) if root is not None else repo_root()
-    if mode == "paper":
-        return None
-    if mode == "load":
-        path = base / study_dir
-        if not (path / RESULTS_JSON).exists():
-            raise FileNotFoundError(f"no study results at {path}: run the study first or point study_dir elsewhere")
-        return path
-    if mode == "run":
-        if not profile:
-            raise ValueError("mode 'run' needs a study profile (params/arc/*.yaml)")
-        out = base / out_root / Path(profile).stem
-        run_study(base / profile, out, endpoint=endpoint)
-        return out
-    raise ValueError(f"mode must be one of ('paper', 'load', 'run'), got {mode!r}")
+    return obtain_folder(
+        mode,
+        study_dir,
+        profile=profile,
+        root=root,
+        out_root=out_root,
+        run=lambda prof, out: run_study(prof, out, endpoint=endpoint),
+        results_file=RESULTS_JSON,
+        what="study",
+    )
 
 
 # -- command line ---------------------------------------------------------------------------------------

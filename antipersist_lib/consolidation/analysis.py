@@ -42,6 +42,34 @@ FIGURE4_STATEMENT = (
     "utility under all three solvers, sometimes drastically between consecutive steps; batches that mix task types "
     "(heterogeneous) produce worse memory than batches of one type (homogeneous)."
 )
+FIGURE16_STATEMENT = (
+    "Paper (App. G.1, Fig. 16, ALFWorld, 200 stages of 6 at capacity 50, read every 20 stages): an early peak "
+    f"({faulty_paper.stated('g1_peak_4b_9b').value:g}/48 for the 4B and 9B rollouts at stage 20), then a general "
+    f"decline to stage 200 (27B: {faulty_paper.stated('g1_stage200_27b').value:g}/48); no memory: "
+    f"{faulty_paper.stated('g1_no_memory_4b').value:g}/48 (4B), {faulty_paper.stated('g1_no_memory_27b').value:g}/48 "
+    "(27B). The memory stays at 38-50 items: the erosion is in content, not size. App. G.2 / Table 11: one "
+    "single-type consolidation step (50 items to 1) costs every rollout 6-13 wins."
+)
+FIGURE8C_STATEMENT = (
+    "Paper (§6.2, Fig. 8(c), App. F.1): lessons consolidated on Pick&Place, over-generalized by repeated "
+    "abstraction, mislead the agent on the related Pick-Clean-Place task rather than aid it (focal memory "
+    "snapshotted at stages 1, 20, 50 and 100, each followed by one more consolidation of 32 probe-type records, cap 50)."
+)
+FIGURE10_STATEMENT = (
+    "Paper (§6.2, Fig. 10; App. K.2, Fig. 18; the "
+    f"{faulty_paper.stated('switch_tasks').value:g}-task ScienceWorld switch sequence): Cumulative ends "
+    f"+{faulty_paper.stated('cumulative_behind_fresh').value:g} points behind Fresh, and accumulates over-generalized "
+    f"entries at ~{faulty_paper.stated('overgeneralized_ratio').value:g}x and garbage entries at "
+    f"~{faulty_paper.stated('garbage_ratio').value:g}x Fresh's rate, both gaps widening over the sequence."
+)
+SURGERY_STATEMENT = (
+    "Paper (App. I.1, Tables 12-13, WebShop, the epoch-1 AWM memory W1-W8, n=50 episodes per cell, step cap 30): "
+    "removing W8 raises wins, mean reward and lowers mean steps for both rollouts (gpt-5.4-mini: "
+    + " to ".join(f"{r.wins}" for r in faulty_paper.table12() if r.rollout == "gpt-5.4-mini")
+    + " of 50); with "
+    "W8 in context click[Next >] dominates the action stream at the expense of product pages and click[Buy Now] "
+    "(page-turn ratio 2.3x full vs minus W8)."
+)
 TABLE_STATEMENT = (
     "Paper (§4.2, Tables 2-3): an episodic-only store (summarized trajectory logs in context, no abstraction) is "
     "competitive with the consolidators; a red (--) marks a consolidator beaten by at least one trajectory-log "
@@ -422,3 +450,64 @@ def beside_paper_cells(cells: pd.DataFrame, *, decimals: int = 0) -> pd.DataFram
         parts.append(cells[cells["benchmark"] == bench])
     parts = [p for p in parts if not p.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def success_by_type(df: pd.DataFrame, out_dirs: Any) -> pd.DataFrame:
+    """Held-out success per task type of every evaluated row (Fig. 8(c): a memory consolidated on one ALFWorld
+    type, evaluated on that type and on a related one): one row per (builder, condition, step, seed, task_type)
+    with ``n`` episodes and ``success`` (the fraction solved), read from each row's run directory.
+
+    ``out_dirs``: the study folder(s) the rows' ``run_dir`` paths are relative to (``study.results`` input)."""
+    from pathlib import Path
+
+    from antipersist_lib.rundir import RunDirectory
+
+    cols = ["builder", "condition", "step", "seed", "task_type", "n", "success"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    roots = [Path(d) for d in ([out_dirs] if isinstance(out_dirs, (str, Path)) else list(out_dirs or []))]
+    out = []
+    for r in df.itertuples():
+        run_dir = next((root / r.run_dir for root in roots if (root / r.run_dir).exists()), None)
+        if run_dir is None:
+            continue
+        episodes = RunDirectory(run_dir).read_episodes("heldout")
+        last = max((e.get("iteration", 1) for e in episodes), default=1)
+        counts: dict[str, list[int]] = {}
+        for e in episodes:
+            if e.get("iteration", 1) == last:
+                counts.setdefault(e["task"]["task_type"], []).append(int(bool(e["outcome"].get("success"))))
+        for task_type, wins in sorted(counts.items()):
+            out.append([r.builder, r.condition, int(r.step), int(r.seed), task_type, len(wins), sum(wins) / len(wins)])
+    return pd.DataFrame(out, columns=cols)
+
+
+def probe_interference(by_type: pd.DataFrame, profile: Any) -> pd.DataFrame:
+    """Fig. 8(c)'s table: for each snapshot stage of the focal-type memory, success (mean over seeds, %) on
+    the focal and the probe type, before and after one more consolidation on the probe type, beside no memory.
+
+    The focal regime is the one with ``types`` that others continue from (``initial`` + ``initial_step``);
+    each continuing regime is the "one additional consolidation iteration" from that stage (App. F.1)."""
+    cols = ["stage", "memory", "task_type", "success_pct", "no_memory_pct"]
+    follow = [r for r in profile.regimes if r.initial is not None and r.initial_step is not None]
+    if by_type.empty or not follow:
+        return pd.DataFrame(columns=cols)
+    mean = by_type.groupby(["builder", "condition", "step", "task_type"], as_index=False)["success"].mean()
+    none = mean[mean["condition"] == "no_memory"].set_index("task_type")["success"]
+    out = []
+    for r in follow:
+        base = mean[(mean["condition"] == r.initial) & (mean["step"] == r.initial_step)]
+        after = mean[mean["condition"] == r.name]
+        after = after[after["step"] == after["step"].max()] if not after.empty else after
+        for label, part in ((f"{r.initial} (focal only)", base), (f"+1 consolidation ({r.name})", after)):
+            for t in part.itertuples():
+                out.append(
+                    [
+                        r.initial_step,
+                        label,
+                        t.task_type,
+                        100 * t.success,
+                        100 * none[t.task_type] if t.task_type in none else None,
+                    ]
+                )
+    return pd.DataFrame(out, columns=cols).sort_values(["stage", "task_type", "memory"]).reset_index(drop=True)

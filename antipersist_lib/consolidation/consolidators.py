@@ -8,12 +8,18 @@ items inside a parsable reply (an unknown id, an empty text) are skipped and log
 
 Kit choices where the paper is silent (its appendix gives roles, not prompts or update rules):
 
-* ACE: per update one generator call (which bullets each task calls for; skipped while the
-  playbook is empty), one reflector call over the whole batch (bullet tags and lessons) and one
-  curator call (ADD / UPDATE). Tags move the helpful/harmful counters. New bullets whose cosine
-  similarity to a bullet in the bank (or to one added earlier in the same update) is >= 0.75
-  are merged into it: its text is kept and the new bullet's sources are added. ACE_GT shows the
-  reflector the ground-truth outcome; plain ACE hides it.
+* ACE: the playbook has the original's seven fixed sections (``ACE_SECTIONS``; ``sections=None``
+  lets the model name its own); a lesson or bullet filed under an unknown section goes to the
+  last one, "others", and the event logs it. Per update the generator either runs every task of
+  the batch with the playbook in context (``rollout=``: the study passes an episode runner on the
+  benchmark's engine, so the reflector learns from the generator's own attempts, as in the
+  original) or, with no engine at hand, makes one call naming the bullets each task calls for
+  (skipped while the playbook is empty); then one reflector call over the whole batch (bullet
+  tags and lessons) and one curator call (ADD / UPDATE). Tags move the helpful/harmful counters.
+  ACE_GT shows the reflector the ground-truth outcome (and, with rollouts, the pool's run of the
+  same task as a reference); plain ACE hides both. Then the analyzer compares every pair of
+  bullets: a bullet whose cosine similarity to an earlier one is >= 0.75 (G.3) merges into the
+  most similar earlier one, which keeps its text and gains the sources and counters.
 * AWM: workflows are induced from the batch's successful episodes only (no call when there are
   none) and appended; an exact repeat of a stored workflow is skipped.
 * DC: the whole cheatsheet is replaced by the model's rewrite; it cites every source of the
@@ -26,7 +32,7 @@ Kit choices where the paper is silent (its appendix gives roles, not prompts or 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,8 +43,22 @@ from antipersist_lib.consolidation.parsing import ReplyError, as_int_list, excer
 from antipersist_lib.consolidation.pool import PoolRecord, check_pool, summarize_trajectory
 from antipersist_lib.memory.similarity import cosine
 
+#: what ACE's generator does per update: run every task with the playbook on the engine ("rollout", the
+#: original's design), name the bullets each task calls for ("bullets", no engine needed), or nothing
+ACE_GENERATORS = ("rollout", "bullets", "none")
 #: the paper's ACE dedup threshold (G.3, H.1.1)
 ACE_DEDUP_THRESHOLD = 0.75
+#: the fixed sections of the original ACE playbook (ace-agent/ace), in its order; the paper's
+#: snapshots (H.1.1) show two of them. Bullets in no known section go to the last one.
+ACE_SECTIONS = (
+    "strategies and insights",
+    "formulas and calculations",
+    "code snippets and templates",
+    "common mistakes to avoid",
+    "problem-solving heuristics",
+    "context clues and indicators",
+    "others",
+)
 #: characters of each summarized episode in a consolidation prompt
 SUMMARY_CHARS = 3000
 
@@ -157,11 +177,21 @@ def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _section_key(name: str) -> str:
+    """A section name as compared: lower case, '&' read as 'and', only letters and digits."""
+    return re.sub(r"[^a-z0-9]+", " ", name.lower().replace("&", " and ")).strip()
+
+
 # -- ACE -----------------------------------------------------------------------------------------
 
 
 class ACE(Consolidator):
-    """Generator / reflector / curator over a playbook of counted bullets, with embedding dedup."""
+    """Generator / reflector / curator over a sectioned playbook of counted bullets, plus the analyzer.
+
+    The generator either runs each task of the batch with the playbook in context (``rollout``: the
+    original's design, where the reflector learns from the generator's own attempts) or, without an
+    environment, names the bullets each task calls for. The analyzer merges every pair of bullets
+    whose embeddings are at least ``dedup_threshold`` similar (paper G.3: "any pair")."""
 
     kind = "bullet"
     id_prefix = "b"
@@ -172,6 +202,11 @@ class ACE(Consolidator):
         "consolidation_ace_reflector",
         "consolidation_ace_labels_shown",
         "consolidation_ace_labels_hidden",
+        "consolidation_ace_labels_shown_attempts",
+        "consolidation_ace_sections_fixed",
+        "consolidation_ace_sections_free",
+        "consolidation_ace_attempt",
+        "consolidation_ace_reference",
         "consolidation_ace_curator_system",
         "consolidation_ace_curator",
     )
@@ -183,7 +218,9 @@ class ACE(Consolidator):
         *,
         ground_truth: bool = False,
         dedup_threshold: float | None = ACE_DEDUP_THRESHOLD,
-        use_generator: bool = True,
+        generator: str = "bullets",
+        sections: Sequence[str] | None = ACE_SECTIONS,
+        rollout: Callable[[PoolRecord, str], PoolRecord] | None = None,
         **kw: Any,
     ) -> None:
         self.name = "ace_gt" if ground_truth else "ace"
@@ -193,37 +230,95 @@ class ACE(Consolidator):
                 raise ValueError("ACE deduplicates new bullets by embedding: pass embedder= (or dedup_threshold=None)")
             if not 0.0 < float(dedup_threshold) <= 1.0:
                 raise ValueError(f"dedup_threshold must be in (0, 1], got {dedup_threshold!r}")
+        if sections is not None:
+            names = [_section_key(x) if isinstance(x, str) else "" for x in sections]
+            if not names or not all(names) or len(set(names)) != len(names):
+                raise ValueError(
+                    f"sections must be distinct non-empty names (or None for free sections), got {sections!r}"
+                )
+        if generator not in ACE_GENERATORS:
+            raise ValueError(f"generator must be one of {ACE_GENERATORS}, got {generator!r}")
+        if rollout is not None and not callable(rollout):
+            raise ValueError(f"rollout must be callable (record, playbook) -> PoolRecord, got {rollout!r}")
+        if rollout is not None and generator != "rollout":
+            raise ValueError(f"rollout= is the generator of generator='rollout', not of {generator!r}")
         self.embedder = embedder
         self.ground_truth = bool(ground_truth)
         self.dedup_threshold = None if dedup_threshold is None else float(dedup_threshold)
-        self.use_generator = bool(use_generator)
+        self.generator = generator
+        self.sections = None if sections is None else tuple(str(x).strip() for x in sections)
+        self.rollout = rollout
 
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
             "ground_truth": self.ground_truth,
             "dedup_threshold": self.dedup_threshold,
-            "use_generator": self.use_generator,
+            "generator": self.generator,
+            "sections": list(self.sections) if self.sections is not None else None,
         }
+
+    def _section_rule(self) -> str:
+        if self.sections is None:
+            return P.ACE_SECTIONS_FREE
+        return P.ACE_SECTIONS_FIXED.format(sections="; ".join(self.sections))
+
+    def _section(self, name: str, event: dict[str, Any]) -> str:
+        """The playbook section ``name`` files under: itself when sections are free, else the fixed
+        section it names (case, '&'/'and' and punctuation ignored) or the last one ("others")."""
+        if self.sections is None:
+            return name
+        wanted = _section_key(name)
+        for section in self.sections:
+            if _section_key(section) == wanted:
+                return section
+        if name:
+            event["skipped"].append(f"section {excerpt(name, 60)!r}: filed under {self.sections[-1]!r}")
+        return self.sections[-1]
 
     def _playbook(self, bank: MemoryBank) -> str:
         bullets = [e for e in bank.entries if e.kind == "bullet"]
-        if not bullets:
-            return P.EMPTY_MEMORY
-        return "\n".join(
-            f"[{e.id}] ({e.section or 'general'}; helpful {e.helpful}, harmful {e.harmful}) {e.text}" for e in bullets
-        )
+        if self.sections is None:
+            if not bullets:
+                return P.EMPTY_MEMORY
+            return "\n".join(
+                f"[{e.id}] ({e.section or 'general'}; helpful {e.helpful}, harmful {e.harmful}) {e.text}"
+                for e in bullets
+            )
+        known = set(self.sections)
+        parts = []
+        for section in self.sections:
+            members = [
+                e for e in bullets if e.section == section or (section == self.sections[-1] and e.section not in known)
+            ]
+            lines = [f"[{e.id}] (helpful {e.helpful}, harmful {e.harmful}) {e.text}" for e in members]
+            parts.append(f"## {section}\n" + ("\n".join(lines) if lines else "(empty)"))
+        return "\n\n".join(parts)
 
     def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
         bullets = {e.id for e in bank.entries if e.kind == "bullet"}
-        used = self._generate(bank, records, bullets, event) if self.use_generator and bullets else {}
-        notes = {i: "Bullets used: " + (", ".join(ids) or "none") for i, ids in used.items()}
+        if self.generator == "rollout" and self.rollout is None:
+            raise RuntimeError(
+                "ACE's generator 'rollout' runs each task on the benchmark's engine: pass rollout= "
+                "(consolidation.rollouts.EpisodeRollout; the consolidation study does), or set generator: bullets"
+            )
+        if self.generator == "rollout":
+            episodes = self._attempts(bank, records, event)
+        else:
+            used = self._generate(bank, records, bullets, event) if self.generator == "bullets" and bullets else {}
+            notes = {i: "Bullets used: " + (", ".join(ids) or "none") for i, ids in used.items()}
+            episodes = self._episodes(records, with_outcome=self.ground_truth, notes=notes)
+        if self.generator == "rollout" and self.ground_truth:
+            label_note = P.ACE_LABELS_SHOWN_ATTEMPTS
+        else:
+            label_note = P.ACE_LABELS_SHOWN if self.ground_truth else P.ACE_LABELS_HIDDEN
         reply = self._chat(
             P.ACE_REFLECTOR_SYSTEM,
             P.ACE_REFLECTOR.format(
                 playbook=self._playbook(bank),
-                episodes=self._episodes(records, with_outcome=self.ground_truth, notes=notes),
-                label_note=P.ACE_LABELS_SHOWN if self.ground_truth else P.ACE_LABELS_HIDDEN,
+                episodes=episodes,
+                label_note=label_note,
+                section_rule=self._section_rule(),
             ),
             "reflector",
             event,
@@ -234,19 +329,51 @@ class ACE(Consolidator):
             raise ReplyError("the reflector's 'bullet_tags' and 'lessons' must be lists")
         self._apply_tags(bank, tags, event)
         found = self._lessons(lessons, records, event)
-        if not found:
-            return
-        lesson_text = "\n".join(f"{i}. [{sec or 'general'}] {text}" for i, (sec, text, _) in enumerate(found, start=1))
-        ops = extract_json(
-            self._chat(
-                P.ACE_CURATOR_SYSTEM,
-                P.ACE_CURATOR.format(playbook=self._playbook(bank), lessons=lesson_text),
-                "curator",
-                event,
-            ),
-            list,
-        )
-        self._curate(bank, ops, found, records, event)
+        if found:
+            lesson_text = "\n".join(
+                f"{i}. [{sec or 'general'}] {text}" for i, (sec, text, _) in enumerate(found, start=1)
+            )
+            ops = extract_json(
+                self._chat(
+                    P.ACE_CURATOR_SYSTEM,
+                    P.ACE_CURATOR.format(
+                        playbook=self._playbook(bank), lessons=lesson_text, section_rule=self._section_rule()
+                    ),
+                    "curator",
+                    event,
+                ),
+                list,
+            )
+            self._curate(bank, ops, found, records, event)
+        self._analyze(bank, event)
+
+    def _attempts(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> str:
+        """The generator's rollouts, one per task, as the reflector's episodes (the outcome label and
+        the pool's own run of the task as a reference only for ACE_GT)."""
+        assert self.rollout is not None
+        playbook = bank.render()
+        blocks, summary = [], []
+        for i, record in enumerate(records, start=1):
+            attempt = self.rollout(record, playbook)
+            if not isinstance(attempt, PoolRecord):
+                raise TypeError(f"ACE's rollout must return a PoolRecord, got {type(attempt).__name__}")
+            summary.append(
+                {
+                    "task": record.rid,
+                    "success": attempt.outcome.success,
+                    "steps": attempt.outcome.n_steps,
+                    "infra_failure": attempt.outcome.infra_failure,
+                }
+            )
+            text = P.ACE_ATTEMPT.format(
+                attempt=summarize_trajectory(attempt, self.summary_chars, with_outcome=self.ground_truth)
+            )
+            if self.ground_truth:
+                ref = summarize_trajectory(record, self.summary_chars, with_outcome=True)
+                text += "\n" + P.ACE_REFERENCE.format(reference=ref)
+            blocks.append(f"### Episode {i}\n{text}\nBullets used: any (the whole playbook was in context)")
+        event["rollouts"] = summary
+        return "\n\n".join(blocks)
 
     def _generate(
         self, bank: MemoryBank, records: list[PoolRecord], bullets: set[str], event: dict[str, Any]
@@ -297,7 +424,7 @@ class ACE(Consolidator):
                 continue
             nums = [n for n in as_int_list(item.get("episodes", [])) if 1 <= n <= len(records)]
             rids = [records[n - 1].rid for n in nums] or [r.rid for r in records]
-            out.append((_text(item.get("section")), text, rids))
+            out.append((self._section(_text(item.get("section")), event), text, rids))
         return out
 
     def _curate(
@@ -308,7 +435,7 @@ class ACE(Consolidator):
         records: list[PoolRecord],
         event: dict[str, Any],
     ) -> None:
-        new: list[MemoryEntry] = []
+        added: list[MemoryEntry] = []  # joins the bank after the loop: an UPDATE names bullets the curator saw
         for op in ops:
             kind = str(op.get("op", "")).upper() if isinstance(op, dict) else ""
             text = _text(op.get("text")) if isinstance(op, dict) else ""
@@ -316,41 +443,50 @@ class ACE(Consolidator):
             sources = [s for n in refs for s in lessons[n - 1][2]] or [r.rid for r in records]
             entry = bank.get(op["id"]) if kind == "UPDATE" and isinstance(op.get("id"), str) else None
             if kind == "ADD" and text:
-                section = _text(op.get("section")) or (lessons[refs[0] - 1][0] if refs else "")
-                new.append(self._entry(bank, text, sources, section=section))
+                named = _text(op.get("section"))
+                section = self._section(named, event) if named else (lessons[refs[0] - 1][0] if refs else "")
+                if not section and self.sections is not None:
+                    section = self.sections[-1]
+                added.append(self._entry(bank, text, sources, section=section))
             elif entry is not None and entry.kind == "bullet" and text:
                 entry.text, entry.updated_step = text, bank.step
                 entry.sources = _unique(entry.sources + sources)
                 event["ops"].append({"op": "update", "id": entry.id})
             else:
                 event["skipped"].append(f"curator {excerpt(str(op), 80)}")
-        self._dedup_and_add(bank, new, event)
-
-    def _dedup_and_add(self, bank: MemoryBank, new: list[MemoryEntry], event: dict[str, Any]) -> None:
-        if not new:
-            return
-        if self.dedup_threshold is None:
-            for e in new:
-                bank.entries.append(e)
-                event["ops"].append({"op": "add", "id": e.id})
-            return
-        existing = [e for e in bank.entries if e.kind == "bullet"]
-        vectors = self._embed([e.text for e in existing] + [e.text for e in new], event)
-        pool = [(e, v) for e, v in zip(existing, vectors) if v is not None]
-        for e, v in zip(new, vectors[len(existing) :]):
-            if v is None:
-                event["skipped"].append(f"no embedding for new bullet {e.id}: added without dedup")
-            else:
-                scored = [(cosine(v, w), other) for other, w in pool if w.shape == v.shape]
-                sim, twin = max(scored, key=lambda x: x[0], default=(-1.0, None))
-                if twin is not None and sim >= self.dedup_threshold - 1e-9:
-                    twin.sources = _unique(twin.sources + e.sources)
-                    twin.updated_step = bank.step
-                    event["ops"].append({"op": "merge", "into": twin.id, "similarity": round(float(sim), 4)})
-                    continue
-                pool.append((e, v))
+        for e in added:
             bank.entries.append(e)
             event["ops"].append({"op": "add", "id": e.id})
+
+    def _analyze(self, bank: MemoryBank, event: dict[str, Any]) -> None:
+        """The analyzer: every bullet whose embedding is at least ``dedup_threshold`` similar to an
+        earlier bullet (old or new) merges into the most similar one of those. The earlier bullet
+        keeps its id, text and section, and gains the later one's sources and counters."""
+        if self.dedup_threshold is None:
+            return
+        bullets = [e for e in bank.entries if e.kind == "bullet"]
+        if len(bullets) < 2:
+            return
+        vectors = self._embed([e.text for e in bullets], event)
+        kept: list[tuple[MemoryEntry, np.ndarray]] = []
+        dropped: set[str] = set()
+        for e, v in zip(bullets, vectors):
+            if v is None:
+                event["skipped"].append(f"no embedding for bullet {e.id}: kept without dedup")
+                continue
+            scored = [(cosine(v, w), other) for other, w in kept if w.shape == v.shape]
+            sim, twin = max(scored, key=lambda x: x[0], default=(-1.0, None))
+            if twin is not None and sim >= self.dedup_threshold - 1e-9:
+                twin.sources = _unique(twin.sources + e.sources)
+                twin.helpful += e.helpful
+                twin.harmful += e.harmful
+                twin.updated_step = bank.step
+                dropped.add(e.id)
+                event["ops"].append({"op": "merge", "from": e.id, "into": twin.id, "similarity": round(float(sim), 4)})
+                continue
+            kept.append((e, v))
+        if dropped:
+            bank.entries = [e for e in bank.entries if e.id not in dropped]
 
     def _embed(self, texts: list[str], event: dict[str, Any]) -> list[np.ndarray | None]:
         tags = {"builder": self.name, "step": event["step"]}

@@ -197,3 +197,76 @@ def plot_table(cells: pd.DataFrame, *, title: str, note: str = "", statement: st
     footnote(fig, statement, note)
     plt.close(fig)
     return fig
+
+
+def plot_task_switch(table: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Figs. 10 and 18 from ``task_switch.switch_table``: left, the running total of per-task scores of
+    Fresh and Cumulative; right, the running totals of judge-flagged over-generalized and garbage entries
+    (an empty panel when no judge ran)."""
+    from antipersist_lib.consolidation.task_switch import FLAGGED, SETUPS
+
+    sns.set_theme(style="whitegrid")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.9))
+    colors = {"fresh": "tab:green", "cumulative": "tab:red"}
+    for setup in SETUPS:
+        sub = table[table["setup"] == setup].sort_values("index")
+        if sub.empty:
+            continue
+        left.plot(sub["index"], sub["score_total"], marker="o", color=colors[setup], label=setup)
+        for label, style in zip(FLAGGED, ("-", "--")):
+            values = sub[f"{label}_total"]
+            if values.notna().any():
+                right.plot(
+                    sub["index"], values, linestyle=style, marker=".", color=colors[setup], label=f"{setup}: {label}"
+                )
+    for ax in (left, right):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("task in the switch sequence")
+    left.set_ylabel("running total of task scores")
+    left.set_title("Fig. 10: Fresh vs Cumulative", fontsize=9)
+    right.set_ylabel("running total of flagged entries")
+    right.set_title("Fig. 18: over-generalized and garbage entries", fontsize=9)
+    if left.get_legend_handles_labels()[0]:
+        left.legend(fontsize=7)
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=7)
+    else:
+        right.text(0.5, 0.5, "no judge labels", ha="center", va="center", transform=right.transAxes, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    footnote(fig, statement, note, top=0.93)
+    return fig
+
+
+def plot_probe_interference(table: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
+    """Fig. 8(c) from ``analysis.probe_interference``: success on each task type against the consolidation
+    stage of the focal-type memory, the focal-only memory (solid) and after one more consolidation on the probe
+    type (dashed); dotted: no memory on that type."""
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    types = list(dict.fromkeys(table["task_type"])) if not table.empty else []
+    palette = dict(zip(types, sns.color_palette("tab10", max(1, len(types)))))
+    for (task_type, memory), sub in table.groupby(["task_type", "memory"], sort=False):
+        sub = sub.sort_values("stage")
+        style = "-" if "focal only" in memory else "--"
+        ax.plot(
+            sub["stage"],
+            sub["success_pct"],
+            style,
+            marker="o",
+            color=palette[task_type],
+            label=f"{task_type}: {memory}",
+        )
+    for task_type in types:
+        base = table[table["task_type"] == task_type]["no_memory_pct"].dropna()
+        if not base.empty:
+            ax.axhline(float(base.iloc[0]), linestyle=":", color=palette[task_type], label=f"{task_type}: no memory")
+    ax.set_xlabel("consolidation stage of the focal-type memory")
+    ax.set_ylabel("held-out success (%)")
+    ax.set_ylim(-3, 103)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6.5, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no evaluated probe", ha="center", va="center", transform=ax.transAxes, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    footnote(fig, statement, note, top=0.93)
+    return fig

@@ -316,6 +316,56 @@ def batches(pool: Sequence[PoolRecord], size: int, homogeneous: bool, seed: int)
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
+#: per-stage sampling rules of a staged stream (``stage_batches``)
+STAGE_RULES = ("one_per_type", "single_type")
+
+
+def stage_batches(
+    pool: Sequence[PoolRecord],
+    stages: int,
+    size: int,
+    rule: str,
+    seed: int,
+    *,
+    per_type_limit: int | None = None,
+) -> list[list[PoolRecord]]:
+    """Draw ``stages`` mini-batches from the pool, each stage independently (faulty-memories G.1, G.2).
+
+    Unlike ``batches``, stages do not partition the pool: every stage is a fresh draw, so a record can
+    return in a later stage (G.1 runs 200 stages of 6 over a 64-per-type pool). ``one_per_type``: one
+    record of every task type per stage, so ``size`` must equal the number of types (G.1);
+    ``single_type``: one task type chosen uniformly at random per stage, then ``size`` distinct records
+    of it (G.2). ``per_type_limit`` keeps only the first N records of each type in pool order (G.1's
+    n=64 subset of the n=128 pool). Draws come from one generator seeded by ``seed``."""
+    records = check_pool(pool)
+    for key, value in (("stages", stages), ("stage batch size", size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be an integer >= 1, got {value!r}")
+    if rule not in STAGE_RULES:
+        raise ValueError(f"stage rule must be one of {STAGE_RULES}, got {rule!r}")
+    if per_type_limit is not None and (
+        isinstance(per_type_limit, bool) or not isinstance(per_type_limit, int) or per_type_limit < 1
+    ):
+        raise ValueError(f"per_type_limit must be None or an integer >= 1, got {per_type_limit!r}")
+    groups = {t: m[:per_type_limit] if per_type_limit else m for t, m in group_by_type(records).items()}
+    rng = random.Random(seed)
+    kinds = list(groups)
+    if rule == "one_per_type":
+        if size != len(kinds):
+            raise ValueError(
+                f"stage rule 'one_per_type' draws one record of each task type, so the batch size must equal the "
+                f"number of types in the pool ({len(kinds)}: {kinds}); got batch size {size}"
+            )
+        return [[rng.choice(groups[k]) for k in kinds] for _ in range(stages)]
+    short = {k: len(m) for k, m in groups.items() if len(m) < size}
+    if short:
+        raise ValueError(
+            f"stage rule 'single_type' draws {size} distinct records of one task type per stage, but these types "
+            f"hold fewer: {short}; lower the batch size or enlarge the pool"
+        )
+    return [rng.sample(groups[rng.choice(kinds)], size) for _ in range(stages)]
+
+
 # -- summarized trajectory logs ------------------------------------------------------------------
 
 #: characters kept of each step's observation and of the initial observation

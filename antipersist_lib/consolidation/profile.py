@@ -6,6 +6,12 @@ file), the builders (consolidators and trajectory logs) and the regimes they are
 evaluate beside them. ``load_study_profile`` reads it into a ``StudyProfile``; every unknown or malformed key
 is named in a ``StudyProfileError`` together with the file, and the builders' and protocol's own checks run
 on the profile's options, so a typo fails in seconds rather than hours into a run.
+
+A stream regime may also say ``passes`` (cycle the pool; App. F.3 / J.1.3, H.1.2), ``stages`` (``count``,
+``rule``: ``one_per_type`` | ``single_type``, ``per_type_limit``; App. G.1 / G.2; the rule fixes the batches'
+composition, so ``homogeneous`` may not contradict it), and any regime a ``backbone`` (a backbone profile that
+builds its banks; §4.1 / Fig. 4). The top-level ``context`` block (``overflow``: ``refuse`` | ``truncate_oldest``,
+``reserve_tokens``) sets what a prompt past the backbone's context length does (``consolidation.context``).
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS
-from antipersist_lib.consolidation.regimes import REGIMES, make_builder
+from antipersist_lib.consolidation.context import CONTEXT_POLICIES, ContextSpec
+from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS, STAGE_RULES
+from antipersist_lib.consolidation.regimes import REGIMES, StageSpec, make_builder
+from antipersist_lib.consolidation.task_switch import SETUPS as SWITCH_SETUPS
 from antipersist_lib.envs import BENCHMARKS
-from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec
+from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec, of_types
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
+    EMBEDDED,
+    _check_profile_file,
     check_backbone,
     check_bool,
     check_embedding,
@@ -51,11 +62,42 @@ PROFILE_KEYS = {
     "evaluation",
     "response_cache",
     "methods",
+    "context",
+    "task_switch",
+    "surgery",
 }
+#: keys of the ``surgery`` block (App. I.1, Tables 12-13; ``consolidation.surgery``)
+SURGERY_KEYS = {"builder", "regime", "step", "remove"}
+#: keys of the ``task_switch`` block (§6.2, Figs. 10 and 18; ``consolidation.task_switch``)
+TASK_SWITCH_KEYS = {"sequence", "builder", "batch_size", "capacity", "setups", "judge", "heldout_limit"}
 POOL_KEYS = {"expert", "runs", "file", "successes_only"}
 EXPERT_KEYS = {"per_type", "seed", "types", "split", "allow_fewer"}
-REGIME_KEYS = {"regime", "batch_size", "homogeneous", "capacity", "initial", "builders", "steps"}
-EVALUATION_KEYS = {"seeds", "heldout_limit", "max_steps", "agent", "heldout_concurrency", "steps", "no_memory"}
+REGIME_KEYS = {
+    "regime",
+    "batch_size",
+    "homogeneous",
+    "capacity",
+    "initial",
+    "builders",
+    "steps",
+    "passes",
+    "stages",
+    "backbone",
+    "types",
+    "initial_step",
+}
+STAGE_KEYS = {"count", "rule", "per_type_limit"}
+CONTEXT_KEYS = {"overflow", "reserve_tokens"}
+EVALUATION_KEYS = {
+    "seeds",
+    "heldout_limit",
+    "max_steps",
+    "agent",
+    "heldout_concurrency",
+    "steps",
+    "no_memory",
+    "task_types",
+}
 METHOD_ROW_KEYS = {"method", "params", "seed_pool", "iterations", "train_per_iteration", "train_pool_limit"}
 #: the kit methods that keep a trajectory store, and so can start from the study's pool (``seed_pool``)
 SEEDABLE_METHODS = ("anti_persistence", "trajectory_memory")
@@ -94,6 +136,11 @@ class RegimeSpec:
     initial: str | None = None  # continue from this regime's final bank (of the same builder)
     builders: tuple[str, ...] | None = None  # None: every builder of the profile
     steps: Any = None  # evaluation steps of this regime (None: the profile's ``evaluation.steps``)
+    passes: int = 1  # stream: how many times the pool is cycled
+    stages: StageSpec | None = None  # stream: sampled stage batches instead of a partition of the pool
+    backbone: str | None = None  # the backbone profile that builds this regime's banks (None: the study's)
+    types: tuple[str, ...] | None = None  # only the pool's records of these task types (None: the whole pool)
+    initial_step: int | None = None  # continue from this step of ``initial``'s snapshots (None: its final bank)
 
     def label(self) -> str:
         """A readable label for tables and figures, e.g. "Stream (b=4, het., cap 20)"."""
@@ -103,11 +150,21 @@ class RegimeSpec:
             base = "Static-Group"
         else:
             parts = [f"b={self.batch_size}", "hom." if self.homogeneous else "het."]
+            if self.passes > 1:
+                parts.append(f"{self.passes} passes")
+            if self.stages is not None:
+                parts.append(f"{self.stages.count} stages, {self.stages.rule.replace('_', ' ')}")
             if self.capacity is not None:
                 parts.append(f"cap {self.capacity}")
             base = f"Stream ({', '.join(parts)})"
         if self.regime != "stream" and self.capacity is not None:
             base += f" (cap {self.capacity})"
+        if self.types is not None:
+            base += f" on {', '.join(self.types)}"
+        if self.backbone is not None:
+            base += f" by {self.backbone}"
+        if self.initial and self.initial_step is not None:
+            return base + f" from {self.initial} at step {self.initial_step}"
         return base + (f" from {self.initial}" if self.initial else "")
 
 
@@ -148,6 +205,35 @@ class MethodRow:
 
 
 @dataclass(frozen=True)
+class TaskSwitchSpec:
+    """The task-switch sequence (§6.2, Fig. 10): ``builder`` distills each task's records under every setup
+    (Fresh, Cumulative) in batches of ``batch_size``; each task's bank is evaluated on that task's held-out
+    cases (``heldout_limit`` of them, default the study's) and, with ``judge``, every entry is labelled.
+    ``sequence``: the task types in order (None: the pool's types in the order they first appear)."""
+
+    builder: str
+    sequence: tuple[str, ...] | None = None
+    batch_size: int = 4
+    capacity: int | None = None
+    setups: tuple[str, ...] = SWITCH_SETUPS
+    judge: bool = True
+    heldout_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class SurgerySpec:
+    """Memory surgery (App. I.1): the bank ``builder`` built under ``regime`` at ``step`` (None: its last) is
+    evaluated whole and without each entry of ``remove`` in turn (None: every entry), on the study's held-out
+    tasks and seeds."""
+
+    builder: str
+    regime: str
+    step: int | None = None
+    remove: tuple[str, ...] | None = None
+    end_of_pass: int | None = None  # instead of ``step``: the bank at the end of this pass over the pool
+
+
+@dataclass(frozen=True)
 class StudyProfile:
     path: str
     name: str
@@ -158,6 +244,8 @@ class StudyProfile:
     regimes: tuple[RegimeSpec, ...]
     seeds: tuple[int, ...] = (42, 43)
     heldout_limit: int | None = None
+    #: evaluate only held-out tasks of these types (Fig. 8(c)'s probe: the focal and the probe type)
+    task_types: tuple[str, ...] | None = None
     max_steps: int = 50
     agent: dict[str, Any] = field(default_factory=dict)
     heldout_concurrency: int = 1
@@ -170,6 +258,9 @@ class StudyProfile:
     embedding: str = "qwen3-embedding-8b"
     response_cache: bool = True
     methods: tuple[MethodRow, ...] = ()
+    context: ContextSpec = field(default_factory=ContextSpec)
+    task_switch: TaskSwitchSpec | None = None
+    surgery: SurgerySpec | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
     def regime(self, name: str) -> RegimeSpec:
@@ -227,6 +318,8 @@ def _pool_spec(data: dict[str, Any], path: Any) -> PoolSpec:
 
 def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[RegimeSpec, ...]:
     block = data.get("regimes")
+    if "task_switch" in data and (block is None or block == {}):
+        return ()  # a task-switch study builds its banks per task and needs no other regime
     if not isinstance(block, dict) or not block:
         raise fail(path, f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME_KEYS))}}}")
     out = []
@@ -239,13 +332,40 @@ def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[Regi
         if regime not in REGIMES:
             raise fail(path, f"'{key}.regime' must be one of {REGIMES}, got {regime!r}")
         batch = homogeneous = None
+        passes, stages = 1, None
         if regime == "stream":
             batch = check_int(spec.get("batch_size"), f"{key}.batch_size", path, minimum=1)
-            homogeneous = check_bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
+            passes = int(check_int(spec.get("passes", 1), f"{key}.passes", path, minimum=1) or 1)
+            stages = _stages(spec.get("stages"), f"{key}.stages", path) if "stages" in spec else None
+            if stages is not None and "passes" in spec:
+                raise fail(
+                    path,
+                    f"'{key}': 'passes' cycles the whole pool and 'stages' draws fresh batches per stage; give one",
+                )
+            if stages is None:
+                homogeneous = check_bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
+            else:  # the stage rule decides the batches' composition
+                homogeneous = stages.rule == "single_type"
+                if "homogeneous" in spec and check_bool(spec["homogeneous"], f"{key}.homogeneous", path) != homogeneous:
+                    raise fail(
+                        path,
+                        f"'{key}.homogeneous' contradicts 'stages.rule: {stages.rule}' (whose batches are "
+                        f"{'homogeneous' if homogeneous else 'heterogeneous'}); drop it",
+                    )
         else:
-            for k in ("batch_size", "homogeneous"):
+            for k in ("batch_size", "homogeneous", "passes", "stages"):
                 if k in spec:
                     raise fail(path, f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
+        backbone = None
+        if "backbone" in spec:
+            backbone = spec["backbone"]
+            if not isinstance(backbone, str) or not backbone or backbone == EMBEDDED:
+                raise fail(
+                    path,
+                    f"'{key}.backbone' must be a backbone profile name in params/backbones/ or a profile file "
+                    f"(.yaml), not {backbone!r} (the embedded default runs one model per study)",
+                )
+            _check_profile_file("backbones", backbone, f"{key}.backbone", path)
         capacity = check_int(spec.get("capacity"), f"{key}.capacity", path, minimum=1, optional=True)
         only = None
         if "builders" in spec:
@@ -254,7 +374,27 @@ def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[Regi
             if unknown:
                 raise fail(path, f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
         steps = _steps(spec["steps"], path, f"{key}.steps") if "steps" in spec else None
-        out.append(RegimeSpec(name, regime, batch, homogeneous, capacity, spec.get("initial"), only, steps))
+        types = tuple(check_names(spec["types"], f"{key}.types", path)) if "types" in spec else None
+        initial_step = check_int(spec.get("initial_step"), f"{key}.initial_step", path, minimum=0, optional=True)
+        if initial_step is not None and spec.get("initial") is None:
+            raise fail(path, f"'{key}.initial_step' needs 'initial' (the regime whose snapshot it continues)")
+        out.append(
+            RegimeSpec(
+                name,
+                regime,
+                batch,
+                homogeneous,
+                capacity,
+                spec.get("initial"),
+                only,
+                steps,
+                passes,
+                stages,
+                backbone,
+                types,
+                initial_step,
+            )
+        )
     names = [r.name for r in out]
     for r in out:
         if r.initial is None:
@@ -275,6 +415,84 @@ def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[Regi
             if FS_PATTERN.fullmatch(b) and (r.regime != "static_all" or r.initial is not None):
                 raise fail(path, f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
     return tuple(out)
+
+
+def _stages(value: Any, key: str, path: Any) -> StageSpec:
+    spec = check_mapping(value, key, STAGE_KEYS, path)
+    if spec.get("rule") not in STAGE_RULES:
+        raise fail(path, f"'{key}.rule' must be one of {STAGE_RULES}, got {spec.get('rule')!r}")
+    return StageSpec(
+        count=int(check_int(spec.get("count"), f"{key}.count", path, minimum=1) or 1),
+        rule=str(spec["rule"]),
+        per_type_limit=check_int(spec.get("per_type_limit"), f"{key}.per_type_limit", path, minimum=1, optional=True),
+    )
+
+
+def _task_switch(value: Any, builders: list[str], path: Any) -> TaskSwitchSpec | None:
+    if value is None:
+        return None
+    spec = check_mapping(value, "task_switch", TASK_SWITCH_KEYS, path)
+    builder = spec.get("builder")
+    if builder not in builders:
+        raise fail(path, f"'task_switch.builder' must be one of the profile's builders {builders}, got {builder!r}")
+    sequence = spec.get("sequence")
+    if sequence is not None:
+        sequence = check_names(sequence, "task_switch.sequence", path)
+    setups = spec.get("setups", list(SWITCH_SETUPS))
+    if not isinstance(setups, list) or not setups or any(x not in SWITCH_SETUPS for x in setups):
+        raise fail(path, f"'task_switch.setups' must be a non-empty list from {list(SWITCH_SETUPS)}, got {setups!r}")
+    return TaskSwitchSpec(
+        builder=str(builder),
+        sequence=None if sequence is None else tuple(sequence),
+        batch_size=int(check_int(spec.get("batch_size", 4), "task_switch.batch_size", path, minimum=1) or 4),
+        capacity=check_int(spec.get("capacity"), "task_switch.capacity", path, minimum=1, optional=True),
+        setups=tuple(dict.fromkeys(setups)),
+        judge=check_bool(spec.get("judge", True), "task_switch.judge", path),
+        heldout_limit=check_int(spec.get("heldout_limit"), "task_switch.heldout_limit", path, minimum=1, optional=True),
+    )
+
+
+def _surgery(value: Any, regimes: tuple[RegimeSpec, ...], builders: list[str], path: Any) -> SurgerySpec | None:
+    if value is None:
+        return None
+    spec = check_mapping(value, "surgery", SURGERY_KEYS, path)
+    names = [r.name for r in regimes]
+    regime = spec.get("regime")
+    if regime not in names:
+        raise fail(path, f"'surgery.regime' must name a regime of 'regimes' ({names}), got {regime!r}")
+    builder = spec.get("builder")
+    built = next(r for r in regimes if r.name == regime).builders or tuple(builders)
+    if builder not in built:
+        raise fail(path, f"'surgery.builder' must be a builder of regime {regime!r} ({list(built)}), got {builder!r}")
+    step = spec.get("step", "last")
+    end_of_pass = None
+    if isinstance(step, dict):  # {pass: k}: the end of the k-th pass (App. I.1's epoch-1 memory)
+        inner = check_mapping(step, "surgery.step", {"pass"}, path)
+        end_of_pass = check_int(inner.get("pass"), "surgery.step.pass", path, minimum=1)
+        if next(r for r in regimes if r.name == regime).passes < int(end_of_pass or 1):
+            raise fail(path, f"'surgery.step.pass' is {end_of_pass}, but regime {regime!r} makes fewer passes")
+        step = "last"
+    elif step != "last":
+        step = check_int(step, "surgery.step", path, minimum=0)
+    remove = spec.get("remove", "all")
+    if remove != "all":
+        remove = tuple(check_names(remove, "surgery.remove", path))
+    return SurgerySpec(
+        builder=str(builder),
+        regime=str(regime),
+        step=None if step == "last" else int(step),
+        remove=None if remove == "all" else remove,
+        end_of_pass=end_of_pass,
+    )
+
+
+def _context(value: Any, path: Any) -> ContextSpec:
+    spec = check_mapping(value, "context", CONTEXT_KEYS, path)
+    overflow = spec.get("overflow", "refuse")
+    if overflow not in CONTEXT_POLICIES:
+        raise fail(path, f"'context.overflow' must be one of {CONTEXT_POLICIES}, got {overflow!r}")
+    reserve = check_int(spec.get("reserve_tokens"), "context.reserve_tokens", path, minimum=0, optional=True)
+    return ContextSpec(overflow=overflow, reserve_tokens=reserve)
 
 
 def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path: Any) -> tuple[MethodRow, ...]:
@@ -329,11 +547,17 @@ def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
     if value in ("last", "all"):
         return value
     if isinstance(value, dict):
-        spec = check_mapping(value, key, {"every"}, path)
-        return {"every": check_int(spec.get("every"), f"{key}.every", path, minimum=1)}
+        spec = check_mapping(value, key, {"every", "every_pass"}, path)
+        if len(spec) != 1:
+            raise fail(path, f"'{key}' takes one of 'every' (updates) or 'every_pass' (passes), got {sorted(spec)}")
+        which = next(iter(spec))
+        return {which: check_int(spec.get(which), f"{key}.{which}", path, minimum=1)}
     if isinstance(value, list) and value:
         return sorted({int(check_int(s, f"{key}[]", path, minimum=1) or 1) for s in value})
-    raise fail(path, f"'{key}' must be 'last', 'all', a list of steps >= 1 or {{every: k}}, got {value!r}")
+    raise fail(
+        path,
+        f"'{key}' must be 'last', 'all', a list of steps >= 1, {{every: k}} or {{every_pass: k}}, got {value!r}",
+    )
 
 
 def load_study_profile(path: str | Path) -> StudyProfile:
@@ -379,6 +603,11 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         heldout_limit=check_int(
             evaluation.get("heldout_limit"), "evaluation.heldout_limit", path, minimum=1, optional=True
         ),
+        task_types=(
+            tuple(check_names(evaluation["task_types"], "evaluation.task_types", path))
+            if "task_types" in evaluation
+            else None
+        ),
         max_steps=int(check_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
         agent=agent,
         heldout_concurrency=int(
@@ -393,6 +622,9 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         embedding=embedding,
         response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
         methods=_method_rows(data, builders, benchmark, path),
+        context=_context(data.get("context"), path),
+        task_switch=_task_switch(data.get("task_switch"), builders, path),
+        surgery=_surgery(data.get("surgery"), regimes, builders, path),
         raw=data,
     )
     for b in builders:  # the builders' own checks of their options, with the key named
@@ -413,6 +645,15 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         )
     except ValueError as exc:
         raise fail(path, f"'evaluation': {exc}") from None
+    held_types = [("evaluation.task_types", profile.task_types)]
+    if profile.task_switch is not None:
+        held_types.append(("task_switch.sequence", profile.task_switch.sequence))
+    for key, types in held_types:  # every evaluated type must have held-out tasks, before any call
+        if types is not None:
+            try:
+                of_types(load_partition(benchmark).heldout, list(types))
+            except ValueError as exc:
+                raise fail(path, f"'{key}': {exc}") from None
     return profile
 
 

@@ -39,13 +39,24 @@ Episodes:
    toward what worked, "harmful" if it points toward a mistake, "neutral" otherwise.
 2. Write the lessons an agent should take from these episodes for similar tasks: concrete
    actions, the observations that confirm them, and the condition under which each applies.
-   Leave out names and numbers that belonged to one episode only.
+   Leave out names and numbers that belonged to one episode only. {section_rule}
 Answer with one JSON object and nothing else:
 {{"bullet_tags": [{{"episode": 1, "id": "b3", "tag": "helpful"}}],
- "lessons": [{{"section": "<short topic>", "text": "<the lesson>", "episodes": [1]}}]}}"""
+ "lessons": [{{"section": "<section>", "text": "<the lesson>", "episodes": [1]}}]}}"""
 
 ACE_LABELS_SHOWN = "Each episode's outcome above is the ground-truth success label of the environment."
 ACE_LABELS_HIDDEN = "No success label is available: judge from the observations whether each episode achieved its task."
+ACE_LABELS_SHOWN_ATTEMPTS = (
+    "Each attempt's outcome is the environment's ground-truth success label, and each reference run is a "
+    "known solution of the same task: compare the attempt with it to find where the agent went wrong or right."
+)
+ACE_SECTIONS_FIXED = (
+    "File each lesson and each added bullet under one of these playbook sections, spelled as given: {sections}."
+)
+ACE_SECTIONS_FREE = "Give each lesson and each added bullet a short section name (a topic)."
+#: one episode of the reflector's input when the generator ran the task with the playbook
+ACE_ATTEMPT = "The agent's attempt at this task, with the whole playbook in its context:\n{attempt}"
+ACE_REFERENCE = "Reference run of the same task (a known solution):\n{reference}"
 
 ACE_CURATOR_SYSTEM = "You are the curator of an agent's playbook: you decide how new lessons change it."
 ACE_CURATOR = """\
@@ -57,8 +68,9 @@ Candidate lessons from the reflector:
 
 Decide how the playbook changes. ADD a bullet for a lesson the playbook lacks; UPDATE an
 existing bullet when a lesson corrects or sharpens it; leave out lessons the playbook already
-covers. Answer with a JSON list of operations and nothing else ([] when nothing changes):
-[{{"op": "ADD", "section": "<topic>", "text": "<bullet>", "lessons": [1]}},
+covers. {section_rule} Answer with a JSON list of operations and nothing else ([] when nothing
+changes):
+[{{"op": "ADD", "section": "<section>", "text": "<bullet>", "lessons": [1]}},
  {{"op": "UPDATE", "id": "b2", "text": "<rewritten bullet>"}}]"""
 
 # -- AWM -----------------------------------------------------------------------------------------
@@ -137,6 +149,27 @@ mislead. Decide keep or delete for every new log; you may also delete logs alrea
 Answer with one JSON object mapping log ids to "keep" or "delete", for example
 {{"n1": "keep", "n2": "delete", "k3": "delete"}}, and nothing else."""
 
+# -- the task-switch judge (§6.2, App. K.2) ------------------------------------------------------
+
+SWITCH_JUDGE_SYSTEM = "You review the memory of an agent that acts in text environments, one entry at a time."
+SWITCH_JUDGE = """\
+# Memory entry review
+
+The agent keeps the entry below in its memory. It was distilled from episodes of these task types:
+{evidence}
+
+## Entry
+{entry}
+
+Label the entry with exactly one of:
+- "normal": correct and useful for the task types it came from, with the conditions under which it applies;
+- "over-generalized": claims more than its episodes support, or leaves out when it applies, so that it
+  would mislead the agent on a related but different task;
+- "over-specific": bound to the particular objects, places or quantities of its episodes, so it hardly
+  carries over to another episode of the same type;
+- "garbage": vague, malformed, contradictory or not something the agent could act on.
+Reply with one JSON object: {{"label": "<label>", "reason": "<one sentence>"}}"""
+
 EMPTY_MEMORY = "(empty)"
 
 PROMPTS: dict[str, str] = {
@@ -146,6 +179,11 @@ PROMPTS: dict[str, str] = {
     "consolidation_ace_reflector": ACE_REFLECTOR,
     "consolidation_ace_labels_shown": ACE_LABELS_SHOWN,
     "consolidation_ace_labels_hidden": ACE_LABELS_HIDDEN,
+    "consolidation_ace_labels_shown_attempts": ACE_LABELS_SHOWN_ATTEMPTS,
+    "consolidation_ace_sections_fixed": ACE_SECTIONS_FIXED,
+    "consolidation_ace_sections_free": ACE_SECTIONS_FREE,
+    "consolidation_ace_attempt": ACE_ATTEMPT,
+    "consolidation_ace_reference": ACE_REFERENCE,
     "consolidation_ace_curator_system": ACE_CURATOR_SYSTEM,
     "consolidation_ace_curator": ACE_CURATOR,
     "consolidation_awm_system": AWM_SYSTEM,
@@ -156,6 +194,8 @@ PROMPTS: dict[str, str] = {
     "consolidation_clin_update": CLIN_UPDATE,
     "consolidation_keep_system": KEEP_SYSTEM,
     "consolidation_keep_decide": KEEP_DECIDE,
+    "consolidation_switch_judge_system": SWITCH_JUDGE_SYSTEM,
+    "consolidation_switch_judge": SWITCH_JUDGE,
 }
 for _name, _text in PROMPTS.items():
     register_prompt(_name, _text)

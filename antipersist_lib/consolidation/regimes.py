@@ -11,6 +11,19 @@ before any update), and the final bank to ``bank.json``; ``bank.load_bank(snapsh
 gives the bank at any step, so a utility-vs-updates curve can be drawn from any run. The bank's
 ``meta`` records the configuration, the pool's fingerprint and the hashes of the prompts used.
 
+Repeated presentation (stream only): ``passes`` cycles the whole pool that many times, each pass cut into
+batches afresh (pass p, counted from 0, is batched with seed ``seed + p``, so one pass is exactly the
+single-pass stream), and every update's history event says its ``pass`` and whether it ends one
+(``pass_end``): the per-round evaluation of App. F.3 / J.1.3 (20 rounds over 485 ScienceWorld rollouts) and
+the epochs of H.1.2 (AWM on WebShop, batch 16, 3 epochs). ``stages`` (a ``StageSpec``) replaces the
+partition by ``count`` independently drawn batches: ``one_per_type`` (G.1: one record per task type per
+stage) or ``single_type`` (G.2: all records of one randomly chosen type), from the first
+``per_type_limit`` records of each type (G.1's n=64 subset); each event says its ``stage``.
+
+``context_overflow`` measures each consolidation prompt before it is sent (``context.py``): refused, or
+the batch's oldest records dropped until it fits (recorded in the event's ``context_truncated`` and the
+bank's ``meta["context"]``).
+
 Kit choices: Static-Group visits task types in name order and caps each group's bank separately
 (the concatenation is not capped again); ids stay unique across groups. ``initial`` continues
 from an existing bank (the paper's Fig. 4 continues a Static-Group bank with Stream updates).
@@ -22,14 +35,29 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.consolidation import prompts as P
 from antipersist_lib.consolidation.bank import MemoryBank, snapshot_line
 from antipersist_lib.consolidation.consolidators import ACE, AWM, CLIN, DynamicCheatsheet
+from antipersist_lib.consolidation.context import (
+    CONTEXT_POLICIES,
+    TRUNCATE_OLDEST,
+    ContextGuard,
+    ContextOverflowError,
+    keep_fraction,
+)
 from antipersist_lib.consolidation.episodic import AllLogs, FewShot, KeepCurator
-from antipersist_lib.consolidation.pool import PoolRecord, batches, check_pool, group_by_type
+from antipersist_lib.consolidation.pool import (
+    STAGE_RULES,
+    PoolRecord,
+    batches,
+    check_pool,
+    group_by_type,
+    stage_batches,
+)
 from antipersist_lib.jsonl import JsonlWriter
 
 REGIMES = ("static_all", "static_group", "stream")
@@ -37,6 +65,25 @@ REGIMES = ("static_all", "static_group", "stream")
 BUILDERS = ("ace", "ace_gt", "awm", "dc", "clin", "all", "keep", "fs<N>")
 SNAPSHOTS_FILE = "snapshots.jsonl"
 BANK_FILE = "bank.json"
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A staged stream (faulty-memories G.1, G.2): ``count`` updates, each on a fresh draw by ``rule``
+    (``pool.STAGE_RULES``) from the first ``per_type_limit`` records of each type (None: all)."""
+
+    count: int
+    rule: str
+    per_type_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"stages must be an integer >= 1, got {self.count!r}")
+        if self.rule not in STAGE_RULES:
+            raise ValueError(f"stage rule must be one of {STAGE_RULES}, got {self.rule!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"count": self.count, "rule": self.rule, "per_type_limit": self.per_type_limit}
 
 
 def make_builder(name: str, *, llm: Any = None, embedder: Any = None, seed: int = 0, **options: Any) -> Any:
@@ -67,9 +114,18 @@ def build_memory(
     embedder: Any = None,
     out_dir: str | os.PathLike[str] | None = None,
     initial: MemoryBank | None = None,
+    passes: int = 1,
+    stages: StageSpec | None = None,
+    context_overflow: str | None = None,
+    regime_name: str | None = None,
 ) -> MemoryBank:
     """Build a bank from ``pool`` under ``regime``; ``builder`` is a name or an object with
-    ``update(bank, batch) -> bank``. Returns the final bank."""
+    ``update(bank, batch) -> bank``. Returns the final bank.
+
+    Stream only: ``passes`` cycles the pool that many times (module docstring), ``stages`` replaces the
+    partition by independently drawn stage batches. ``context_overflow`` (``context.CONTEXT_POLICIES``)
+    measures every consolidation prompt against the builder's backbone before it is sent: the builder's
+    model (``builder.llm``) is wrapped in a ``ContextGuard``; None sends prompts unmeasured."""
     records = check_pool(pool)
     if isinstance(builder, str):
         builder = make_builder(builder, llm=llm, embedder=embedder, seed=seed)
@@ -79,35 +135,60 @@ def build_memory(
         raise ValueError(f"unknown regime {regime!r}; expected one of {REGIMES}")
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be None (unbounded) or an integer >= 1, got {capacity!r}")
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ValueError(f"passes must be an integer >= 1, got {passes!r}")
+    if stages is not None and not isinstance(stages, StageSpec):
+        raise TypeError(f"stages must be a StageSpec, got {type(stages).__name__}")
+    if regime != "stream" and (passes != 1 or stages is not None):
+        raise ValueError(f"passes and stages apply to the stream regime only, not {regime!r}")
+    if stages is not None and passes != 1:
+        raise ValueError("a stream has either passes (cycling the pool) or stages (sampled batches), not both")
+    if context_overflow is not None and context_overflow not in CONTEXT_POLICIES:
+        raise ValueError(f"context_overflow must be None or one of {CONTEXT_POLICIES}, got {context_overflow!r}")
+    if stages is not None:  # the stage rule decides the batches' composition
+        homogeneous = stages.rule == "single_type"
     if regime == "stream":
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"the stream regime needs batch_size, an integer >= 1; got {batch_size!r}")
-        plan = [(b, None) for b in batches(records, batch_size, homogeneous, seed)]
+        plan = _stream_plan(records, batch_size, homogeneous, seed, passes, stages)
     elif batch_size is not None:
         raise ValueError(f"batch_size applies to the stream regime only, not {regime!r}")
     elif regime == "static_all":
-        plan = [(records, None)]
+        plan = [(records, None, {})]
     else:
-        plan = list((members, kind) for kind, members in group_by_type(records).items())
+        plan = [(members, kind, {}) for kind, members in group_by_type(records).items()]
     if initial is not None and not isinstance(initial, MemoryBank):
         raise TypeError(f"initial must be a MemoryBank, got {type(initial).__name__}")
 
     name = str(getattr(builder, "name", type(builder).__name__))
+    guard = None
+    if context_overflow is not None and getattr(builder, "llm", None) is not None:
+        inner = builder.llm.llm if isinstance(builder.llm, ContextGuard) else builder.llm
+        guard = ContextGuard(inner, builder=name, regime=regime_name or regime, policy=context_overflow)
+        builder.llm = guard
     bank = initial.copy() if initial is not None else MemoryBank(name)
     bank.method = name
     bank.capacity = capacity if capacity is not None else bank.capacity
     bank.meta = _meta(builder, regime, records, batch_size, homogeneous, capacity, seed, initial)
+    if regime == "stream":
+        bank.meta["passes"] = passes
+        bank.meta["stages"] = None if stages is None else stages.describe()
+    if guard is not None:
+        bank.meta["context"] = {**guard.record(), "truncated_updates": 0, "dropped_records": 0}
     snaps = _Snapshots(out_dir) if out_dir is not None else None
     try:
         if snaps:
             snaps.write(bank, None)
-        for batch, kind in plan:
+        for batch, kind, where in plan:
             if kind is None:
-                bank = builder.update(bank, batch)
+                bank, cut = _update(builder, bank, batch, guard)
                 event = bank.history[-1] if bank.history else None
             else:  # Static-Group: the group starts from an empty bank, then joins the others
-                part = builder.update(
-                    MemoryBank(name, step=bank.step, capacity=bank.capacity, next_id=bank.next_id), batch
+                part, cut = _update(
+                    builder,
+                    MemoryBank(name, step=bank.step, capacity=bank.capacity, next_id=bank.next_id),
+                    batch,
+                    guard,
                 )
                 event = dict(part.history[-1], group=kind) if part.history else {"step": part.step, "group": kind}
                 bank = MemoryBank(
@@ -119,14 +200,70 @@ def build_memory(
                     history=bank.history + [event],
                     meta=bank.meta,
                 )
+            if event is not None and where:
+                event.update(where)
+            if event is not None and cut is not None:
+                event["context_truncated"] = cut
+                bank.meta["context"]["truncated_updates"] += 1
+                bank.meta["context"]["dropped_records"] += len(cut["dropped"])
             if snaps:
                 snaps.write(bank, event)
     finally:
         if snaps:
             snaps.close()
+    if guard is not None:
+        bank.meta["context"]["largest_prompt_tokens"] = guard.largest_tokens
     if snaps:
         bank.save(snaps.dir / BANK_FILE)
     return bank
+
+
+def _stream_plan(
+    records: list[PoolRecord], batch_size: int, homogeneous: bool, seed: int, passes: int, stages: StageSpec | None
+) -> list[tuple[list[PoolRecord], None, dict[str, Any]]]:
+    """The stream's updates with where each falls: ``pass`` (1-based) and ``pass_end`` for cycled pools,
+    ``stage`` for staged streams."""
+    if stages is not None:
+        drawn = stage_batches(
+            records, stages.count, batch_size, stages.rule, seed, per_type_limit=stages.per_type_limit
+        )
+        return [(b, None, {"stage": i}) for i, b in enumerate(drawn, start=1)]
+    plan: list[tuple[list[PoolRecord], None, dict[str, Any]]] = []
+    for p in range(passes):
+        cut = batches(records, batch_size, homogeneous, seed + p)
+        plan.extend((b, None, {"pass": p + 1, "pass_end": i == len(cut) - 1}) for i, b in enumerate(cut))
+    return plan
+
+
+def _update(
+    builder: Any, bank: MemoryBank, batch: list[PoolRecord], guard: ContextGuard | None
+) -> tuple[MemoryBank, dict[str, Any] | None]:
+    """One update; under ``truncate_oldest`` an update whose prompt overflows is retried with the batch's
+    oldest records dropped (proportionally to the overflow), returning what was cut."""
+    kept = list(batch)
+    first_needed = None
+    while True:
+        try:
+            new = builder.update(bank, kept)
+        except ContextOverflowError as exc:
+            if guard is None or guard.policy != TRUNCATE_OLDEST:
+                raise
+            first_needed = first_needed or exc.needed_tokens
+            keep = keep_fraction(exc, len(kept))
+            if keep < 1:
+                raise ContextOverflowError(
+                    f"{exc} -- policy 'truncate_oldest' cannot help: not even one record of the batch fits beside "
+                    "the reply cap, the instructions and the memory",
+                    needed_tokens=exc.needed_tokens,
+                    context_length=exc.context_length,
+                    reply_tokens=exc.reply_tokens,
+                ) from None
+            kept = kept[len(kept) - keep :]
+            continue
+        if len(kept) == len(batch):
+            return new, None
+        dropped = [r.rid for r in batch[: len(batch) - len(kept)]]
+        return new, {"dropped": dropped, "kept": len(kept), "first_prompt_tokens": first_needed}
 
 
 class _Snapshots:

@@ -18,7 +18,8 @@ below). It writes::
                                             LLM call totals, wall time
     <out_dir>/results.csv, results.json     one row per (builder, regime, step, seed): held-out success/score
     <out_dir>/pool.jsonl                    the trajectory pool every builder consumed
-    <out_dir>/memories/<builder>/<regime>/  snapshots.jsonl (one line per update step) and bank.json
+    <out_dir>/memories/<builder>/<regime>/  snapshots.jsonl (one line per update step) and bank.json (and
+                                            fitted/step<N>.json when a memory was cut to the context)
     <out_dir>/runs/...                      the protocol's run directories (one per evaluated bank and seed)
     <out_dir>/ledger.jsonl                  the consolidation calls (counts and tags, never text)
     <out_dir>/cache/                        response cache (``response_cache: true``)
@@ -31,7 +32,24 @@ Backbone: ``endpoint=`` wins; else the profile's ``backbone``: ``embedded`` star
 its weak-model note; any other value is a backbone profile, a name in ``params/backbones/`` or a profile
 file (its embedder: ``embedding``, a profile name or file, or ``embedded`` for the in-process MiniLM;
 ``embed_endpoint=`` wins); ``backbone=`` (the command line's ``--base-url/--model``) replaces the profile's.
-The same model consolidates and acts, as in the paper's Tables 2-3.
+The same model consolidates and acts, as in the paper's Tables 2-3, unless a regime names its own ``backbone``
+(a backbone profile): that regime's banks are built by that model, with its own response cache folder, while
+the study's backbone evaluates them and builds every other regime. This is §4.1 / Fig. 4's two-model setting
+(a Static-Group or Static-All seed by a stronger model, continued by streamed updates of another, App. G.1);
+``study.json`` records each such regime's endpoint (``regime_backbones``) and every build's ``built_by``.
+
+Context budget (``context.py``, profile key ``context``): every consolidation prompt is measured against the
+building model's stated context length before it is sent, and every evaluated memory against the evaluating
+model's, minus a reserve for the agent's own prompt. ``overflow: refuse`` (default) stops with the builder,
+regime, sizes and fixes named; ``truncate_oldest`` drops the batch's oldest records (consolidation) or the
+memory's oldest entries (evaluation, written to ``memories/<builder>/<regime>/fitted/step<N>.json`` and
+evaluated instead). The build's bank meta (``build_context`` in the manifest), each build's
+``evaluation_context`` per step, and the results column ``memory_dropped`` record what happened.
+
+Repeated passes and stages (``regimes.build_memory``): a stream regime with ``passes: N`` cycles the pool N
+times (App. F.3 / J.1.3, H.1.2) and ``evaluation.steps: {every_pass: k}`` evaluates at the end of every k-th
+pass (results column ``pass``); ``stages: {count, rule, per_type_limit}`` draws fresh batches per stage
+(App. G.1 / G.2), whose utility curve is read with ``{every: k}`` stages.
 
 Kit choices where the paper is silent:
 
@@ -79,6 +97,7 @@ import pandas as pd
 
 from antipersist_lib.consolidation import prompts as _consolidation_prompts  # noqa: F401  (registers prompts)
 from antipersist_lib.consolidation.bank import MemoryBank, load_bank
+from antipersist_lib.consolidation.context import fit_bank
 from antipersist_lib.consolidation.pool import (
     PoolRecord,
     expert_pool,
@@ -97,17 +116,23 @@ from antipersist_lib.consolidation.profile import (
     table_column,
 )
 from antipersist_lib.consolidation.regimes import BANK_FILE, SNAPSHOTS_FILE, build_memory, make_builder
+from antipersist_lib.consolidation.rollouts import EpisodeRollout
+from antipersist_lib.consolidation.surgery import SURGERY_DIR, memory_label, without
+from antipersist_lib.consolidation.task_switch import check_sequence, judged, switch_banks
+from antipersist_lib.core.agent import AgentConfig
 from antipersist_lib.core.prompts import prompt_hashes
+from antipersist_lib.envs import make_env
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.profiles import agent_decoding
 from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.studies import (
     MANIFEST_FILE,
     StudyModels,
-    StudyProfileError,  # noqa: F401  (re-exported: what a caller of run_study catches)
+    StudyProfileError,  # (re-exported: what a caller of run_study catches)
     command_line,
     manifest_base,
     open_models,
@@ -121,10 +146,15 @@ STUDY_FORMAT = 1
 RESULTS_CSV = "results.csv"
 RESULTS_JSON = "results.json"
 POOL_FILE = "pool.jsonl"
+#: the task-switch sequence's rows (Figs. 10 and 18): one per (setup, task, seed)
+SWITCH_RESULTS = "task_switch.json"
+#: the memory surgery's rows (App. I.1, Tables 12-13): one per (memory: full or minus one entry, seed)
+SURGERY_RESULTS = "surgery.json"
 MEMORIES_DIR = "memories"
 RUNS_DIR = "runs"
 CACHE_DIR = "cache"
 LEDGER_FILE = "ledger.jsonl"
+FITTED_DIR = "fitted"
 #: what identifies one evaluated bank (a row of a table is these, averaged over seeds)
 CONDITION_COLUMNS = (
     "benchmark",
@@ -146,6 +176,8 @@ RESULT_COLUMNS = (
     "n_entries",
     "memory_chars",
     "update_errors",
+    "pass",
+    "memory_dropped",
     "seed",
     "heldout_n",
     "success",
@@ -205,6 +237,7 @@ def memory_dir(out: str | Path, build: Build) -> Path:
 
 
 def _run_build(profile: StudyProfile, build: Build, pool: list[PoolRecord], out: Path, llm: Any, embedder: Any) -> Path:
+    """Build one memory into its folder (kept when finished); ``llm`` is the model of the build's regime."""
     folder = memory_dir(out, build)
     if (folder / BANK_FILE).exists():
         return folder / SNAPSHOTS_FILE
@@ -213,10 +246,44 @@ def _run_build(profile: StudyProfile, build: Build, pool: list[PoolRecord], out:
     r = build.regime
     initial = None
     if r.initial is not None:
-        initial = load_bank(memory_dir(out, Build(build.builder, profile.regime(r.initial))) / BANK_FILE)
-    builder = make_builder(
-        build.builder, llm=llm, embedder=embedder, seed=profile.build_seed, **profile.options(build.builder)
-    )
+        base = memory_dir(out, Build(build.builder, profile.regime(r.initial)))
+        initial = (
+            load_bank(base / BANK_FILE) if r.initial_step is None else load_bank(base / SNAPSHOTS_FILE, r.initial_step)
+        )
+    pool = regime_pool(pool, r)
+    options = profile.options(build.builder)
+    env = None
+    if build.builder in ("ace", "ace_gt") and options.get("generator") == "rollout":
+        # ACE's generator plays each task of a batch on the benchmark's engine with the playbook in context
+        env = make_env(profile.benchmark, **profile.benchmark_options)
+        backbone = build.regime.backbone or profile.backbone
+        config = AgentConfig(max_steps=profile.max_steps, **{**agent_decoding(backbone), **profile.agent})
+        options = {**options, "rollout": EpisodeRollout(env, llm, config, builder=build.builder)}
+    builder = make_builder(build.builder, llm=llm, embedder=embedder, seed=profile.build_seed, **options)
+    try:
+        _build(profile, build, pool, builder, folder, initial)
+    finally:
+        if env is not None:
+            env.close()
+    return folder / SNAPSHOTS_FILE
+
+
+def regime_pool(pool: list[PoolRecord], regime: Any) -> list[PoolRecord]:
+    """The records a regime builds from: the whole pool, or (``types``) those of its task types, in pool order.
+    A type the pool lacks is an error naming the pool's types."""
+    if regime.types is None:
+        return pool
+    held = list(dict.fromkeys(r.task_type for r in pool))
+    missing = [t for t in regime.types if t not in held]
+    if missing:
+        raise ValueError(f"regimes.{regime.name}.types: the pool has no records of {missing}; it holds {held}")
+    return [r for r in pool if r.task_type in regime.types]
+
+
+def _build(
+    profile: StudyProfile, build: Build, pool: list[PoolRecord], builder: Any, folder: Path, initial: Any
+) -> None:
+    r = build.regime
     build_memory(
         pool,
         builder,
@@ -227,8 +294,11 @@ def _run_build(profile: StudyProfile, build: Build, pool: list[PoolRecord], out:
         seed=profile.build_seed,
         out_dir=folder,
         initial=initial,
+        passes=r.passes,
+        stages=r.stages,
+        context_overflow=profile.context.overflow,
+        regime_name=r.name,
     )
-    return folder / SNAPSHOTS_FILE
 
 
 @dataclass(frozen=True)
@@ -241,6 +311,9 @@ class StepInfo:
     n_entries: int
     memory_chars: int
     update_errors: int
+    pass_index: int | None = None  # the pool pass (1-based) this step's update belongs to; None: not cycled
+    pass_end: bool = False  # this step's update ends a pass over the pool
+    stage: int | None = None  # the stage of a staged stream
 
 
 def snapshot_steps(snapshots: str | Path) -> list[StepInfo]:
@@ -262,6 +335,9 @@ def snapshot_steps(snapshots: str | Path) -> list[StepInfo]:
                 len(bank.entries),
                 len(bank.render()),
                 errors,
+                pass_index=event.get("pass"),
+                pass_end=bool(event.get("pass_end", False)),
+                stage=event.get("stage"),
             )
         )
     return out
@@ -270,7 +346,8 @@ def snapshot_steps(snapshots: str | Path) -> list[StepInfo]:
 def evaluation_steps(profile: StudyProfile, build: Build, steps: Sequence[StepInfo]) -> list[StepInfo]:
     """The steps of one build that are evaluated (never its first: the empty or initial bank). Static regimes:
     the last step; streams: the regime's ``steps``, else the profile's ``evaluation.steps`` ("last", "all",
-    a list of bank steps, or ``{every: k}`` updates), the last step always included."""
+    a list of bank steps, ``{every: k}`` updates, or ``{every_pass: k}``: the end of every k-th pass over the
+    pool), the last step always included."""
     if len(steps) < 2:
         return []
     later = steps[1:]
@@ -279,6 +356,11 @@ def evaluation_steps(profile: StudyProfile, build: Build, steps: Sequence[StepIn
         return [later[-1]]
     if rule == "all":
         return later
+    if isinstance(rule, dict) and "every_pass" in rule:
+        k = int(rule["every_pass"])
+        return [
+            s for s in later if (s.pass_end and s.pass_index is not None and s.pass_index % k == 0) or s is later[-1]
+        ]
     if isinstance(rule, dict):
         k = int(rule["every"])
         return [s for s in later if s.updates % k == 0 or s is later[-1]]
@@ -311,6 +393,8 @@ def _evaluate(
     iterations: int = 1,
     train_per_iteration: int = 0,
     train_pool_limit: int | None = None,
+    task_types: Sequence[str] | None = None,
+    heldout_limit: int | None = None,
 ) -> dict[str, Any]:
     spec = RunSpec(
         method=method,
@@ -323,7 +407,8 @@ def _evaluate(
         train_pool_limit=train_pool_limit,
         max_steps=profile.max_steps,
         heldout_concurrency=profile.heldout_concurrency,
-        heldout_limit=profile.heldout_limit,
+        heldout_limit=profile.heldout_limit if heldout_limit is None else heldout_limit,
+        task_types=profile.task_types if task_types is None else tuple(task_types),
         method_params=method_params,
         benchmark_options=dict(profile.benchmark_options),
         agent=dict(profile.agent),
@@ -410,7 +495,8 @@ def run_study(
         ) as models:
             if models.note:
                 print("note:", models.note)
-            manifest = _manifest(profile, models, fingerprint, started, status="running")
+            regime_llms = _regime_llms(profile, ledger, out)
+            manifest = _manifest(profile, models, fingerprint, started, status="running", regime_llms=regime_llms)
             atomic_write_json(out / MANIFEST_FILE, manifest)
             cache = ResponseCache(out / CACHE_DIR / _slug(models.endpoint.model)) if profile.response_cache else None
             embed_cache = (
@@ -420,7 +506,9 @@ def run_study(
             from antipersist_lib.serving.embeddings import Embedder
 
             embedder = Embedder(models.embed_endpoint, ledger=ledger, cache=embed_cache)
+            checked_regime_backbones: set[str] = set()
             base = {"benchmark": profile.benchmark, "backbone": models.label}
+            manifest_extra: dict[str, Any] = {}
             if profile.no_memory:
                 for seed in profile.seeds:
                     res = _evaluate(profile, models, out, method=NO_MEMORY, method_params={}, name=NO_MEMORY, seed=seed)
@@ -428,11 +516,17 @@ def run_study(
                     _progress(rows[-1])
             for build in profile.builds():
                 b0 = time.monotonic()
+                build_llm = regime_llms.get(build.regime.backbone or "", llm)
                 if not (memory_dir(out, build) / BANK_FILE).exists():
                     models.check_endpoints(f"study {out}", embeddings=build.builder in ("ace", "ace_gt"))
-                with ledger.tag(build=build.key):
+                    if build_llm is not llm and preflight and build.regime.backbone not in checked_regime_backbones:
+                        _check_regime_backbone(build.regime.backbone or "", build_llm, out)
+                        checked_regime_backbones.add(build.regime.backbone or "")
+                with ledger.tag(build=build.key, built_by=build_llm.endpoint.model):
                     snaps = with_restarts(
-                        models, f"build {build.key}", lambda b=build: _run_build(profile, b, pool, out, llm, embedder)
+                        models,
+                        f"build {build.key}",
+                        lambda b=build, m=build_llm: _run_build(profile, b, pool, out, m, embedder),
                     )
                 steps = snapshot_steps(snaps)
                 chosen = evaluation_steps(profile, build, steps)
@@ -447,6 +541,12 @@ def run_study(
                         "update_errors": steps[-1].update_errors if steps else 0,
                         "evaluated_steps": [s.step for s in chosen],
                         "memory": relative_to(snaps, out),
+                        "built_by": {
+                            "backbone": build.regime.backbone or models.label,
+                            "model": build_llm.endpoint.model,
+                        },
+                        "build_context": load_bank(snaps.parent / BANK_FILE).meta.get("context"),
+                        "evaluation_context": {},
                         "build_s": round(time.monotonic() - b0, 1),
                     }
                 )
@@ -457,18 +557,28 @@ def run_study(
                     flush=True,
                 )
                 for info in chosen:
+                    memory_params, fit = _fitted_memory(profile, models, build, snaps, info)
+                    builds_info[-1]["evaluation_context"][str(info.step)] = fit
                     for seed in profile.seeds:
                         res = _evaluate(
                             profile,
                             models,
                             out,
                             method="consolidated_memory",
-                            method_params={"memory": str(snaps), "step": info.step},
+                            method_params=memory_params,
                             name=_run_name(build.builder, r.name, info.step),
                             seed=seed,
                         )
-                        rows.append({**base, **_build_fields(build, info), **res})
+                        rows.append(
+                            {**base, **_build_fields(build, info), "memory_dropped": fit["dropped_entries"], **res}
+                        )
                         _progress(rows[-1])
+            if profile.surgery is not None:
+                surgery_rows = _run_surgery(profile, models, out)
+                manifest_extra["surgery"] = {"rows": len(surgery_rows), "file": SURGERY_RESULTS}
+            if profile.task_switch is not None:
+                switch_rows = _run_task_switch(profile, models, out, pool, llm, embedder)
+                manifest_extra["task_switch"] = {"rows": len(switch_rows), "file": SWITCH_RESULTS}
             for mrow in profile.methods:
                 params = dict(mrow.params)
                 if mrow.seed_pool:
@@ -489,9 +599,10 @@ def run_study(
                     rows.append({**base, **_method_fields(mrow, len(pool)), **res})
                     _progress(rows[-1])
             frame = _write_results(out, rows, models.note)
-            manifest = _manifest(profile, models, fingerprint, started, status="complete")
+            manifest = _manifest(profile, models, fingerprint, started, status="complete", regime_llms=regime_llms)
             manifest.update(
                 {
+                    **manifest_extra,
                     "builds": builds_info,
                     "evaluations": len(rows),
                     "calls": {"consolidation": ledger.totals(), "evaluation": _run_call_totals(out, rows)},
@@ -504,6 +615,210 @@ def run_study(
     finally:
         ledger.close()
     return StudyResult(out, frame, manifest)
+
+
+def _run_task_switch(
+    profile: StudyProfile, models: StudyModels, out: Path, pool: list[PoolRecord], llm: Any, embedder: Any
+) -> list[dict[str, Any]]:
+    """The task-switch sequence (``task_switch``): every setup's bank after every task, each evaluated on that
+    task's held-out cases with every entry in context (one run per seed) and judged entry by entry; one row per
+    (setup, task, seed) in ``task_switch.json``. Banks, verdicts and runs are kept, so a re-run resumes."""
+    spec = profile.task_switch
+    assert spec is not None
+    sequence = check_sequence(pool, spec.sequence or list(dict.fromkeys(r.task_type for r in pool)))
+    source_types = {r.rid: r.task_type for r in pool}
+    rows: list[dict[str, Any]] = []
+    for setup in spec.setups:
+        banks = with_restarts(
+            models,
+            f"task switch {setup}",
+            lambda s=setup: switch_banks(
+                pool,
+                sequence,
+                lambda: make_builder(
+                    spec.builder, llm=llm, embedder=embedder, seed=profile.build_seed, **profile.options(spec.builder)
+                ),
+                s,
+                out,
+                batch_size=spec.batch_size,
+                capacity=spec.capacity,
+                seed=profile.build_seed,
+            ),
+        )
+        for bank in banks:
+            labels = None
+            if spec.judge:
+                verdicts = with_restarts(
+                    models, f"judge {setup} task {bank.index}", lambda b=bank: judged(b, llm, source_types)
+                )
+                labels = [v["label"] for v in verdicts]
+            for seed in profile.seeds:
+                res = _evaluate(
+                    profile,
+                    models,
+                    out,
+                    method="consolidated_memory",
+                    method_params={"memory": str(bank.path)},
+                    name=f"switch--{setup}--{bank.index:02d}-{bank.task_type}",
+                    seed=seed,
+                    task_types=[bank.task_type],
+                    heldout_limit=spec.heldout_limit,
+                )
+                rows.append(
+                    {
+                        "benchmark": profile.benchmark,
+                        "backbone": models.label,
+                        "builder": spec.builder,
+                        "setup": setup,
+                        "index": bank.index,
+                        "task_type": bank.task_type,
+                        "entries": bank.entries,
+                        "labels": labels,
+                        "memory": relative_to(bank.path, out),
+                        **res,
+                    }
+                )
+                print(
+                    f"  switch {setup:<10} task {bank.index:>2} {bank.task_type:<28} seed {seed}: "
+                    f"score {res['score']}, {bank.entries} entries",
+                    flush=True,
+                )
+    atomic_write_json(out / SWITCH_RESULTS, {"sequence": sequence, "rows": rows})
+    return rows
+
+
+def _run_surgery(profile: StudyProfile, models: StudyModels, out: Path) -> list[dict[str, Any]]:
+    """Memory surgery (``surgery``): the chosen bank whole and without each chosen entry, each written to
+    ``surgery/<memory>.json`` and evaluated once per seed on the study's held-out tasks; rows in
+    ``surgery.json``. Finished runs are kept, so a re-run resumes."""
+    spec = profile.surgery
+    assert spec is not None
+    build = Build(spec.builder, profile.regime(spec.regime))
+    snaps = memory_dir(out, build) / SNAPSHOTS_FILE
+    step = spec.step
+    if spec.end_of_pass is not None:
+        ends = [s.step for s in snapshot_steps(snaps) if s.pass_end and s.pass_index == spec.end_of_pass]
+        if not ends:
+            raise StudyProfileError(
+                f"study profile {profile.path}: no snapshot ends pass {spec.end_of_pass} in {snaps}"
+            )
+        step = ends[0]
+    bank = load_bank(snaps, step)
+    removed = list(spec.remove) if spec.remove is not None else list(bank.ids)
+    unknown = [i for i in removed if i not in bank.ids]
+    if unknown:
+        raise StudyProfileError(
+            f"study profile {profile.path}: 'surgery.remove' names {unknown}, which the {spec.builder} bank of "
+            f"regime {spec.regime!r} at step {bank.step} does not hold (it holds {bank.ids})"
+        )
+    folder = out / SURGERY_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for entry in [None, *removed]:
+        edited = bank if entry is None else without(bank, entry)
+        path = folder / f"{memory_label(entry).replace(' ', '_')}.json"
+        if not path.exists():
+            edited.save(path)
+        for seed in profile.seeds:
+            res = _evaluate(
+                profile,
+                models,
+                out,
+                method="consolidated_memory",
+                method_params={"memory": str(path)},
+                name=f"surgery--{spec.builder}--{spec.regime}--{memory_label(entry).replace(' ', '_')}",
+                seed=seed,
+            )
+            rows.append(
+                {
+                    "benchmark": profile.benchmark,
+                    "backbone": models.label,
+                    "builder": spec.builder,
+                    "regime": spec.regime,
+                    "step": bank.step,
+                    "removed": entry,
+                    "title": None if entry is None else (bank.get(entry).title or None),
+                    "entries": len(edited.entries),
+                    "memory": relative_to(path, out),
+                    **res,
+                }
+            )
+            print(
+                f"  surgery {memory_label(entry):<14} seed {seed}: success {res['success']}, "
+                f"{len(edited.entries)} entries",
+                flush=True,
+            )
+    atomic_write_json(out / SURGERY_RESULTS, {"bank": relative_to(snaps, out), "step": bank.step, "rows": rows})
+    return rows
+
+
+def load_surgery(found: Any) -> list[dict[str, Any]]:
+    """The memory-surgery rows of a study folder (or folders); [] when it ran no surgery."""
+    rows: list[dict[str, Any]] = []
+    for d in _dirs(found):
+        path = Path(d) / SURGERY_RESULTS
+        if path.exists():
+            rows.extend(json.loads(path.read_text(encoding="utf-8"))["rows"])
+    return rows
+
+
+def load_task_switch(found: Any) -> list[dict[str, Any]]:
+    """The task-switch rows of a study folder (or folders); [] when it ran no task switch."""
+    rows: list[dict[str, Any]] = []
+    for d in _dirs(found):
+        path = Path(d) / SWITCH_RESULTS
+        if path.exists():
+            rows.extend(json.loads(path.read_text(encoding="utf-8"))["rows"])
+    return rows
+
+
+def _regime_llms(profile: StudyProfile, ledger: Ledger, out: Path) -> dict[str, LLMClient]:
+    """A client per backbone that a regime names (``regimes.<name>.backbone``): Fig. 4's seed bank is built by
+    one model and continued by another. Each has its own response cache folder and shares the study's ledger
+    (its calls are tagged ``built_by``)."""
+    from antipersist_lib.serving.profiles import backbone_endpoint
+
+    clients: dict[str, LLMClient] = {}
+    for r in profile.regimes:
+        if r.backbone is None or r.backbone in clients:
+            continue
+        try:
+            ep = backbone_endpoint(r.backbone)
+        except ValueError as exc:
+            raise StudyProfileError(f"study profile {profile.path}: 'regimes.{r.name}.backbone': {exc}") from None
+        cache = ResponseCache(out / CACHE_DIR / _slug(ep.model)) if profile.response_cache else None
+        clients[r.backbone] = LLMClient(ep, ledger=ledger, cache=cache, seed=profile.build_seed)
+    return clients
+
+
+def _check_regime_backbone(name: str, client: LLMClient, out: Path) -> None:
+    from antipersist_lib.serving.preflight import Probe, run_preflight
+
+    run_preflight([Probe("chat", client.endpoint, f"regime backbone {name}")], what=f"study {out}")
+
+
+def _fitted_memory(
+    profile: StudyProfile, models: StudyModels, build: Build, snaps: Path, info: StepInfo
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The evaluated memory's method parameters after the context check (``context.fit_bank``): the snapshot
+    step itself, or (``truncate_oldest`` past the budget) a bank file of the newest entries that fit, written
+    beside the build as ``fitted/step<N>.json``; and the check's record."""
+    bank = load_bank(snaps, info.step)
+    fitted = fit_bank(
+        bank,
+        context_length=models.endpoint.context_length,
+        spec=profile.context,
+        builder=build.builder,
+        regime=build.regime.name,
+        step=info.step,
+        model=models.endpoint.model,
+    )
+    if not fitted.truncated:
+        return {"memory": str(snaps), "step": info.step}, fitted.record
+    path = snaps.parent / FITTED_DIR / f"step{info.step}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fitted.bank.save(path)
+    return {"memory": str(path)}, fitted.record
 
 
 def _slug(s: str) -> str:  # the protocol's cache folder name for a model (so both share one cache)
@@ -566,6 +881,7 @@ def _build_fields(build: Build, info: StepInfo) -> dict[str, Any]:
         "n_entries": info.n_entries,
         "memory_chars": info.memory_chars,
         "update_errors": info.update_errors,
+        "pass": info.pass_index,
     }
 
 
@@ -594,7 +910,13 @@ def _run_call_totals(out: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _manifest(
-    profile: StudyProfile, models: StudyModels, fingerprint: dict[str, Any], started: str, *, status: str
+    profile: StudyProfile,
+    models: StudyModels,
+    fingerprint: dict[str, Any],
+    started: str,
+    *,
+    status: str,
+    regime_llms: dict[str, LLMClient] | None = None,
 ) -> dict[str, Any]:
     from antipersist_lib.methods import prompt_hashes as all_prompt_hashes
 
@@ -609,6 +931,12 @@ def _manifest(
                 r.name: {"method": r.method, "condition": r.condition(), "params": r.params} for r in profile.methods
             },
             "seeds": list(profile.seeds),
+            "context": {"overflow": profile.context.overflow, "reserve_tokens": profile.context.reserve_tokens},
+            "regime_backbones": {
+                r.name: {"backbone": r.backbone, "endpoint": (regime_llms or {})[r.backbone].endpoint.describe()}
+                for r in profile.regimes
+                if r.backbone is not None and r.backbone in (regime_llms or {})
+            },
             "prompt_hashes": {"consolidation": consolidation, "all": all_prompt_hashes()},
             "started_at": started,
         }
@@ -625,7 +953,7 @@ def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
         df[col] = pd.to_numeric(df[col]).astype("Int64")
     for col in ("success", "score", "mean_steps", "mean_calls"):
         df[col] = pd.to_numeric(df[col]).astype(float)
-    for col in ("batch_size", "capacity", "infra_failures"):
+    for col in ("batch_size", "capacity", "infra_failures", "pass", "memory_dropped"):
         df[col] = pd.to_numeric(df[col]).astype("Int64")
     df["homogeneous"] = df["homogeneous"].astype("boolean")
     return df
@@ -749,6 +1077,11 @@ def obtain_study(
 def _show(result: StudyResult) -> pd.DataFrame:
     from antipersist_lib.consolidation.analysis import seed_means
 
+    switch = load_task_switch(result.out)
+    if result.frame.empty and switch:  # a task-switch study: its table instead of an empty one
+        from antipersist_lib.consolidation.task_switch import switch_table
+
+        return switch_table(switch).round(1)
     cols = ["builder", "condition", "step", "n_entries", "update_errors", "success", "seeds"]
     return seed_means(result.frame)[cols].round(1)
 

@@ -58,7 +58,7 @@ from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.methods import METHODS, validate_method_params
 from antipersist_lib.methods.frozen_skills import SEED_PLACEHOLDER, params_for_seed
 from antipersist_lib.runner.main_job import VARIANT_KEYS
-from antipersist_lib.runner.protocol import RunSpec, uses_judge
+from antipersist_lib.runner.protocol import RunSpec, of_types, uses_judge
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
@@ -88,6 +88,7 @@ GRID_KEYS = {
     "heldout_limit",
     "train_pool_limit",
     "subset",
+    "task_types",
     "agent",
     "method_params",
     "benchmark_options",
@@ -191,6 +192,11 @@ def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> N
     from antipersist_lib.envs import BENCHMARKS
 
     per_iteration, limit = data.get("train_per_iteration", 50), data.get("train_pool_limit")
+    by_bench = data.get("task_types") or {}
+    if not isinstance(by_bench, dict) or not set(by_bench) <= set(benchmarks):
+        raise ValueError(
+            f"{p}: task_types must map benchmarks of this grid ({benchmarks}) to lists of task types, got {by_bench!r}"
+        )
     for b in benchmarks:
         if b not in BENCHMARKS:
             raise ValueError(f"{p}: benchmarks: unknown {b!r}; expected one of {BENCHMARKS}")
@@ -202,7 +208,11 @@ def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> N
             part = load_partition(b)
         except Exception as exc:  # missing file, malformed file, missing package: all refuse the grid
             raise ValueError(f"{p}: benchmark {b!r} cannot run: {exc}") from None
-        pool = len(part.train[:limit] if isinstance(limit, int) else part.train)
+        try:
+            train = of_types(part.train, by_bench.get(b)) if by_bench.get(b) is not None else part.train
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{p}: benchmark {b!r}: {exc}") from None
+        pool = len(train[:limit] if isinstance(limit, int) else train)
         if isinstance(per_iteration, int) and per_iteration > pool:
             raise ValueError(f"{p}: train_per_iteration={per_iteration} exceeds {b!r}'s training pool of {pool} tasks")
 
@@ -320,6 +330,8 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                             "heldout_limit": data.get("heldout_limit"),
                             "train_pool_limit": data.get("train_pool_limit"),
                             "subset": data.get("subset", "balanced"),
+                            # per benchmark, like benchmark_options: {alfworld: [pick_and_place_simple]}
+                            "task_types": (data.get("task_types") or {}).get(bench),
                             "agent": dict(data.get("agent") or {}),
                             "method_params": params_for_seed(mparams, seed),
                             "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),

@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +91,7 @@ IDENTITY_KEYS = (
     "train_pool_limit",
     "heldout_limit",
     "subset",
+    "task_types",
     "judge",
 )
 
@@ -111,6 +112,9 @@ class RunSpec:
     train_pool_limit: int | None = None  # draw training tasks from N of the pool only (smoke runs)
     #: how the two limits pick their N tasks: "balanced" (task types in turn) or "first" (records.limited_tasks)
     subset: str = "balanced"
+    #: only tasks of these types, in training and held-out alike (before the limits): a probe on chosen task
+    #: types, e.g. the faulty-memories study's Fig. 8(c) (one ALFWorld type) or Fig. 10 (one ScienceWorld task)
+    task_types: tuple[str, ...] | None = None
     method_params: dict[str, Any] = field(default_factory=dict)
     benchmark_options: dict[str, Any] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
@@ -150,6 +154,13 @@ class RunSpec:
                 raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
         if self.subset not in SUBSET_ORDERS:
             raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
+        if self.task_types is not None:
+            types = self.task_types
+            if isinstance(types, str) or not isinstance(types, (list, tuple)):
+                raise ValueError(f"task_types must be null or a list of task type names, got {types!r}")
+            if not types or not all(isinstance(t, str) and t for t in types) or len(set(types)) != len(types):
+                raise ValueError(f"task_types must list distinct, non-empty task type names, got {list(types)!r}")
+            object.__setattr__(self, "task_types", tuple(types))
         for f in ("method_params", "benchmark_options", "agent"):
             if not isinstance(getattr(self, f), dict):
                 raise ValueError(f"{f} must be a mapping, got {type(getattr(self, f)).__name__}")
@@ -440,9 +451,9 @@ class Runner:
         method_class(spec.method)  # fail early on import problems
         # decoding is the backbone's (its profile's temperature/top_p); the run's agent block wins
         self.agent_config = AgentConfig(max_steps=spec.max_steps, **{**agent_decoding(spec.backbone), **spec.agent})
-        train = limited_tasks(self.partition.train, spec.train_pool_limit, spec.subset)
+        train = limited_tasks(of_types(self.partition.train, spec.task_types), spec.train_pool_limit, spec.subset)
         self.train_pool = train
-        self.heldout = limited_tasks(self.partition.heldout, spec.heldout_limit, spec.subset)
+        self.heldout = limited_tasks(of_types(self.partition.heldout, spec.task_types), spec.heldout_limit, spec.subset)
         self.schedule = training_schedule(len(train), spec.iterations, spec.train_per_iteration, spec.seed)
 
     # -- setup ------------------------------------------------------------------------------
@@ -471,6 +482,8 @@ class Runner:
             # recorded only when a limit is set (without one every task is used in split order), so
             # unlimited runs made before the option resume unchanged
             **({"subset": s.subset} if s.heldout_limit or s.train_pool_limit else {}),
+            # recorded only when set, so runs made before the option resume unchanged
+            **({"task_types": list(s.task_types)} if s.task_types else {}),
             "n_train_pool": len(self.train_pool),
             "n_heldout": len(self.heldout),
             "backbone": s.backbone_label,
@@ -750,12 +763,28 @@ class Runner:
         return out
 
 
+def of_types(tasks: Sequence[Task], types: Sequence[str] | None) -> list[Task]:
+    """The tasks of the given types (all when None), in split order. A type the split does not hold is
+    an error naming the types it does hold: a typo must not leave a probe silently empty."""
+    if types is None:
+        return list(tasks)
+    if isinstance(types, str) or not isinstance(types, (list, tuple)):
+        raise ValueError(f"task_types must be a list of task type names, got {types!r}")
+    held = list(dict.fromkeys(t.task_type for t in tasks))
+    missing = [t for t in types if t not in held]
+    if missing:
+        raise ValueError(f"task_types: {missing} not in this split; its task types are {held}")
+    wanted = set(types)
+    return [t for t in tasks if t.task_type in wanted]
+
+
 def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
     """False only when every held-out episode of every iteration is recorded: a finished run, which a re-run
     merely re-reads (it makes no call and needs no endpoint). ``n_heldout``: the run's held-out tasks
     (default: from the benchmark's partition and ``heldout_limit``)."""
     if n_heldout is None:
-        n_heldout = len(limited_tasks(load_partition(spec.benchmark).heldout, spec.heldout_limit, spec.subset))
+        heldout = of_types(load_partition(spec.benchmark).heldout, spec.task_types)
+        n_heldout = len(limited_tasks(heldout, spec.heldout_limit, spec.subset))
     layout = RunDirectory(spec.run_dir())
     if not layout.is_run() or not n_heldout:
         return True

@@ -1,0 +1,227 @@
+"""Context budget: a prompt is measured against the backbone's context length before it is sent.
+
+At the paper's scale the episodic baseline "All" and any builder under Static-All put the whole pool
+into one prompt (768 ALFWorld trajectories are about 0.8M characters), far beyond any backbone's
+context. A server would reject or silently cut such a request; the kit instead measures every
+consolidation prompt (``ContextGuard``, wrapped around a builder's model) and every evaluated memory
+(``fit_bank``) first, and follows the profile's ``context.overflow`` policy:
+
+- ``refuse`` (default): raise ``ContextOverflowError`` naming the builder, regime, prompt size,
+  context length and the fixes, before any call is made;
+- ``truncate_oldest``: a consolidation update drops the oldest records of its batch (batch order,
+  which is pool order under Static-All) until its prompts fit; an evaluated memory drops its oldest
+  entries (creation step, then bank order) until it fits beside ``reserve_tokens``. What was dropped
+  is recorded in the update's history event, the bank's ``meta["context"]`` and the study manifest.
+
+Sizes are estimated as ``methods.frozen_skills`` does for its whole-library check (the kit's
+precedent): ``CHARS_PER_TOKEN`` characters per token, an over-estimate for prose, plus the reply cap
+(``max_tokens``) for a consolidation call. A backbone that states no context length is not checked,
+and the record says so. The paper states no rule here (kit choice).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from antipersist_lib.consolidation.bank import MemoryBank
+from antipersist_lib.methods.frozen_skills import CHARS_PER_TOKEN, backbone_context_length, estimated_tokens
+
+log = logging.getLogger(__name__)
+
+REFUSE = "refuse"
+TRUNCATE_OLDEST = "truncate_oldest"
+CONTEXT_POLICIES = (REFUSE, TRUNCATE_OLDEST)
+#: tokens held back for the agent's own prompt (instructions, task, steps so far, reply) beside an evaluated
+#: memory, when the profile does not say: a quarter of the context length, at most this many
+MAX_DEFAULT_RESERVE_TOKENS = 16384
+
+
+def default_reserve_tokens(context_length: int) -> int:
+    return min(MAX_DEFAULT_RESERVE_TOKENS, context_length // 4)
+
+
+class ContextOverflowError(ValueError):
+    """A prompt would not fit the backbone's context; raised before the request is sent."""
+
+    def __init__(self, message: str, *, needed_tokens: int, context_length: int, reply_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.needed_tokens = needed_tokens  # prompt text and reply cap together
+        self.context_length = context_length
+        self.reply_tokens = reply_tokens
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """A profile's ``context`` block: what to do when a prompt is too long, and the evaluation reserve."""
+
+    overflow: str = REFUSE
+    reserve_tokens: int | None = None  # None: ``default_reserve_tokens``
+
+    def __post_init__(self) -> None:
+        if self.overflow not in CONTEXT_POLICIES:
+            raise ValueError(f"context overflow policy must be one of {CONTEXT_POLICIES}, got {self.overflow!r}")
+
+
+def _messages_text(messages: Sequence[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+class ContextGuard:
+    """Wraps a builder's model: every ``chat`` request is measured (text plus reply cap) against the
+    context length and refused with ``ContextOverflowError`` when it does not fit. Other attributes
+    (``endpoint``, ``ledger``) are the wrapped client's."""
+
+    def __init__(self, llm: Any, *, builder: str, regime: str, policy: str = REFUSE) -> None:
+        self.llm = llm
+        self.builder = builder
+        self.regime = regime
+        self.policy = policy
+        self.context_length = backbone_context_length(llm)
+        self.largest_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.llm, name)
+
+    def chat(self, messages: Sequence[dict[str, Any]], **kw: Any) -> Any:
+        text = _messages_text(messages)
+        reply = int(kw.get("max_tokens") or 0)
+        needed = estimated_tokens(text) + reply
+        self.largest_tokens = max(self.largest_tokens, needed)
+        if self.context_length is not None and needed > self.context_length:
+            model = getattr(getattr(self.llm, "endpoint", None), "model", "?")
+            fix = (
+                "set 'context: {overflow: truncate_oldest}' in the study profile (drops the batch's oldest records "
+                "until the prompt fits), use a stream regime with a smaller batch_size, lower "
+                "builder_options summary_chars or max_tokens, or use a backbone with a longer context"
+            )
+            raise ContextOverflowError(
+                f"builder {self.builder!r} under regime {self.regime!r}: a consolidation prompt of {len(text)} "
+                f"characters (about {needed} tokens at {CHARS_PER_TOKEN} characters per token, reply cap "
+                f"included) does not fit the context length of {model!r}, {self.context_length} tokens; "
+                f"policy {self.policy!r}. Fix: {fix}",
+                needed_tokens=needed,
+                context_length=self.context_length,
+                reply_tokens=reply,
+            )
+        return self.llm.chat(messages, **kw)
+
+    def record(self) -> dict[str, Any]:
+        """What the bank's ``meta["context"]`` says about the check."""
+        return {
+            "policy": self.policy,
+            "context_length": self.context_length,
+            "chars_per_token": CHARS_PER_TOKEN,
+            "checked": self.context_length is not None,
+        }
+
+
+@dataclass
+class FittedBank:
+    """An evaluated memory after the context check: the bank to show and what the check did."""
+
+    bank: MemoryBank
+    record: dict[str, Any]
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.record.get("dropped_entries"))
+
+
+def fit_bank(
+    bank: MemoryBank,
+    *,
+    context_length: int | None,
+    spec: ContextSpec,
+    builder: str,
+    regime: str,
+    step: int,
+    model: str = "?",
+) -> FittedBank:
+    """The memory an agent is shown, measured against ``context_length`` minus the reserve; refused or cut
+    from its oldest entries by ``spec.overflow`` (module docstring)."""
+    text = bank.render()
+    tokens = estimated_tokens(text)
+    record: dict[str, Any] = {
+        "policy": spec.overflow,
+        "context_length": context_length,
+        "memory_chars": len(text),
+        "memory_tokens": tokens,
+        "dropped_entries": 0,
+    }
+    if context_length is None:
+        record["checked"] = False
+        log.warning(
+            "builder %r under regime %r, step %s: the backbone %r states no context length, so whether its memory "
+            "(%s characters) fits was not checked",
+            builder,
+            regime,
+            step,
+            model,
+            len(text),
+        )
+        return FittedBank(bank, record)
+    reserve = spec.reserve_tokens if spec.reserve_tokens is not None else default_reserve_tokens(context_length)
+    budget = context_length - reserve
+    record.update({"checked": True, "reserve_tokens": reserve, "budget_tokens": budget})
+    if tokens <= budget:
+        return FittedBank(bank, record)
+    if spec.overflow == REFUSE:
+        raise ContextOverflowError(
+            f"builder {builder!r} under regime {regime!r}, step {step}: its memory is {len(text)} characters (about "
+            f"{tokens} tokens at {CHARS_PER_TOKEN} characters per token), but the agent's context on {model!r} holds "
+            f"{context_length} tokens, {reserve} of them reserved for the agent's own prompt, so {budget} for the "
+            "memory. Fix: set 'context: {overflow: truncate_oldest}' in the study profile (shows the newest entries "
+            "that fit), shrink the memory (builder_options log_chars, an fs<N> sample instead of all), or use a "
+            "backbone with a longer context",
+            needed_tokens=tokens + reserve,
+            context_length=context_length,
+        )
+    order = sorted(range(len(bank.entries)), key=lambda i: (bank.entries[i].created_step, i))
+    lo, hi = 1, len(order)  # drop the k oldest: the smallest k that fits (rendering grows with the entries kept)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if estimated_tokens(_render_without(bank, order[:mid])) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo >= len(order):
+        raise ContextOverflowError(
+            f"builder {builder!r} under regime {regime!r}, step {step}: not even the newest memory entry fits the "
+            f"{budget} tokens left for the memory on {model!r} ({context_length} tokens, {reserve} reserved); "
+            "policy 'truncate_oldest' would show an empty memory. Fix: lower context.reserve_tokens or shrink the "
+            "entries (builder_options log_chars)",
+            needed_tokens=tokens + reserve,
+            context_length=context_length,
+        )
+    gone = set(order[:lo])
+    fitted = bank.copy()
+    fitted.entries = [e for i, e in enumerate(fitted.entries) if i not in gone]
+    record.update(
+        {
+            "dropped_entries": len(gone),
+            "dropped_ids": [bank.entries[i].id for i in order[:lo]],
+            "kept_entries": len(fitted.entries),
+            "shown_chars": len(fitted.render()),
+        }
+    )
+    fitted.meta = {**fitted.meta, "context_fit": record}
+    return FittedBank(fitted, record)
+
+
+def _render_without(bank: MemoryBank, drop: Sequence[int]) -> str:
+    gone = set(drop)
+    return MemoryBank(bank.method, entries=[e for i, e in enumerate(bank.entries) if i not in gone]).render()
+
+
+def keep_fraction(overflow: ContextOverflowError, n: int) -> int:
+    """How many of ``n`` batch records to try next after an overflow: the prompt text scaled down to the room
+    the reply cap leaves, always at least one fewer than before. The prompt's fixed part (instructions, the
+    memory) does not shrink with the batch, so this never drops more than needed and the retries descend to
+    the largest count that fits."""
+    room = overflow.context_length - overflow.reply_tokens
+    text = max(overflow.needed_tokens - overflow.reply_tokens, 1)
+    return min(n - 1, math.floor(n * room / text)) if room > 0 else 0
