@@ -559,3 +559,49 @@ def test_fixture_still_loads_with_the_new_columns():
     t4 = analysis.table4_beside_paper(out)
     assert set(t4[t4["this run"].notna()]["|B|"]) <= {8}
     assert isinstance(analysis.source_ablation_table(out, df), pd.DataFrame)
+
+
+def test_memory_broke_lists_tasks_solved_without_memory_and_worse_with_it(tmp_path):
+    """App. D.5 (Figs. 14-15): a held-out task the solver gets 10/10 without memory and 2/10 with the final memory."""
+    import json
+
+    from antipersist_lib.arc import analysis as arc_analysis
+
+    def rec(task, correct, code, repeat=0):
+        return {
+            "task_id": task,
+            "family": "detect_inside_frame_relation",
+            "skill": "mark_center",
+            "passed": correct == 10,
+            "n_correct": correct,
+            "n_examples": 10,
+            "status": "ok",
+            "code": code,
+            "repeat": repeat,
+        }
+
+    def write(name, lines):
+        folder = tmp_path / "conditions" / name
+        folder.mkdir(parents=True)
+        (folder / "evals.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    write(
+        "no_memory",
+        [{"step": 0, "eval_set": "heldout", "records": [rec("t1", 10, "def solve(g): good"), rec("t2", 4, "x")]}],
+    )
+    write(
+        "auto-gt-b8",
+        [
+            {"step": 0, "eval_set": "heldout", "records": [rec("t1", 10, "early"), rec("t2", 4, "y")]},
+            {"step": 4, "eval_set": "heldout", "records": [rec("t1", 2, "def solve(g): bad"), rec("t2", 6, "z")]},
+            {"step": 4, "eval_set": "heldout", "records": [rec("t1", 4, "again", repeat=1), rec("t2", 6, "z", 1)]},
+            {"step": 4, "eval_set": "train", "records": [rec("t9", 0, "train set")]},
+        ],
+    )
+    write("force-gt-b8", [{"step": 4, "eval_set": "heldout", "records": [rec("t2", 1, "w")]}])
+    table = arc_analysis.memory_broke(tmp_path)
+    assert list(zip(table["condition"], table["task_id"])) == [("auto-gt-b8", "t1"), ("force-gt-b8", "t2")]
+    first = table.iloc[0]
+    assert (first["step"], first["correct_without"], first["correct_with"], first["drop"]) == (4, 10, 3, 7)
+    assert first["code_without"] == "def solve(g): good" and first["code_with"] == "def solve(g): bad"
+    assert arc_analysis.memory_broke(tmp_path, eval_set="train").empty and arc_analysis.memory_broke(None).empty

@@ -158,3 +158,14 @@ def test_the_recorded_fixtures_are_their_smoke_profiles_and_load(folder, profile
     by_type = analysis.success_by_type(df, out)
     types = set(profile.task_types) if profile.task_types else set(by_type["task_type"])
     assert set(by_type["task_type"]) == types and len(by_type) >= len(df)
+
+
+def test_pool_composition_counts_each_studys_records_per_type(probe_study):
+    result, _, _ = probe_study
+    pool = [json.loads(x) for x in (result.out / "pool.jsonl").read_text().splitlines() if x]
+    table = analysis.pool_composition([result.out])
+    assert set(table["study"]) == {result.out.name} and set(table["benchmark"]) == {"errandworld"}
+    counts = dict(zip(table["task_type"], table["records"]))
+    assert counts == {t: sum(1 for r in pool if r["task"]["task_type"] == t) for t in counts}
+    assert sum(counts.values()) == len(pool) and (table["successes"] <= table["records"]).all()
+    assert analysis.pool_composition([]).empty and analysis.pool_composition(None).empty

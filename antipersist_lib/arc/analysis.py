@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -30,9 +31,11 @@ from antipersist_lib.arc.lineage import (
 from antipersist_lib.arc.study import (
     CONDITIONS_DIR,
     COVERAGE_AVERAGES,
+    EVALS_FILE,
     FIG2_EVAL_SET,
     FIG2_GROUP,
     JUDGE_FILE,
+    NO_MEMORY,
     SOURCES_FILE,
     SURGERY_FILE,
     condition_names,
@@ -40,7 +43,7 @@ from antipersist_lib.arc.study import (
     condition_specs,
     load_manifest,
 )
-from antipersist_lib.jsonl import read_json
+from antipersist_lib.jsonl import read_json, read_jsonl
 
 STEP_COLUMNS = (
     "condition",
@@ -568,3 +571,66 @@ def example_tasks(*, skill: str = "recolor", family: str | None = None, seed: in
     if family is None:
         return [make_task(f, skill, seed, n_train=2, n_test=1) for f in FAMILY_IDS]
     return [make_task(family, s, seed, n_train=2, n_test=1) for s in SKILL_IDS]
+
+
+def memory_broke(out_dir: str | Path | None, *, eval_set: str = "heldout") -> pd.DataFrame:
+    """App. D.5 (Figs. 14-15): tasks the solver gets right without memory and worse with a condition's final
+    evaluated memory. One row per (condition, task) whose correct test grids drop, largest drop first, with the
+    solve code of both (the first repeat's). Correct grids are averaged over evaluation repeats."""
+    cols = [
+        "condition",
+        "step",
+        "task_id",
+        "family",
+        "skill",
+        "n_examples",
+        "correct_without",
+        "correct_with",
+        "drop",
+        "code_without",
+        "code_with",
+    ]
+    if out_dir is None:
+        return pd.DataFrame(columns=cols)
+    root = Path(out_dir) / CONDITIONS_DIR
+
+    def per_task(folder: Path, step: int | None) -> tuple[int | None, dict[str, dict[str, Any]]]:
+        lines = [x.value for x in read_jsonl(folder / EVALS_FILE)] if (folder / EVALS_FILE).exists() else []
+        lines = [x for x in lines if x["eval_set"] == eval_set]
+        if not lines:
+            return None, {}
+        at = max(x["step"] for x in lines) if step is None else step
+        tasks: dict[str, dict[str, Any]] = {}
+        for line in (x for x in lines if x["step"] == at):
+            for r in line["records"]:
+                t = tasks.setdefault(r["task_id"], {**r, "scores": []})
+                t["scores"].append(r["n_correct"])
+        return at, tasks
+
+    _, base = per_task(root / NO_MEMORY, 0)
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != NO_MEMORY) if root.exists() else []:
+        step, tasks = per_task(folder, None)
+        for task_id, r in tasks.items():
+            b = base.get(task_id)
+            if b is None:
+                continue
+            without, with_memory = sum(b["scores"]) / len(b["scores"]), sum(r["scores"]) / len(r["scores"])
+            if with_memory < without:
+                out.append(
+                    [
+                        folder.name,
+                        step,
+                        task_id,
+                        r["family"],
+                        r["skill"],
+                        r["n_examples"],
+                        without,
+                        with_memory,
+                        without - with_memory,
+                        b.get("code"),
+                        r.get("code"),
+                    ]
+                )
+    frame = pd.DataFrame(out, columns=cols)
+    return frame.sort_values(["drop", "condition"], ascending=[False, True]).reset_index(drop=True)

@@ -511,3 +511,35 @@ def probe_interference(by_type: pd.DataFrame, profile: Any) -> pd.DataFrame:
                     ]
                 )
     return pd.DataFrame(out, columns=cols).sort_values(["stage", "task_type", "memory"]).reset_index(drop=True)
+
+
+def pool_composition(found: Any) -> pd.DataFrame:
+    """The trajectory pool each study consolidated (the kit's counterpart of the paper's data tables 7-10):
+    one row per (study, task type) with the records, successes and where they came from (expert replays or
+    earlier runs), read from each study folder's pool.jsonl."""
+    from pathlib import Path
+
+    from antipersist_lib.consolidation.pool import load_pool
+
+    cols = ["study", "benchmark", "task_type", "records", "successes", "sources"]
+    out = []
+    for d in [] if not found else ([found] if isinstance(found, (str, Path)) else list(found)):
+        path = Path(d) / "pool.jsonl"
+        if not path.exists():
+            continue
+        pool = load_pool(path)
+        by_type: dict[str, list[Any]] = {}
+        for r in pool:
+            by_type.setdefault(r.task_type, []).append(r)
+        for task_type, records in by_type.items():
+            out.append(
+                [
+                    Path(d).name,
+                    records[0].task.benchmark,
+                    task_type,
+                    len(records),
+                    sum(1 for r in records if r.outcome.success),
+                    ", ".join(sorted({r.source for r in records})),
+                ]
+            )
+    return pd.DataFrame(out, columns=cols)
