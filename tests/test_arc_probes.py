@@ -330,3 +330,21 @@ def test_figures_and_summaries_accept_no_run():
     with pytest.raises(ValueError, match="mode must be one of"):
         probes.obtain_probes("live", "anywhere")
     plt.close("all")
+
+
+def test_the_notebook_fixture_is_the_smoke_profile_on_the_embedded_default():
+    """tests/fixtures/arc/probes_smoke (notebook 10's smoke data) was made from the profile as committed, by the
+    embedded model it names, and holds every stream of the profile with the no-memory baseline."""
+    import yaml
+
+    folder = ROOT / "tests" / "fixtures" / "arc" / "probes_smoke"
+    manifest = json.loads((folder / "study.json").read_text())
+    profile = yaml.safe_load((ROOT / "params" / "arc" / "probes_smoke.yaml").read_text())
+    assert manifest["status"] == "complete" and manifest["profile"] == profile
+    assert manifest["embedded_backbone"]["model"]["name"] == profile["backbone_options"]["model"]
+    assert len(manifest["embedded_backbone"]["model"]["sha256"]) == 64
+    df = probes.load_probes(folder)
+    scripted = probes.load_probes(FIXTURE)
+    assert set(df["stream"]) == set(scripted["stream"])  # the same profile, the same streams
+    assert len(df) == len(scripted) and df["n_tasks"].gt(0).all()
+    assert probes.probes_note(folder) != SCRIPTED_NOTE
