@@ -238,3 +238,31 @@ def test_figures_12_and_13_draw_one_example_per_family_or_skill():
     assert not text_overlaps(fig)
     per_skill = arc_analysis.example_tasks(family="detect_color_property")
     assert [t.skill for t in per_skill] == list(arc_analysis.taxonomy_tables()[1]["skill_id"])
+
+
+def test_table1_names_a_kit_profile_for_each_setting_and_each_loads():
+    """Table 1's settings mapped to profiles (notebook 12): every named profile exists and loads with its study's
+    loader; only AppWorld has none."""
+    from antipersist_lib.arc.probes import load_probe_profile
+    from antipersist_lib.arc.study import load_study_profile as load_arc
+
+    rows = faulty_paper.table1()
+    assert len(rows) == 8 and {r.benchmark for r in rows} == {
+        "ALFWorld",
+        "ScienceWorld",
+        "WebShop",
+        "AppWorld",
+        "ARC-AGI",
+    }
+    for r in rows:
+        if not r.kit_profile.startswith("params/"):
+            assert r.benchmark == "AppWorld"
+            continue
+        path = ROOT / r.kit_profile
+        if "probes" in path.name:
+            load_probe_profile(path)
+        elif path.parent.name == "arc":
+            load_arc(path)
+        else:
+            study.load_study_profile(path)
+    assert list(faulty_paper.table1_frame().columns) == ["benchmark", "setting", "figures", "kit_profile"]

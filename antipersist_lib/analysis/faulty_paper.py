@@ -355,3 +355,54 @@ def stated(key: str) -> Stated:
 
 def stated_frame() -> pd.DataFrame:
     return pd.DataFrame([asdict(s) for s in _STATED]).set_index("key")
+
+
+# -- Table 1: the paper's settings, and the kit's profile for each ------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of Table 1 (the settings used across the paper) and the kit profile that runs it."""
+
+    benchmark: str
+    setting: str
+    figures: str
+    kit_profile: str
+
+
+def table1() -> list[Setting]:
+    return [
+        Setting(
+            "ALFWorld",
+            "GT expert trajectories (128 per type, 6 types)",
+            "Figs. 3, 4",
+            "params/consolidation/paper.yaml",
+        ),
+        Setting(
+            "ScienceWorld",
+            "offline task stream, batch size 4 (GPT5.4-mini)",
+            "Fig. 1(a)",
+            "params/consolidation/scienceworld.yaml",
+        ),
+        Setting(
+            "ScienceWorld", "self-solve task-switch sequence", "Fig. 10", "params/consolidation/task_switch_paper.yaml"
+        ),
+        Setting("WebShop", "AWM, 50-episode held-out eval", "Fig. 1(b)", "params/consolidation/webshop_awm_paper.yaml"),
+        Setting(
+            "AppWorld", "AWM with trajectories from AgentGym", "Table 2", "(none shipped: pool.runs of AppWorld runs)"
+        ),
+        Setting(
+            "ARC-AGI", "subsets for individual experiments", "Figs. 11, 8(b), 8(a), 2", "params/arc/probes_paper.yaml"
+        ),
+        Setting(
+            "ARC-AGI",
+            "stream: offline GT solutions; eval on 50 held-out tasks",
+            "Figs. 9, 7; Table 4",
+            "params/arc/paper.yaml",
+        ),
+        Setting("ARC-AGI", "stream: self-solve, 400 steps", "Fig. 5", "params/arc/paper.yaml"),
+    ]
+
+
+def table1_frame() -> pd.DataFrame:
+    return pd.DataFrame([asdict(s) for s in table1()])
