@@ -48,7 +48,6 @@ Kit choices where the paper is silent:
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -72,11 +71,11 @@ from antipersist_lib.arc.controller import (
 )
 from antipersist_lib.arc.families import FAMILY_IDS
 from antipersist_lib.arc.generator import N_TEST, N_TRAIN, SKILL_IDS, ArcTask, derive_seed, make_task
-from antipersist_lib.arc.isolation import ISOLATION_MODES
-from antipersist_lib.arc.isolation import probe as probe_isolation
 from antipersist_lib.arc.lineage import misclassifications
-from antipersist_lib.arc.sandbox import UNISOLATED_WARNING, SandboxLimits
+from antipersist_lib.arc.sandbox import SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
+from antipersist_lib.arc.study import STREAM_KEYS as STUDY_STREAM_KEYS
+from antipersist_lib.arc.study import check_sandbox_mode, clear_incomplete, sandbox_record
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json
 from antipersist_lib.serving.ledger import Ledger
@@ -154,18 +153,8 @@ PROFILE_KEYS = {
     "sandbox",
 }
 EXAMPLE_KEYS = {"n_train", "n_test"}
-STREAM_KEYS = {
-    "history_examples",
-    "record_failures",
-    "solver_memory",
-    "tool_bodies",
-    "temperature",
-    "solver_max_tokens",
-    "manager_max_tokens",
-    "decide_on",  # the study's readings of App. B.3, B.6 and B.7 (docs/faulty-memories.md)
-    "extraction_schema",
-    "solver_mode",
-}
+#: the study's stream settings, except the task order (a probe's schedule fixes it)
+STREAM_KEYS = STUDY_STREAM_KEYS - {"shuffle"}
 EVALUATION_KEYS = {"sources", "workers"}
 OVERFIT_KEYS = {"family", "cycles"}
 PAIR_KEYS = {"families", "cycles"}
@@ -389,9 +378,7 @@ def load_probe_profile(path: str | Path) -> ProbeProfile:
     bad = [s for s in sources if s not in MEMORY_SOURCES]
     if bad:
         raise fail(path, f"evaluation.sources: {bad} not in {MEMORY_SOURCES}")
-    sandbox = data.get("sandbox", "kernel")
-    if sandbox not in ISOLATION_MODES:
-        raise fail(path, f"sandbox must be one of {ISOLATION_MODES}, got {sandbox!r}")
+    sandbox = check_sandbox_mode(data.get("sandbox", "kernel"), path)
     profile = ProbeProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
@@ -480,26 +467,6 @@ class ProbeResult:
     out_dir: Path
     frame: pd.DataFrame
     manifest: dict[str, Any]
-
-
-def _sandbox_record(profile: ProbeProfile) -> dict[str, Any]:
-    """How model-written code is isolated (checked now: missing kernel isolation raises before any call)."""
-    if profile.sandbox == "unisolated":
-        return {"mode": "unisolated", "description": UNISOLATED_WARNING}
-    iso = probe_isolation()
-    return iso.to_dict() | {"description": iso.describe()}
-
-
-def _clear_incomplete(folder: Path) -> None:
-    if not folder.exists():
-        return
-    foreign = sorted(p.name for p in folder.iterdir() if p.name not in _STREAM_FILES)
-    if foreign:
-        raise FileExistsError(
-            f"{folder} is an incomplete probe stream folder holding files the runner did not write ({foreign}); "
-            "move them away or use a fresh --out"
-        )
-    shutil.rmtree(folder)
 
 
 def _row(
@@ -637,7 +604,7 @@ def run_probes(
     ``provenance`` is a line recorded in the manifest and shown under every figure (e.g. that a scripted test
     model, not an LLM, produced the run)."""
     profile = load_probe_profile(profile_path)
-    sandbox = _sandbox_record(profile)
+    sandbox = sandbox_record(profile)
     log(("WARNING: " if sandbox["mode"] == "unisolated" else "sandbox: ") + sandbox["description"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -676,7 +643,7 @@ def run_probes(
                         bb,
                         f"probe stream {name}",
                         lambda s=spec, f=folder: _run_stream(profile, s, llm, tasks, f, bb.label),
-                        before=lambda f=folder: _clear_incomplete(f),
+                        before=lambda f=folder: clear_incomplete(f, _STREAM_FILES, "probe stream"),
                         log=log,
                     )
                 log(f"{name}: done in {time.monotonic() - t0:.0f} s")

@@ -558,7 +558,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         judge=judge,
         surgery=surgery,
         response_cache=_bool(data.get("response_cache", True), "response_cache", path),
-        sandbox=_sandbox_mode(data.get("sandbox", "kernel"), path),
+        sandbox=check_sandbox_mode(data.get("sandbox", "kernel"), path),
         backbone_options=options,
         raw=data,
         buffer_reading=reading,
@@ -576,7 +576,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     return profile
 
 
-def _sandbox_mode(value: Any, path: Any) -> str:
+def check_sandbox_mode(value: Any, path: Any) -> str:
     if value not in ISOLATION_MODES:
         raise fail(
             path,
@@ -586,11 +586,12 @@ def _sandbox_mode(value: Any, path: Any) -> str:
     return str(value)
 
 
-def sandbox_record(profile: StudyProfile) -> dict[str, Any]:
+def sandbox_record(profile: Any) -> dict[str, Any]:
     """How this run isolates model-written code, checked now: the manifest's ``sandbox`` entry.
 
     Kernel isolation that this machine cannot provide raises ``SandboxUnavailable`` (naming the missing piece)
-    before any model call; ``sandbox: unisolated`` is recorded as such and warned about on every run."""
+    before any model call; ``sandbox: unisolated`` is recorded as such and warned about on every run. Any
+    profile with a ``sandbox`` mode (the study's, the probes')."""
     if profile.sandbox == "unisolated":
         return {"mode": "unisolated", "description": UNISOLATED_WARNING}
     iso = probe_isolation()
@@ -725,13 +726,15 @@ def _read_evals(folder: Path) -> list[dict[str, Any]]:
     return [line.value for line in read_jsonl(path)] if path.exists() else []
 
 
-def _clear_incomplete(folder: Path) -> None:
+def clear_incomplete(folder: Path, written: set[str] = _CONDITION_FILES, what: str = "condition") -> None:
+    """Remove an unfinished run folder before it is run again, unless it holds files the runner did not write
+    (``written``): then refuse, naming them, rather than delete someone's files."""
     if not folder.exists():
         return
-    foreign = sorted(p.name for p in folder.iterdir() if p.name not in _CONDITION_FILES)
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in written)
     if foreign:
         raise FileExistsError(
-            f"{folder} is an incomplete condition folder holding files the study did not write ({foreign}); "
+            f"{folder} is an incomplete {what} folder holding files the runner did not write ({foreign}); "
             "move them away or use a fresh --out"
         )
     shutil.rmtree(folder)
@@ -984,7 +987,7 @@ def run_study(
                             lambda c=cond, f=folder, t=tasks_of, e=sets_of: _run_condition(
                                 profile, c, llm, t, e, f, bb.label
                             ),
-                            before=lambda f=folder: _clear_incomplete(f),
+                            before=lambda f=folder: clear_incomplete(f),
                             log=log,
                         )
                     log(f"{cond.name}: done in {time.monotonic() - t0:.0f} s")

@@ -460,7 +460,7 @@ def success_by_type(df: pd.DataFrame, out_dirs: Any) -> pd.DataFrame:
     ``out_dirs``: the study folder(s) the rows' ``run_dir`` paths are relative to (``study.results`` input)."""
     from pathlib import Path
 
-    from antipersist_lib.rundir import RunDirectory
+    from antipersist_lib.consolidation.surgery import episode_rows
 
     cols = ["builder", "condition", "step", "seed", "task_type", "n", "success"]
     if df.empty:
@@ -471,12 +471,9 @@ def success_by_type(df: pd.DataFrame, out_dirs: Any) -> pd.DataFrame:
         run_dir = next((root / r.run_dir for root in roots if (root / r.run_dir).exists()), None)
         if run_dir is None:
             continue
-        episodes = RunDirectory(run_dir).read_episodes("heldout")
-        last = max((e.get("iteration", 1) for e in episodes), default=1)
         counts: dict[str, list[int]] = {}
-        for e in episodes:
-            if e.get("iteration", 1) == last:
-                counts.setdefault(e["task"]["task_type"], []).append(int(bool(e["outcome"].get("success"))))
+        for e in episode_rows(run_dir):  # the last iteration's held-out episodes
+            counts.setdefault(e["task"]["task_type"], []).append(int(bool(e["outcome"].get("success"))))
         for task_type, wins in sorted(counts.items()):
             out.append([r.builder, r.condition, int(r.step), int(r.seed), task_type, len(wins), sum(wins) / len(wins)])
     return pd.DataFrame(out, columns=cols)

@@ -752,24 +752,24 @@ def _run_surgery(profile: StudyProfile, models: StudyModels, out: Path) -> list[
     return rows
 
 
-def load_surgery(found: Any) -> list[dict[str, Any]]:
-    """The memory-surgery rows of a study folder (or folders); [] when it ran no surgery."""
+def _extra_rows(found: Any, file: str) -> list[dict[str, Any]]:
+    """The rows of one of a study's extra result files (``file``) in every folder of ``found``."""
     rows: list[dict[str, Any]] = []
     for d in _dirs(found):
-        path = Path(d) / SURGERY_RESULTS
+        path = Path(d) / file
         if path.exists():
             rows.extend(json.loads(path.read_text(encoding="utf-8"))["rows"])
     return rows
+
+
+def load_surgery(found: Any) -> list[dict[str, Any]]:
+    """The memory-surgery rows of a study folder (or folders); [] when it ran no surgery."""
+    return _extra_rows(found, SURGERY_RESULTS)
 
 
 def load_task_switch(found: Any) -> list[dict[str, Any]]:
     """The task-switch rows of a study folder (or folders); [] when it ran no task switch."""
-    rows: list[dict[str, Any]] = []
-    for d in _dirs(found):
-        path = Path(d) / SWITCH_RESULTS
-        if path.exists():
-            rows.extend(json.loads(path.read_text(encoding="utf-8"))["rows"])
-    return rows
+    return _extra_rows(found, SWITCH_RESULTS)
 
 
 def _regime_llms(profile: StudyProfile, ledger: Ledger, out: Path) -> dict[str, LLMClient]:
