@@ -137,6 +137,10 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from antipersist_lib.envs.scienceworld import build_scienceworld_partition
 
         part, _ = build_scienceworld_partition(seed=args.seed)
+    elif args.benchmark == "textworld_express":
+        from antipersist_lib.envs.textworld_express import build_textworld_express_partition
+
+        part = build_textworld_express_partition(seed=args.seed)
     elif args.benchmark == "appworld":
         from antipersist_lib.envs.appworld import build_appworld_partition
 
@@ -215,17 +219,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_main(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.main_job import run_main
 
-    summary = run_main(args.profile, out=args.out)
+    summary = run_main(args.profile, out=args.out, runs=args.runs)
     out = Path(args.out) / Path(args.profile).stem
     print()
     for r in summary["rows"]:
         print(
             f"{r['benchmark']:>13} {r['run']:>18}: held-out success {100 * r['heldout_success_final']:5.1f}% "
-            f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task, {r['seconds']:.0f} s"
+            f"(n={r['heldout_n']}), {r['mean_calls_per_task']:.2f} calls/task"
+            + ("" if r["seconds"] is None else f", {r['seconds']:.0f} s")
         )
     print(f"\n{summary['note']}")
-    print(f"wall time {summary['wall_s'] / 60:.1f} min")
-    print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {out / 'runs'}")
+    print(
+        f"wall time {summary['wall_s'] / 60:.1f} min (the runs, all sessions together: {summary['study_s'] / 3600:.2f} h)"
+    )
+    print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {summary['runs_root']}")
     for nb in summary.get("notebooks", []):
         print(f"executed notebook (tables and figures beside it): {nb}")
     return 0
@@ -433,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
     mj = sub.add_parser("main", help="the README's main job: a smoke experiment on the embedded default")
     mj.add_argument("--profile", default="params/main/smoke.yaml")
     mj.add_argument("--out", default="outputs/main")
+    mj.add_argument(
+        "--runs",
+        help="where the run directories are (default: <out>/<profile>/runs); a folder of complete runs, "
+        "e.g. tests/fixtures/runs/cpu, is only re-read: no model is started",
+    )
     mj.set_defaults(func=_cmd_main)
 
     nbp = sub.add_parser("notebooks", help="execute every notebook headlessly for a params profile")
@@ -500,13 +512,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_cmd_grid)
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
-    t.add_argument("--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop", "appworld"))
+    t.add_argument(
+        "--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express")
+    )
     t.add_argument("--split", default="heldout", choices=("train", "heldout"))
     t.add_argument("--json", action="store_true", help="print the tasks as JSON")
     t.set_defaults(func=_cmd_tasks)
 
     pa = sub.add_parser("partition", help="(re)draw a benchmark's partition with the fixed seed")
-    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop", "appworld"))
+    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express"))
     pa.add_argument("--goals", help="WebShop: the instruction file of your WebShop install")
     pa.add_argument(
         "--dataset", default="dev", help="AppWorld: the task set the F.1 tasks are drawn from (default: dev)"

@@ -22,6 +22,7 @@ TRACKED_PACKAGES = (
     "scienceworld",
     "alfworld",
     "textworld",
+    "textworld-express",
     "llama_cpp_python",
     "ray",
 )

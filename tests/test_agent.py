@@ -139,3 +139,40 @@ def test_repeats_of_a_valid_command_count_only_when_nothing_changed():
     assert not repeats_a_no_op(None, same)
     with pytest.raises(ValueError, match="resample_repeats must be an integer in"):
         AgentConfig(resample_repeats=9)
+
+
+def test_revisiting_an_observation_with_the_same_command_is_a_loop():
+    from antipersist_lib.core.agent import revisits
+    from antipersist_lib.records import Step
+
+    west_east = [
+        Step("move west", "You are in the pantry.", 0.0, False, True, ""),
+        Step("move east", "You are in the kitchen.", 0.0, False, True, ""),
+    ]
+    start = "Your task ... You are in the kitchen."
+    # back in the kitchen: the first move west left from the initial observation (task text included),
+    # not from this description, so going west again is not a revisit yet
+    assert not revisits("move west", west_east, start)
+    around = west_east + [Step("move west", "You are in the pantry.", 0.0, False, True, "")]
+    assert revisits("move east", around, start)  # pantry -> east was done from this very observation
+    assert not revisits("take coin", around, start) and not revisits(None, around, start)
+    looks = [Step("look around", "A room.", 0.0, False, True, "")]
+    assert not revisits("look around", looks, "Task. A room.")  # from the initial observation: new
+    assert revisits("look around", looks + [Step("look around", "A room.", 0.0, False, True, "")], "Task. A room.")
+    with pytest.raises(ValueError, match="repeat_rule must be one of"):
+        AgentConfig(repeat_rule="cycle")
+
+
+def test_the_revisit_rule_resamples_an_oscillation_that_the_no_op_rule_lets_through(make_clients):
+    replies = ["Action: go to garden", "Action: go to kitchen", "Action: go to garden", "Action: go to kitchen"]
+    cfg = dict(max_steps=4, resample_repeats=1)
+    plain = make_clients(QueueResponder(list(replies), default="Action: look"))
+    res = run_episode(ErrandWorld(), TASK, plain.llm, config=AgentConfig(**cfg))
+    assert res.llm_calls == 4  # the no-op rule sees nothing wrong: every step changed the room
+    loop = make_clients(QueueResponder(list(replies), default="Action: look"))
+    res = run_episode(ErrandWorld(), TASK, loop.llm, config=AgentConfig(**cfg, repeat_rule="revisit"))
+    actions = [s.action for s in res.trajectory.steps]
+    bodies = [r["body"] for r in loop.server.requests if r["body"].get("messages")]
+    # garden -> kitchen -> garden again: "go to kitchen" from the garden was done before, so it is re-asked
+    assert actions[:3] == ["go to garden", "go to kitchen", "go to garden"] and res.llm_calls > 4
+    assert any(b["temperature"] == 0.7 for b in bodies)

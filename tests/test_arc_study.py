@@ -374,3 +374,25 @@ def test_families_admitted_finds_the_first_full_step():
     got = analysis.families_admitted(comp).iloc[0]
     assert got["all_families_at_step"] == 6 and got["most_families"] == 6 and got["steps"] == 7
     assert analysis.figure6_condition(comp.iloc[0:0]) is None
+
+
+def test_an_evaluation_only_profile_runs_the_no_memory_solver_alone(tmp_path):
+    prof = study.load_study_profile(ROOT / "params" / "arc" / "solver_check.yaml")
+    assert prof.conditions == () and prof.no_memory and prof.heldout_pool.limit == 8
+    data = yaml.safe_load((ROOT / "params" / "arc" / "solver_check.yaml").read_text())
+    data["no_memory"] = False
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(study.StudyProfileError, match="nothing to run"):
+        study.load_study_profile(bad)
+
+
+def test_the_solver_prompt_shows_how_helpers_return_new_grids():
+    """A 1.5B model called the helpers as if they changed the grid in place (7 of 8 programs returned None,
+    issue 22): the prompt shows, once, that every helper returns a new grid that solve must use and return."""
+    from antipersist_lib.arc.prompts import SOLVER_PROMPT
+    from antipersist_lib.arc.tools import TOOL_NAMES
+
+    usage = SOLVER_PROMPT.split("## Tool buffer", 1)[1].split("## History", 1)[0]
+    assert "returns a NEW grid" in usage and "grid = keep(grid, big)" in usage and "return border(" in usage
+    assert {"find_objects", "keep", "border"} <= set(TOOL_NAMES)  # the example calls helpers that exist

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from antipersist_lib.analysis import ablations
-from antipersist_lib.runner.main_job import load_profile, run_plan
+from antipersist_lib.runner.main_job import load_profile, profile_specs, run_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,3 +119,108 @@ def test_table3_defaults_have_one_source():
     helps = {a.dest: a.help for a in sub._actions}
     for key in ("neighbourhood", "gamma", "rho", "c", "epsilon"):
         assert f"default {t3[key]}" in helps[key]
+
+
+def test_settings_by_benchmark_are_checked_and_layered(tmp_path):
+    base = {"methods": ["react"], "benchmarks": ["alfworld", "textworld_express"], "max_steps": 9, "seeds": [1, 2]}
+    with pytest.raises(ValueError, match=r"settings_by_benchmark names benchmark\(s\) \['scienceworld'\]"):
+        load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"scienceworld": {"max_steps": 3}}}))
+    with pytest.raises(ValueError, match=r"settings_by_benchmark.alfworld has unknown key\(s\) \['steps'\]"):
+        load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"steps": 3}}}))
+    prof = load_profile(
+        write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"max_steps": 15, "iterations": 1}}})
+    )
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=tmp_path, cache_dir=tmp_path, judge=None)
+    assert [(s.benchmark, s.seed, s.max_steps, s.iterations) for s in specs] == [
+        ("alfworld", 1, 15, 1),
+        ("alfworld", 2, 15, 1),
+        ("textworld_express", 1, 9, 2),
+        ("textworld_express", 2, 9, 2),
+    ]
+
+
+def test_the_cpu_profile_runs_every_design_on_three_benchmarks_with_three_seeds():
+    prof = load_profile(ROOT / "params" / "main" / "cpu.yaml")
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=ROOT, cache_dir=ROOT, judge=None)
+    assert len(specs) == 5 * 3 * 3
+    assert {s.method for s in specs} == {
+        "react",
+        "trajectory_memory",
+        "abstraction_memory",
+        "joint_memory",
+        "anti_persistence",
+    }
+    assert specs[0].benchmark == "textworld_express"
+    # seed-major within a benchmark: an interrupted study already pairs every method on its first seed
+    assert [s.seed for s in specs[:5]] == [1] * 5
+    assert prof["backbone"]["model"] == "qwen2.5-coder-1.5b-instruct"
+
+
+FAKE_BACKBONE = {
+    "server": "llama-server",
+    "model": {"name": "gemma-3-270m", "file": "gemma.gguf", "sha256": "ab" * 32},
+    "llama_cpp_build": {"baseline": "x86-64-v3", "features": ["AVX2"]},
+}
+
+
+def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+
+    from antipersist_lib.runner import main_job
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.serving.llm import Endpoint
+    from antipersist_lib.testing.loopback_server import LoopbackServer
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    profile = write(
+        tmp_path,
+        {
+            "methods": ["react", "trajectory_memory"],
+            "benchmarks": ["errandworld"],
+            "seeds": [1, 2],
+            "iterations": 1,
+            "train_per_iteration": 2,
+            "heldout_limit": 2,
+            "max_steps": 4,
+            "backbone": {"model": "gemma-3-270m"},
+            "notebooks": [],
+        },
+    )
+    prof = main_job.load_profile(profile)
+    runs = tmp_path / "committed"
+    specs = main_job.profile_specs(
+        prof, backbone_label="embedded-gemma-3-270m", runs_root=runs, cache_dir=tmp_path / "c", judge=None
+    )
+    recorded = {}
+    with LoopbackServer(responder=errand_policy) as server:
+        ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        for spec in specs:
+            (summary,) = run_cell(
+                dataclasses.replace(spec, progress=False), endpoint=ep, embed_endpoint=ep, backbone_info=FAKE_BACKBONE
+            )
+            recorded[str(spec.run_dir())] = summary
+
+    def no_model(self):
+        raise AssertionError("a model was started for complete runs")
+
+    monkeypatch.setattr(main_job.EmbeddedBackbone, "__enter__", no_model)
+    out = main_job.run_main(profile, out=tmp_path / "out", runs=runs, execute_notebooks=False)
+    assert out["recomputed_only"] and len(out["rows"]) == 4
+    for row in out["rows"]:
+        assert row["heldout_success_final"] == recorded[row["run_dir"]].heldout_success
+        assert row["heldout_n"] == 2 and row["seconds"] is None  # no wall time was recorded for these runs
+    table = (tmp_path / "out" / "profile" / "results.md").read_text()
+    assert FAKE_BACKBONE["model"]["sha256"] in table and "Gemma 3 270M" in table
+    # one missing held-out episode: the run has work left, so the model must start
+    held = specs[0].run_dir() / "episodes_heldout.jsonl"
+    held.write_text("".join(held.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(AssertionError, match="a model was started"):
+        main_job.run_main(profile, out=tmp_path / "out", runs=runs, execute_notebooks=False)
+    # the runs must have been made by one model file
+    manifest = specs[1].run_dir() / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["embedded_backbone"]["model"]["sha256"] = "cd" * 32
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="2 different model files"):
+        main_job.recorded_backbone(specs[1:])

@@ -372,3 +372,48 @@ def test_ordered_pivot_keeps_the_order_rows_and_columns_first_appear_in():
     assert list(t.index) == ["bandit", "fixed: none"] and list(t.columns) == ["qwen / web", "llama / alf"]
     assert t.loc["fixed: none", "llama / alf"] == 4.0
     assert list(df.pivot(index="policy", columns="setting", values="success").columns) == ["llama / alf", "qwen / web"]
+
+
+def _outcome(method, seed, task, score, *, iteration=2, infra=False, bench="textworld_express"):
+    return {
+        "method": method,
+        "backbone": "embedded-x",
+        "benchmark": bench,
+        "seed": seed,
+        "iteration": iteration,
+        "task": task,
+        "task_type": "twc",
+        "success": 100.0 * (score == 1.0),
+        "score": score,
+        "infra_failure": infra,
+    }
+
+
+def test_task_level_pairs_match_task_seed_and_iteration_and_skip_engine_failures():
+    import pandas as pd
+
+    from antipersist_lib.analysis.results import paired_by_task
+
+    rows = []
+    for seed in (1, 2, 3):
+        for task in range(4):
+            rows.append(_outcome("anti_persistence", seed, task, 0.75))
+            rows.append(_outcome("react", seed, task, 0.25 if task else 0.75))  # task 0: a tie
+            rows.append(_outcome("react", seed, task, 1.0, iteration=1))  # an earlier iteration: not final
+    rows.append(_outcome("anti_persistence", 1, 9, 1.0))  # no react episode for task 9: unpaired
+    rows.append(_outcome("anti_persistence", 2, 7, 1.0, infra=True))
+    rows.append(_outcome("react", 2, 7, 0.0))  # paired with an engine failure: left out
+    t = paired_by_task(pd.DataFrame(rows), "score")
+    row = t.loc["react"]
+    assert row["n"] == 12 and row["positive"] == 9
+    assert row["mean_diff"] == pytest.approx(0.5 * 9 / 12)
+    assert row["p_wilcoxon"] < 0.01 and row["ci_low"] > 0
+    flipped = pd.DataFrame(rows).assign(
+        method=lambda d: d["method"].map({"react": "anti_persistence", "anti_persistence": "react"})
+    )
+    assert paired_by_task(flipped, "score").loc["react", "mean_diff"] == pytest.approx(-row["mean_diff"])
+    # every pair equal: no difference, p = 1 for both tests
+    same = pd.DataFrame([_outcome(m, 1, k, 0.5) for m in ("anti_persistence", "react") for k in range(3)])
+    equal = paired_by_task(same, "score").loc["react"]
+    assert equal["mean_diff"] == 0 and equal["p_t"] == 1.0 and equal["p_wilcoxon"] == 1.0
+    assert paired_by_task(pd.DataFrame([_outcome("react", 1, 0, 0.5)])) is None

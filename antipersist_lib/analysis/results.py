@@ -83,6 +83,7 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
                 "seed": man["seed"],
                 "iteration": it,
                 "success": 100 * s.heldout_success,
+                "score": s.heldout_score,
                 "n": s.heldout_n,
                 "steps": s.mean_steps,
                 "calls": s.mean_calls,
@@ -224,7 +225,7 @@ def paper_frame(cells: list[Any]) -> pd.DataFrame:
 
 
 MODES_OF_NOTEBOOKS = ("paper", "load", "run")
-ENGINE_PACKAGES = ("alfworld", "textworld", "scienceworld", "webshop", "appworld")
+ENGINE_PACKAGES = ("alfworld", "textworld", "scienceworld", "textworld_express", "webshop", "appworld")
 
 
 def obtain_runs(
@@ -363,6 +364,62 @@ def table6_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 6 of this run as printed (two decimals), each cell beside the paper's for the same
     backbone; the paper reports the four memory configurations only."""
     return beside_paper_cells(table6(runs), paper.table6(), decimals=2)
+
+
+def task_outcomes(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
+    """One row per held-out episode of every main run under ``roots``: method, backbone, benchmark, seed,
+    iteration, task, task type, success (0/100) and the engine's score; the units a task-level paired test
+    pairs (the same task, seed and iteration under two methods). Roots are read as ``load_iterations`` reads
+    them (the first root holding a run wins)."""
+    rows = []
+    seen: set[tuple[str, str, str, int]] = set()
+    for run in find_runs(roots, base=base):
+        man = load_manifest(run)
+        identity = (run.parent.name, man["backbone"], man["benchmark"], man["seed"])
+        if identity in seen or not (run.parent.name == man["method"] and man["method"] in TABLE1_METHODS):
+            continue
+        seen.add(identity)
+        for r in RunDirectory(run).read_episodes("heldout"):
+            rows.append(
+                {
+                    "method": man["method"],
+                    "backbone": man["backbone"],
+                    "benchmark": man["benchmark"],
+                    "seed": man["seed"],
+                    "iteration": r["iteration"],
+                    "task": r["task"]["task_id"],
+                    "task_type": r["task"].get("task_type"),
+                    "success": 100.0 * bool(r["outcome"]["success"]),
+                    "score": float(r["outcome"].get("score", 0.0) or 0.0),
+                    "infra_failure": bool(r["outcome"].get("infra_failure")),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def paired_by_task(outcomes: pd.DataFrame, value: str = "score", *, final_only: bool = True) -> pd.DataFrame | None:
+    """Table 7's paired tests with held-out episodes as the paired units: Anti-Persistence minus each
+    baseline on the same (backbone, benchmark, seed, iteration, task), on ``value`` ("score" or "success").
+    With few settings (one backbone on a CPU) this is the test that can see a difference; units where either
+    episode was an infrastructure failure, or a method has no episode, are left out. ``final_only``: only each
+    run's last evaluated iteration. None when there is nothing to pair."""
+    if outcomes.empty or "anti_persistence" not in set(outcomes["method"]):
+        return None
+    df = outcomes
+    if final_only:
+        last = df.groupby(["method", "backbone", "benchmark", "seed"])["iteration"].transform("max")
+        df = df[df["iteration"] == last]
+    keys = ["backbone", "benchmark", "seed", "iteration", "task"]
+    bad = df[df["infra_failure"]][keys].drop_duplicates()
+    if not bad.empty:
+        df = df.merge(bad, on=keys, how="left", indicator=True)
+        df = df[df["_merge"] == "left_only"].drop(columns="_merge")
+    wide = df.pivot_table(index=keys, columns="method", values=value, aggfunc="first").dropna()
+    methods = [m for m in TABLE1_METHODS if m in wide.columns]
+    if "anti_persistence" not in methods or len(methods) < 2 or len(wide) < 2:
+        return None
+    comps = statistics.table7({m: wide[m].tolist() for m in methods}, wilcoxon_method="auto")
+    return table7_frame(comps)
 
 
 def table7_frame(comparisons: list[Any]) -> pd.DataFrame:

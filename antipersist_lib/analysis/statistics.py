@@ -49,9 +49,16 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def table7(
-    cells: dict[str, Sequence[float]], *, method: str = "anti_persistence", confidence: float = 0.95
+    cells: dict[str, Sequence[float]],
+    *,
+    method: str = "anti_persistence",
+    confidence: float = 0.95,
+    wilcoxon_method: str = "exact",
 ) -> list[Comparison]:
-    """One Comparison per baseline (every key of ``cells`` except ``method``), settings paired by position."""
+    """One Comparison per baseline (every key of ``cells`` except ``method``), settings paired by position.
+
+    ``wilcoxon_method``: "exact" for the paper's few settings; "auto" for many paired units with ties
+    (e.g. task-level pairs, where most differences are 0 and scipy's exact distribution does not apply)."""
     if method not in cells:
         raise ValueError(f"no row for {method!r} in the table (rows: {sorted(cells)})")
     ours = np.asarray(cells[method], dtype=float)
@@ -66,8 +73,8 @@ def table7(
         mean = float(d.mean())
         se = float(d.std(ddof=1) / np.sqrt(n))
         half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * se)
-        t = stats.ttest_rel(ours, other)
-        w = stats.wilcoxon(d, alternative="two-sided", method="exact") if np.any(d != 0) else None
+        t = stats.ttest_rel(ours, other) if np.any(d != 0) else None  # identical: no difference to test
+        w = stats.wilcoxon(d, alternative="two-sided", method=wilcoxon_method) if np.any(d != 0) else None
         rows.append(
             dict(
                 baseline=b,
@@ -75,8 +82,8 @@ def table7(
                 mean_diff=mean,
                 ci_low=mean - half,
                 ci_high=mean + half,
-                t_stat=float(t.statistic),
-                p_t=float(t.pvalue),
+                t_stat=float(t.statistic) if t else float("nan"),
+                p_t=float(t.pvalue) if t else 1.0,
                 w_stat=float(w.statistic) if w else float("nan"),
                 p_wilcoxon=float(w.pvalue) if w else 1.0,
                 positive=int(np.sum(d > 0)),

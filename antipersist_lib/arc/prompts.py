@@ -85,6 +85,16 @@ defined (use them, do not redefine or import them); only the Python standard lib
 ## Tool buffer
 {tools}
 
+Every helper returns a NEW grid and leaves the grid you pass it unchanged, so always use what it \
+returns. How the helpers are called (this shows the calls, not the rule of the examples above):
+```python
+def solve(grid):
+    objects = find_objects(grid)          # a list of dicts with color, cells, size, bbox
+    big = [o for o in objects if o["size"] >= 3]
+    grid = keep(grid, big)                # keep the grid the helper returns
+    return border(grid, big, 3)           # solve returns the output grid
+```
+
 ## History
 Earlier trajectories, each with one example and the code written for it:
 {history}

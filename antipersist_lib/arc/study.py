@@ -389,7 +389,10 @@ def fig2_condition_name(regime: str, buffer_size: int | None) -> str:
 
 
 def _grid_conditions(grid: dict[str, Any], reading: str, base_tps: int, path: Any) -> tuple[Condition, ...]:
-    """The grid's streams; ``reading`` says whether ``buffer_size`` values are a cap or the tasks per step."""
+    """The grid's streams; ``reading`` says whether ``buffer_size`` values are a cap or the tasks per step.
+    ``regime: []`` runs no stream (an evaluation of the no-memory solver alone, e.g. a solver-prompt check)."""
+    if grid.get("regime") == []:
+        return ()
     regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
     sources = check_list(grid.get("source", ["gt"]), "conditions.source", path)
     buffers = check_list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
@@ -537,6 +540,8 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             raise fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
     if judge is not None:
         check_int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
+    if not conditions and not fig2_conditions and not _bool(data.get("no_memory", True), "no_memory", path):
+        raise fail(path, "nothing to run: conditions.regime is empty, there is no fig2 block and no_memory is false")
     profile = StudyProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),

@@ -42,6 +42,8 @@ def icl_chars_needed(n: int) -> int:
 
 NO_COMMAND_OBSERVATION = "No command found in your reply. Answer with one line 'Action: <command>'."
 THINK_OBSERVATION = "OK."
+#: what the loop-breaker counts as a repeat (``AgentConfig.repeat_rule``)
+REPEAT_RULES = ("no_op", "revisit")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class AgentConfig:
     # observation twice), ask again up to N times at repeat_temperature with a new seed each time; 0 = off
     resample_repeats: int = 0
     repeat_temperature: float = 0.7
+    # what counts as a repeat to re-ask: "no_op" (above) or "revisit": the command was already given in
+    # this episode from the very same observation (a deterministic engine would go round the same loop:
+    # a command that changed nothing, look-around-look-around, west-east-west-east); REPEAT_RULES
+    repeat_rule: str = "no_op"
 
     def __post_init__(self) -> None:
         if (
@@ -96,6 +102,8 @@ class AgentConfig:
         rt = self.repeat_temperature
         if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not 0 < rt <= 2:
             raise ValueError(f"repeat_temperature must be a number in (0, 2], got {rt!r}")
+        if self.repeat_rule not in REPEAT_RULES:
+            raise ValueError(f"repeat_rule must be one of {REPEAT_RULES}, got {self.repeat_rule!r}")
         if not isinstance(self.stop_at_observation, bool):
             raise ValueError(f"stop_at_observation must be true or false, got {self.stop_at_observation!r}")
         n = self.icl_examples
@@ -135,6 +143,17 @@ def with_valid_actions(observation: str, valid: list[str] | None, limit: int) ->
 def _resample_seed(step: int, attempt: int) -> int:
     """A request seed of its own for each resample (step, attempt): reproducible, never the run's seed."""
     return 1_000_003 * (step + 1) + attempt
+
+
+def revisits(action: str | None, steps: list[Step], initial_observation: str) -> bool:
+    """True when ``action`` was already given in this episode from the same observation the agent sees now
+    (the latest step's, or the initial one): on a deterministic engine it leads round the same loop. A
+    no-op repeat is one case (the same observation twice); an A-B-A-B oscillation is another."""
+    if not action:
+        return False
+    seen = [initial_observation] + [s.observation for s in steps]
+    now = seen[-1]
+    return any(step.action == action and seen[i] == now for i, step in enumerate(steps))
 
 
 def repeats_a_no_op(action: str | None, steps: list[Step]) -> bool:
@@ -209,7 +228,12 @@ def run_episode(
         parsed = parse_action(reply.text)
         for attempt in range(1, config.resample_repeats + 1):
             candidate = None if parsed.action is None or env.raw_actions else env.normalize_action(parsed.action)
-            if not repeats_a_no_op(candidate, steps):
+            looping = (
+                revisits(candidate, steps, initial_observation)
+                if config.repeat_rule == "revisit"
+                else repeats_a_no_op(candidate, steps)
+            )
+            if not looping:
                 break
             reply = ask(t, attempt)
             calls += 1

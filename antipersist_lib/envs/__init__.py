@@ -19,6 +19,8 @@ ADAPTERS: dict[str, tuple[str, str]] = {
     "alfworld": ("antipersist_lib.envs.alfworld", "ALFWorldEnvironment"),
     "webshop": ("antipersist_lib.envs.webshop.client", "WebShopEnvironment"),
     "appworld": ("antipersist_lib.envs.appworld", "AppWorldEnvironment"),
+    # a small-model proxy on its real engine (not one of the papers' benchmarks)
+    "textworld_express": ("antipersist_lib.envs.textworld_express", "TextWorldExpressEnvironment"),
     # the kit's own four-room test world (tests and the pipeline demo; not a benchmark)
     "errandworld": ("antipersist_lib.envs.errand_world", "ErrandWorld"),
 }

@@ -6,7 +6,7 @@ observations, not just the expert's commands, so the commands are played on the 
 
 Where the expert commands come from: ALFWorld's game file ``walkthrough`` (the PDDL planner's
 plan shipped with every game); ScienceWorld's ``get_gold_action_sequence`` for the loaded
-variation. Any other environment may supply its own by defining ``expert_actions(task)``; the
+variation; TextWorldExpress's gold path for the game's seed. Any other environment may supply its own by defining ``expert_actions(task)``; the
 remaining benchmarks (WebShop, AppWorld, the test world ErrandWorld) have none.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 #: benchmarks whose engines ship an expert action sequence for every task
-EXPERT_BENCHMARKS = ("alfworld", "scienceworld")
+EXPERT_BENCHMARKS = ("alfworld", "scienceworld", "textworld_express")
 
 
 def has_expert_paths(env: Any) -> bool:
@@ -45,7 +45,7 @@ def expert_actions(env: Any, task: Task) -> list[str]:
         if game.get("solvable") is not True:
             return []
         return [str(a) for a in game.get("walkthrough") or []]
-    if benchmark == "scienceworld":
+    if benchmark in ("scienceworld", "textworld_express"):
         return [str(a) for a in env.gold_actions(task)]
     raise ValueError(
         f"benchmark {benchmark!r} has no expert paths to replay (they exist for {', '.join(EXPERT_BENCHMARKS)})"

@@ -45,6 +45,7 @@ BUILD_COMMANDS = {
     "appworld": "python -m antipersist_lib partition appworld",
     "alfworld": "python -m antipersist_lib partition alfworld",
     "scienceworld": "python -m antipersist_lib partition scienceworld",
+    "textworld_express": "python -m antipersist_lib partition textworld_express",
 }
 
 

@@ -57,6 +57,15 @@ def run_checks(
 
     checks.append(_try("ScienceWorld engine", sw, "pip install scienceworld==1.2.3   (make install)"))
 
+    def twx() -> str:
+        from importlib.metadata import version
+
+        import textworld_express  # noqa: F401
+
+        return f"textworld-express {version('textworld-express')} (a small-model proxy, not a paper benchmark)"
+
+    checks.append(_try("TextWorldExpress engine", twx, "pip install textworld-express==1.1.0   (make install)"))
+
     def alf() -> str:
         from importlib.metadata import version
 

@@ -9,6 +9,7 @@ everything is. Everything it writes is labelled with the backbone that produced 
 from __future__ import annotations
 
 import csv
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,15 @@ from antipersist_lib.errors import EmbeddedServerError, LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
 from antipersist_lib.methods import METHODS
 from antipersist_lib.methods.frozen_skills import params_for_seed
-from antipersist_lib.runner.protocol import RunSpec, run_cell, uses_judge
+from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.protocol import (
+    IterationSummary,
+    RunSpec,
+    run_cell,
+    summarize_iteration,
+    uses_judge,
+    work_left,
+)
 from antipersist_lib.serving.embedded import EMBEDDER_MODEL, WEAK_MODEL_NOTE, EmbeddedBackbone, EmbeddedEmbedder
 from antipersist_lib.serving.profiles import NamedEndpoint, named_endpoint, read_mapping
 
@@ -41,9 +50,16 @@ PROFILE_KEYS = {
     "backbone",
     "benchmark_options",
     "notebooks",
+    "notebook_profile",
+    "settings_by_benchmark",
     "judge",
 }
 VARIANT_KEYS = {"method", "params"}
+#: protocol settings a benchmark may override (``settings_by_benchmark``): a proxy benchmark with short
+#: games needs fewer steps, a slow one fewer tasks
+BENCHMARK_SETTING_KEYS = {"iterations", "train_per_iteration", "heldout_limit", "train_pool_limit", "max_steps"}
+#: where the wall time of every run is added up across invocations (a resumed run's sessions together)
+WALL_FILE = "run_seconds.json"
 MAX_BACKBONE_RESTARTS = 3
 
 
@@ -77,9 +93,23 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     by_bench = data.get("agent_by_benchmark") or {}
     if not isinstance(by_bench, dict) or not all(isinstance(v, dict) for v in by_bench.values()):
         raise ValueError(f"profile {p}: agent_by_benchmark must map benchmark names to agent settings")
-    stray = sorted(set(by_bench) - set(data.get("benchmarks", ["scienceworld", "alfworld"])))
+    benches = set(data.get("benchmarks", ["scienceworld", "alfworld"]))
+    stray = sorted(set(by_bench) - benches)
     if stray:
         raise ValueError(f"profile {p}: agent_by_benchmark names benchmark(s) {stray} that the profile does not run")
+    settings = data.get("settings_by_benchmark") or {}
+    if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
+        raise ValueError(f"profile {p}: settings_by_benchmark must map benchmark names to protocol settings")
+    stray = sorted(set(settings) - benches)
+    if stray:
+        raise ValueError(f"profile {p}: settings_by_benchmark names benchmark(s) {stray} that the profile does not run")
+    for bench, over in settings.items():
+        bad = sorted(set(over) - BENCHMARK_SETTING_KEYS)
+        if bad:
+            raise ValueError(
+                f"profile {p}: settings_by_benchmark.{bench} has unknown key(s) {bad}; allowed: "
+                f"{sorted(BENCHMARK_SETTING_KEYS)}"
+            )
     nbs = data.get("notebooks")
     if nbs is not None:
         from antipersist_lib.runner.notebooks_runner import notebook_paths
@@ -133,38 +163,34 @@ def _agent_summary(prof: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def run_main(
-    profile_path: str | Path = "params/main/smoke.yaml",
-    *,
-    out: str | Path = "outputs/main",
-    execute_notebooks: bool = True,
-) -> dict[str, Any]:
-    prof = load_profile(profile_path)
-    name = Path(profile_path).stem
-    out = Path(out) / name
-    out.mkdir(parents=True, exist_ok=True)
-    judge = judge_model(prof, profile_path)
-    bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=out / "llama_server.log")
-    t0 = time.monotonic()
-    rows: list[dict[str, Any]] = []
-    restarts: list[dict[str, Any]] = []
+def setting(prof: dict[str, Any], bench: str, key: str, default: Any) -> Any:
+    """A protocol setting for one benchmark: its ``settings_by_benchmark`` entry, else the profile's, else ``default``."""
+    over = (prof.get("settings_by_benchmark") or {}).get(bench, {}) or {}
+    return over[key] if key in over else prof.get(key, default)
+
+
+def profile_specs(
+    prof: dict[str, Any], *, backbone_label: str, runs_root: Path, cache_dir: Path, judge: NamedEndpoint | None
+) -> list[RunSpec]:
+    """Every run of a profile, benchmark by benchmark (in the profile's order), then seed, then method: an
+    interrupted study has every method of its first seeds, so its partial tables already pair methods."""
     specs = []
     for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
-        for run_name, method, mparams in run_plan(prof):
-            for seed in prof.get("seeds", [42]):
+        for seed in prof.get("seeds", [42]):
+            for run_name, method, mparams in run_plan(prof):
                 specs.append(
                     RunSpec(
                         method=method,
                         benchmark=bench,
-                        backbone=bb.label,
+                        backbone=backbone_label,
                         embedding=EMBEDDER_MODEL,
                         seed=int(seed),
-                        iterations=int(prof.get("iterations", 2)),
-                        train_per_iteration=int(prof.get("train_per_iteration", 2)),
-                        max_steps=int(prof.get("max_steps", 4)),
+                        iterations=int(setting(prof, bench, "iterations", 2)),
+                        train_per_iteration=int(setting(prof, bench, "train_per_iteration", 2)),
+                        max_steps=int(setting(prof, bench, "max_steps", 4)),
                         heldout_concurrency=int(prof.get("heldout_concurrency", 1)),
-                        heldout_limit=prof.get("heldout_limit"),
-                        train_pool_limit=prof.get("train_pool_limit"),
+                        heldout_limit=setting(prof, bench, "heldout_limit", None),
+                        train_pool_limit=setting(prof, bench, "train_pool_limit", None),
                         subset=prof.get("subset", "balanced"),
                         # the profile's agent block, with a benchmark's own overrides on top
                         agent={
@@ -174,11 +200,164 @@ def run_main(
                         method_params=params_for_seed(mparams, int(seed)),  # {seed}: this run's own store
                         benchmark_options=dict((prof.get("benchmark_options") or {}).get(bench, {})),
                         name=run_name,
-                        out_root=str(out / "runs"),
-                        cache_dir=str(out / "cache"),
+                        out_root=str(runs_root),
+                        cache_dir=str(cache_dir),
                         judge=judge.name if judge is not None and uses_judge(method, mparams) else None,
                     )
                 )
+    return specs
+
+
+def recorded_summaries(spec: RunSpec) -> list[IterationSummary]:
+    """The per-iteration summaries of a finished run, recomputed from its episode logs (no model, no engine)."""
+    layout = RunDirectory(spec.run_dir())
+    train, held = layout.read_episodes("train"), layout.read_episodes("heldout")
+    return [summarize_iteration(i, held, train) for i in sorted({r["iteration"] for r in held})]
+
+
+def _row(spec: RunSpec, summaries: list[IterationSummary], backbone: str, seconds: float | None) -> dict[str, Any]:
+    last = summaries[-1]
+    return {
+        "backbone": backbone,
+        "benchmark": spec.benchmark,
+        "run": spec.name,
+        "method": spec.method,
+        "seed": spec.seed,
+        "iterations": len(summaries),
+        "heldout_success_final": last.heldout_success,
+        "heldout_score_final": last.heldout_score,
+        "heldout_n": last.heldout_n,
+        "mean_calls_per_task": last.mean_calls,
+        "mean_steps": last.mean_steps,
+        "train_success": last.train_success,
+        "seconds": None if seconds is None else round(seconds, 1),
+        "run_dir": str(spec.run_dir()),
+    }
+
+
+def _read_seconds(path: Path) -> dict[str, float]:
+    if not path.exists():
+        return {}
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"{path}: not a mapping of run folders to seconds ({exc}); delete it to start the count anew"
+        ) from exc
+
+
+def _run_key(spec: RunSpec, runs_root: Path) -> str:
+    """A run's folder relative to the runs root (the same key wherever the root is checked out)."""
+    return str(Path(spec.run_dir()).relative_to(runs_root))
+
+
+def recorded_backbone(specs: list[RunSpec]) -> dict[str, Any]:
+    """The embedded backbone as the runs' manifests recorded it (one model for the whole profile, checked)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        manifest = RunDirectory(spec.run_dir()).read_manifest()
+        described = manifest.get("embedded_backbone")
+        if not described:
+            raise ValueError(f"{spec.run_dir()}: its manifest records no embedded backbone (not a main-job run)")
+        seen[described["model"]["sha256"]] = described
+    if len(seen) != 1:
+        raise ValueError(f"the runs were made with {len(seen)} different model files: {sorted(seen)}")
+    return next(iter(seen.values()))
+
+
+def run_main(
+    profile_path: str | Path = "params/main/smoke.yaml",
+    *,
+    out: str | Path = "outputs/main",
+    runs: str | Path | None = None,
+    execute_notebooks: bool = True,
+) -> dict[str, Any]:
+    """Run (or resume) every run of a main-job profile on the embedded default and write the results
+    table; ``runs``: where the run directories live (default ``<out>/<profile>/runs``). When every run is
+    already complete (e.g. a committed study), nothing is started: the tables are recomputed from the
+    recorded episodes, without a model call."""
+    prof = load_profile(profile_path)
+    name = Path(profile_path).stem
+    out = Path(out) / name
+    out.mkdir(parents=True, exist_ok=True)
+    runs_root = Path(runs) if runs is not None else out / "runs"
+    judge = judge_model(prof, profile_path)
+    bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=out / "llama_server.log")
+    specs = profile_specs(prof, backbone_label=bb.label, runs_root=runs_root, cache_dir=out / "cache", judge=judge)
+    seconds_path = runs_root / WALL_FILE
+    seconds = _read_seconds(seconds_path)
+    pending = [spec for spec in specs if work_left(spec)]
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    restarts: list[dict[str, Any]] = []
+    if pending:
+        print(f"{len(pending)} of {len(specs)} runs have work left; starting the embedded default")
+        described = _run_pending(specs, pending, bb, judge, runs_root, seconds, seconds_path, restarts)
+    else:
+        print(f"every one of the {len(specs)} runs under {runs_root} is complete: recomputing, no model is started")
+        described = recorded_backbone(specs)
+    display = bb.display_name if pending else f"{_title(described)} (embedded llama.cpp, {described['server']})"
+    for spec in specs:
+        rows.append(_row(spec, recorded_summaries(spec), display, seconds.get(_run_key(spec, runs_root))))
+    wall = time.monotonic() - t0
+    study_s = sum(seconds.get(_run_key(spec, runs_root), 0.0) for spec in specs)
+    _write_tables(out, name, prof, rows, described, display, wall, study_s)
+    summary = {
+        "profile": str(profile_path),
+        "backbone": display,
+        "backbone_label": bb.label,
+        "embedded_backbone": described,
+        "embedder": EMBEDDER_MODEL,
+        "note": WEAK_MODEL_NOTE,
+        "wall_s": round(wall, 1),
+        "study_s": round(study_s, 1),
+        "recomputed_only": not pending,
+        "runs_root": str(runs_root),
+        "backbone_restarts": restarts,
+        "rows": rows,
+    }
+    atomic_write_json(out / "results.json", summary)
+    if not execute_notebooks:
+        return summary
+    from antipersist_lib.paths import repo_root
+    from antipersist_lib.runner.notebooks_runner import execute_all
+
+    loaded = runs_root.resolve()
+    try:
+        loaded = loaded.relative_to(repo_root())
+    except ValueError:
+        pass
+    executed = execute_all(
+        str(prof.get("notebook_profile", "smoke")),
+        only=prof.get("notebooks"),
+        overrides={"runs_root": str(loaded), "mode": "load"},
+    )
+    summary["notebooks"] = [str(e.output) for e in executed]
+    atomic_write_json(out / "results.json", summary)
+    return summary
+
+
+def _title(described: dict[str, Any]) -> str:
+    """A recorded model's display title (the registry's, else its file name)."""
+    from antipersist_lib.serving.models import REGISTRY
+
+    name = described["model"].get("name")
+    spec = REGISTRY.get(name) if name else None
+    return spec.title if spec is not None else str(described["model"].get("file", name))
+
+
+def _run_pending(
+    specs: list[RunSpec],
+    pending: list[RunSpec],
+    bb: EmbeddedBackbone,
+    judge: NamedEndpoint | None,
+    runs_root: Path,
+    seconds: dict[str, float],
+    seconds_path: Path,
+    restarts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Start the embedded default and run (resume) the runs with work left, adding each run's wall time
+    to ``seconds_path`` as soon as it ends (so an interrupted study keeps what it spent)."""
     # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
     # for that core stalls every similarity product (measured: 24 ms vs 0.7 ms at 500 records).
     with threadpool_limits(limits=1), bb, EmbeddedEmbedder() as em:
@@ -190,102 +369,84 @@ def run_main(
             f"embedder {EMBEDDER_MODEL} at {em.base_url}"
         )
         print(f"note: {WEAK_MODEL_NOTE}")
-        for spec in specs:
+        for n, spec in enumerate(pending, 1):
+            print(f"run {n} of the {len(pending)} with work left ({len(specs)} in the profile): {spec.run_dir()}")
             started = time.monotonic()
-            for attempt in range(MAX_BACKBONE_RESTARTS + 1):
-                try:
-                    summaries = run_cell(
-                        spec,
-                        endpoint=bb.endpoint,
-                        embed_endpoint=em.endpoint,
-                        judge_endpoint=judge.endpoint if spec.judge else None,
-                        backbone_info=bb.describe(),
-                    )
-                    break
-                except LLMUnavailableError as exc:
-                    code = bb.exit_code
-                    if code is None:
-                        raise  # the server is alive: stop, resumable
-                    report = bb.crash_report(f"it died during run {spec.run_dir()}")
-                    if attempt == MAX_BACKBONE_RESTARTS:
-                        raise EmbeddedServerError(
-                            f"{report}\n(it died {attempt + 1} times; completed work is saved, re-running resumes)"
-                        ) from exc
-                    print(f"{report}\nrestarting it and resuming the run")
-                    restarts.append({"run": str(spec.run_dir()), "exit_code": code})
-                    bb.restart()
-            last = summaries[-1]
-            rows.append(
-                {
-                    "backbone": bb.display_name,
-                    "benchmark": spec.benchmark,
-                    "run": spec.name,
-                    "method": spec.method,
-                    "seed": spec.seed,
-                    "iterations": len(summaries),
-                    "heldout_success_final": last.heldout_success,
-                    "heldout_score_final": last.heldout_score,
-                    "heldout_n": last.heldout_n,
-                    "mean_calls_per_task": last.mean_calls,
-                    "mean_steps": last.mean_steps,
-                    "train_success": last.train_success,
-                    "seconds": round(time.monotonic() - started, 1),
-                    "run_dir": str(spec.run_dir()),
-                }
+            try:
+                _run_one(spec, bb, em, judge, restarts)
+            finally:
+                key = _run_key(spec, runs_root)
+                seconds[key] = seconds.get(key, 0.0) + (time.monotonic() - started)
+                atomic_write_json(seconds_path, {k: round(v, 1) for k, v in sorted(seconds.items())})
+    return described
+
+
+def _run_one(
+    spec: RunSpec, bb: EmbeddedBackbone, em: EmbeddedEmbedder, judge: NamedEndpoint | None, restarts: list
+) -> None:
+    for attempt in range(MAX_BACKBONE_RESTARTS + 1):
+        try:
+            run_cell(
+                spec,
+                endpoint=bb.endpoint,
+                embed_endpoint=em.endpoint,
+                judge_endpoint=judge.endpoint if spec.judge else None,
+                backbone_info=bb.describe(),
             )
-    wall = time.monotonic() - t0
+            return
+        except LLMUnavailableError as exc:
+            code = bb.exit_code
+            if code is None:
+                raise  # the server is alive: stop, resumable
+            report = bb.crash_report(f"it died during run {spec.run_dir()}")
+            if attempt == MAX_BACKBONE_RESTARTS:
+                raise EmbeddedServerError(
+                    f"{report}\n(it died {attempt + 1} times; completed work is saved, re-running resumes)"
+                ) from exc
+            print(f"{report}\nrestarting it and resuming the run")
+            restarts.append({"run": str(spec.run_dir()), "exit_code": code})
+            bb.restart()
+
+
+def _write_tables(
+    out: Path,
+    name: str,
+    prof: dict[str, Any],
+    rows: list[dict[str, Any]],
+    described: dict[str, Any],
+    display: str,
+    wall: float,
+    study_s: float,
+) -> None:
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    features = ", ".join(described["llama_cpp_build"]["features"] or [])
+    model = described["model"]
     lines = [
-        f"# Main job ({name}) on the embedded default: {bb.display_name}",
+        f"# Main job ({name}) on the embedded default: {display}",
         "",
         f"> {WEAK_MODEL_NOTE}",
         "",
-        f"Model file `{bb.model.path.name}` (sha256 `{bb.model.sha256}`); llama.cpp build for baseline "
-        f"`{bb.build.baseline}` (compiled features: {features}); agent: {_agent_summary(prof)}.",
+        f"Model file `{model['file']}` (sha256 `{model['sha256']}`); llama.cpp build for baseline "
+        f"`{described['llama_cpp_build'].get('baseline')}` (compiled features: {features}); agent: {_agent_summary(prof)}.",
         "",
-        "| benchmark | run | held-out success (final it.) | held-out score | n | calls/task | steps | run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| benchmark | run | seed | held-out success (final it.) | held-out score | n | calls/task | steps | run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['benchmark']} | {r['run']} | {100 * r['heldout_success_final']:.1f}% | "
+            f"| {r['benchmark']} | {r['run']} | {r['seed']} | {100 * r['heldout_success_final']:.1f}% | "
             f"{r['heldout_score_final']:.2f} | {r['heldout_n']} | "
             f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |"
         )
     lines += [
         "",
         "Held-out score is the engine's own: ScienceWorld's 0-100 partial credit (negative when the task was "
-        "failed), ALFWorld's 0/1.",
+        "failed), ALFWorld's 0/1, TextWorldExpress's 0-1 partial credit.",
         "",
-        f"Wall time of the experiment: {wall / 60:.1f} min (backbone {bb.display_name}, embedder {EMBEDDER_MODEL}).",
+        f"Wall time of the runs, all sessions together: {study_s / 3600:.2f} h; of this invocation: "
+        f"{wall / 60:.1f} min (backbone {display}, embedder {EMBEDDER_MODEL}).",
     ]
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
-    summary = {
-        "profile": str(profile_path),
-        "backbone": bb.display_name,
-        "backbone_label": bb.label,
-        "embedded_backbone": described,
-        "embedder": EMBEDDER_MODEL,
-        "note": WEAK_MODEL_NOTE,
-        "wall_s": round(wall, 1),
-        "backbone_restarts": restarts,
-        "rows": rows,
-    }
-    atomic_write_json(out / "results.json", summary)
-    if not execute_notebooks:
-        return summary
-    from antipersist_lib.paths import repo_root
-    from antipersist_lib.runner.notebooks_runner import execute_all
-
-    runs_root = (out / "runs").resolve()
-    try:
-        runs_root = runs_root.relative_to(repo_root())
-    except ValueError:
-        pass
-    executed = execute_all("smoke", only=prof.get("notebooks"), overrides={"runs_root": str(runs_root), "mode": "load"})
-    summary["notebooks"] = [str(e.output) for e in executed]
-    atomic_write_json(out / "results.json", summary)
-    return summary

@@ -67,10 +67,17 @@ AGENT_KEYS = (
     "stop_at_observation",
     "resample_repeats",
     "repeat_temperature",
+    "repeat_rule",
 )
 #: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
 #: runs made before they existed resume unchanged
-AID_DEFAULTS = {"show_valid_actions": 0, "stop_at_observation": False, "resample_repeats": 0, "repeat_temperature": 0.7}
+AID_DEFAULTS = {
+    "show_valid_actions": 0,
+    "stop_at_observation": False,
+    "resample_repeats": 0,
+    "repeat_temperature": 0.7,
+    "repeat_rule": "no_op",
+}
 #: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
 #: when demonstrations are on, so runs made before they existed resume unchanged
 ICL_KEYS = ("icl_examples", "icl_max_chars")
