@@ -102,3 +102,48 @@ def test_seed_pool_errors_name_the_problem(tmp_path):
         validate_method_params("trajectory_memory", {"seed_pool": 3})
     with pytest.raises(ValueError, match=r"has no parameter\(s\) \['seed_pool'\]"):
         validate_method_params("expel", {"seed_pool": str(write_pool(tmp_path / "p.jsonl"))})
+
+
+class CountingLLM:
+    """Answers every synthesis request with a numbered guidance text; counts the requests."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def chat(self, messages, **kw):
+        from types import SimpleNamespace
+
+        self.calls.append({"messages": messages, **kw})
+        return SimpleNamespace(text=f"Guidance {len(self.calls)}: go to the room first.", cached=False)
+
+
+@pytest.mark.parametrize("method", ["abstraction_memory", "joint_memory"])
+def test_the_abstraction_methods_seed_both_stores_at_begin_and_resume_without_repeating(tmp_path, method):
+    pool = write_pool(tmp_path / "pool.jsonl")
+    llm = CountingLLM()
+    ctx = MethodContext(llm, CountingEmbedder(), tmp_path / method, 0, "errandworld", fsync=False)
+    ctx.state_dir.mkdir()
+    m = make_method(method, ctx, seed_pool=str(pool), synthesis_max_tokens=64)
+    assert len(m.memory) == 0 and not llm.calls  # construction calls no model
+    m.begin()
+    seeded = [a for a in m.store.history() if a.created_iteration == SEED_ITERATION]
+    assert len(m.memory) == 3 and len(seeded) == 3 and len(llm.calls) == 3
+    # one abstraction per seeded record, from that record first (H: the record, then its neighbours)
+    assert sorted(a.source_records[0] for a in seeded) == [0, 1, 2]
+    assert all(c["tags"]["phase"] == "seed" and c["tags"]["iteration"] == SEED_ITERATION for c in llm.calls)
+    m.close()
+    # a resumed run reopens the stores and begins again: nothing is synthesized twice
+    again = make_method(method, ctx, seed_pool=str(pool), synthesis_max_tokens=64)
+    again.begin()
+    assert len(llm.calls) == 3 and len(again.store.history()) == 3 and len(again.memory) == 3
+    again.close()
+
+
+def test_without_a_seed_pool_the_abstraction_store_starts_empty(tmp_path):
+    llm = CountingLLM()
+    ctx = MethodContext(llm, CountingEmbedder(), tmp_path / "a", 0, "errandworld", fsync=False)
+    ctx.state_dir.mkdir()
+    m = make_method("abstraction_memory", ctx)
+    m.begin()
+    assert len(m.memory) == 0 and len(m.store.history()) == 0 and not llm.calls
+    m.close()

@@ -34,6 +34,7 @@ from antipersist_lib.jsonl import JsonlWriter
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.trajectory_store import Retrieved, abstraction_type_filter
 from antipersist_lib.methods.base import MethodContext, TaskContext, take_params
+from antipersist_lib.methods.seeding import SEED_ITERATION
 from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
@@ -78,6 +79,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         "synthesis_max_tokens": 1024,
         "judge": False,
         "judge_max_tokens": 64,
+        "seed_pool": None,
     }
     show_trajectories = False
 
@@ -87,7 +89,12 @@ class AbstractionMemory(TrajectoryMemoryMethod):
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:
         self.params = take_params(params, self.DEFAULTS, self.name)
-        super().__init__(ctx, budget=self.params["budget"], task_filter=self.params["task_filter"])
+        super().__init__(
+            ctx,
+            budget=self.params["budget"],
+            task_filter=self.params["task_filter"],
+            seed_pool=self.params["seed_pool"],
+        )
         self.params = take_params(params, self.DEFAULTS, self.name)
         self.store = AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync)
         self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
@@ -109,9 +116,23 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         meta["abstractions_shown"] = list(parents)
         return TaskContext(blocks=blocks, parents=parents, embedding=emb, meta=meta)
 
+    def begin(self) -> None:
+        """With ``seed_pool``: M_0 starts from the pool (as trajectory memory's does), and S_0 from one
+        abstraction per seeded record, synthesized exactly as after a training episode (strategic for a
+        success), so this design starts from the same expert evidence as the trajectory-keeping ones.
+        Idempotent on resume: a seeded record whose abstraction is stored is not synthesized again."""
+        super().begin()
+        if self.seed_pool is None:
+            return
+        done = {a.source_records[0] for a in self.store.history() if a.created_iteration == 0 and a.source_records}
+        for rec in [r for r in self.memory if r.iteration == SEED_ITERATION and r.record_id not in done]:
+            if rec.embedding is None or rec.outcome.infra_failure:
+                continue
+            self._abstract(rec.task, rec.record_id, rec.embedding, iteration=SEED_ITERATION, position=-1, phase="seed")
+
     def synthesis_input(self, task: Task, rec_id: int, embedding: Any) -> tuple[str, list[Retrieved]]:
-        """H: the new record plus the most similar stored records of the same outcome."""
-        new = self.memory[len(self.memory) - 1]
+        """H: the record ``rec_id`` plus the most similar stored records of the same outcome."""
+        new = self.memory[rec_id]
         assert new.record_id == rec_id
         budget = int(self.params["budget"])
         success = new.outcome.success
@@ -133,8 +154,17 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         )
         if ctx.embedding is None or episode.outcome.infra_failure:
             return  # nothing to index the abstraction by / no evidence about the agent
-        mode, h = self.synthesis_input(task, rec.record_id, ctx.embedding)
-        tags = {"phase": "train", "iteration": iteration, "task": task.key}
+        ctx.synthesis_calls += self._abstract(
+            task, rec.record_id, ctx.embedding, iteration=iteration, position=position
+        )
+
+    def _abstract(
+        self, task: Task, rec_id: int, embedding: Any, *, iteration: int, position: int, phase: str = "train"
+    ) -> int:
+        """Synthesize one abstraction from record ``rec_id`` and its neighbours and store it (unless empty or
+        rejected by the judge); returns the synthesis calls made."""
+        mode, h = self.synthesis_input(task, rec_id, embedding)
+        tags = {"phase": phase, "iteration": iteration, "task": task.key}
         g = synthesize(
             mode,
             task.instruction,
@@ -144,11 +174,10 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             tags=tags,
             wrap=False,
         )
-        ctx.synthesis_calls += g.kappa  # post-episode synthesis (training cost)
         if not g.text:
-            return
+            return g.kappa
         if self._judge_log is not None and not self._judge(task, g.text, h, iteration, position, tags):
-            return
+            return g.kappa
         self.store.add(
             g.text,
             kind="guidance",
@@ -156,8 +185,9 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             created_iteration=iteration,
             source_records=[r.record.record_id for r in h],
             task_type=task.task_type,
-            embedding=ctx.embedding,
+            embedding=embedding,
         )
+        return g.kappa  # post-episode synthesis (training cost)
 
     def _judge(
         self, task: Task, text: str, h: list[Retrieved], iteration: int, position: int, tags: dict[str, Any]
