@@ -184,3 +184,44 @@ def test_the_llama_cpp_python_server_runs_on_the_same_portable_library(tmp_path)
             [{"role": "user", "content": "Say hi."}], purpose="execution", max_tokens=4
         )
         assert reply.completion_tokens >= 1 and bb.first_token_s is not None
+
+
+def test_a_server_started_by_the_kit_dies_when_the_kit_is_killed(tmp_path):
+    """A main job stopped with SIGKILL runs no cleanup: its llama-server must not live on as an orphan."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from antipersist_lib.serving.process_report import tied_to_parent
+
+    assert tied_to_parent(["sleep", "1"])[-2:] == ["sleep", "1"]
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from antipersist_lib.serving.process_report import tied_to_parent\n"
+        "p = subprocess.Popen(tied_to_parent(['sleep', '300']))\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # alive while the kit runs
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # a zombie of an exited child shows in /proc as state Z until init reaps it
+        try:
+            if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the child outlived the killed parent")

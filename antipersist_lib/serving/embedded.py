@@ -37,7 +37,7 @@ from typing import Any
 
 from antipersist_lib.errors import BenchmarkUnavailableError, EmbeddedServerError
 from antipersist_lib.serving.llm import Endpoint
-from antipersist_lib.serving.process_report import describe_exit, log_tail, signal_hint
+from antipersist_lib.serving.process_report import describe_exit, log_tail, signal_hint, tied_to_parent
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class EmbeddedBackbone:
         self._log_fh.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(self.command())}\n".encode())
         self._log_fh.flush()
         self._proc = subprocess.Popen(
-            self.command(),
+            tied_to_parent(self.command()),  # dies with the kit, even when the kit is killed
             stdout=self._log_fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
