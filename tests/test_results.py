@@ -417,3 +417,15 @@ def test_task_level_pairs_match_task_seed_and_iteration_and_skip_engine_failures
     equal = paired_by_task(same, "score").loc["react"]
     assert equal["mean_diff"] == 0 and equal["p_t"] == 1.0 and equal["p_wilcoxon"] == 1.0
     assert paired_by_task(pd.DataFrame([_outcome("react", 1, 0, 0.5)])) is None
+
+
+def test_a_table_of_no_main_run_is_empty_not_an_error():
+    import pandas as pd
+
+    from antipersist_lib.analysis.results import mean_std_table, table1
+
+    empty = table1(
+        pd.DataFrame(columns=["run", "iteration", "method", "variant", "main", "backbone", "benchmark", "score"]),
+        value="score",
+    )
+    assert empty.empty and mean_std_table(empty, index="method", columns=["backbone", "benchmark"]).empty

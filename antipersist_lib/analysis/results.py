@@ -299,6 +299,8 @@ def ordered_pivot(df: pd.DataFrame, *, index: Any, columns: Any, values: str) ->
 def mean_std_table(cells: pd.DataFrame, *, index: Any, columns: Any, decimals: int = 1) -> pd.DataFrame:
     """ "mean ± std" cells pivoted like the printed table (rows and columns in the order they first
     appear in ``cells``, never sorted by name), so the CSV reads as the paper does."""
+    if cells.empty:  # no main run: nothing to pivot (an empty float column would not format as text)
+        return pd.DataFrame()
     fmt = f"{{:.{decimals}f}}"
     std = cells["std"].astype(float)
     text = cells["mean"].map(fmt.format) + (" ± " + std.map(fmt.format)).where(std.notna(), "")
