@@ -387,12 +387,25 @@ def test_an_evaluation_only_profile_runs_the_no_memory_solver_alone(tmp_path):
         study.load_study_profile(bad)
 
 
-def test_the_solver_prompt_shows_how_helpers_return_new_grids():
+def test_the_solver_prompt_explains_helper_returns_only_when_the_profile_asks(tmp_path):
     """A 1.5B model called the helpers as if they changed the grid in place (7 of 8 programs returned None,
-    issue 22): the prompt shows, once, that every helper returns a new grid that solve must use and return."""
-    from antipersist_lib.arc.prompts import SOLVER_PROMPT
+    issue 22). The paper's prompt (helper_usage none) stays as it was; "note" and "example" say it."""
+    from antipersist_lib.arc.prompts import HELPER_USAGE, solver_messages
     from antipersist_lib.arc.tools import TOOL_NAMES
 
-    usage = SOLVER_PROMPT.split("## Tool buffer", 1)[1].split("## History", 1)[0]
-    assert "returns a NEW grid" in usage and "grid = keep(grid, big)" in usage and "return border(" in usage
-    assert {"find_objects", "keep", "border"} <= set(TOOL_NAMES)  # the example calls helpers that exist
+    def user(usage):
+        return solver_messages([], [], [], helper_usage=usage)[1]["content"]
+
+    assert "returns a NEW grid" not in user("none")
+    assert "returns a NEW grid" in user("note") and "grid = recolor(grid, objects, 3)" in user("note")
+    assert "```python\ndef solve(grid):" in user("example") and "return border(" in user("example")
+    assert {"find_objects", "keep", "border", "recolor"} <= set(TOOL_NAMES)  # the text calls helpers that exist
+    assert set(HELPER_USAGE) == {"none", "note", "example"}
+    with pytest.raises(ValueError, match="helper_usage must be one of"):
+        solver_messages([], [], [], helper_usage="always")
+    data = yaml.safe_load((ROOT / "params" / "arc" / "solver_check.yaml").read_text())
+    data["stream"]["helper_usage"] = "always"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(study.StudyProfileError, match="stream.helper_usage must be one of"):
+        study.load_study_profile(bad)

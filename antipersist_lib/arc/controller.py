@@ -116,6 +116,7 @@ class StreamConfig:
     decide_on: str = "every_step"  # "passing": App. B.3's timing (decide only after a passing solve)
     extraction_schema: str = "structured"  # "flat": App. B.6's schema
     solver_mode: str = "direct"  # "select" / "select_open": App. B.7's selection call before synthesis
+    helper_usage: str = "none"  # "note" / "example": the solver prompt says how helpers return (prompts.HELPER_USAGE)
 
     def evaluate_kwargs(self) -> dict[str, Any]:
         """``evaluate``'s solver settings, the stream's own: tool bodies, decoding, token cap, sandbox limits and
@@ -126,6 +127,7 @@ class StreamConfig:
             "max_tokens": self.solver_max_tokens,
             "limits": self.limits,
             "solver_mode": self.solver_mode,
+            "helper_usage": self.helper_usage,
         }
 
     def __post_init__(self) -> None:
@@ -257,6 +259,7 @@ def solve_task(
     solver_mode: str = "direct",
     seed: int | None = None,
     repeat: int = 0,
+    helper_usage: str = "none",
 ) -> tuple[SolveRecord, GradeResult]:
     """Solver prompt with the chosen memory sources, then a sandbox grade of the reply's code.
 
@@ -293,6 +296,7 @@ def solve_task(
         tool_bodies=tool_bodies,
         graded_on=graded_on,
         memory_block=memory_block,
+        helper_usage=helper_usage,
     )
     reply = llm.chat(messages, purpose=purpose, temperature=temperature, max_tokens=max_tokens, tags=tags, seed=seed)
     code = extract_code(reply.text)
@@ -504,6 +508,7 @@ def run_step(
             limits=config.limits,
             tags={"step": step, "regime": config.regime},
             solver_mode=config.solver_mode,
+            helper_usage=config.helper_usage,
         )
         calls[PURPOSE_SOLVE] += 1
         if record.selection is not None and record.selection["called"]:
@@ -623,6 +628,7 @@ def evaluate(
     workers: int = 1,
     solver_mode: str = "direct",
     repeats: int = 1,
+    helper_usage: str = "none",
 ) -> EvalResult:
     """Solve each held-out task with ``memory`` in the solver prompt; a pass = every test grid right.
 
@@ -655,6 +661,7 @@ def evaluate(
             solver_mode=solver_mode,
             seed=seed,
             repeat=rep,
+            helper_usage=helper_usage,
         )
         return record
 

@@ -84,7 +84,26 @@ defined (use them, do not redefine or import them); only the Python standard lib
 
 ## Tool buffer
 {tools}
+{helper_usage}
+## History
+Earlier trajectories, each with one example and the code written for it:
+{history}
 
+Reply with one Markdown-fenced Python block (```python ... ```) that defines solve(grid). \
+{grading}"""
+
+#: ``stream.helper_usage``: what the solver prompt says about calling the helpers, after the tool buffer. The
+#: paper's B.1 prompt says nothing ("none"). A 1.5B model called the helpers as if they changed the grid in place
+#: (7 of 8 programs returned None, params/arc/solver_check.yaml); "note" states the return value in one sentence;
+#: "example" adds a worked call, which the same model copied verbatim as its answer in 8 of 8 tasks (measured).
+HELPER_USAGE = {
+    "none": "",
+    "note": (
+        "\nEvery helper returns a NEW grid and leaves the grid you pass it unchanged: write "
+        "`grid = recolor(grid, objects, 3)` (not `recolor(grid, objects, 3)` alone) and make solve return the "
+        "output grid.\n"
+    ),
+    "example": """
 Every helper returns a NEW grid and leaves the grid you pass it unchanged, so always use what it \
 returns. How the helpers are called (this shows the calls, not the rule of the examples above):
 ```python
@@ -94,13 +113,9 @@ def solve(grid):
     grid = keep(grid, big)                # keep the grid the helper returns
     return border(grid, big, 3)           # solve returns the output grid
 ```
-
-## History
-Earlier trajectories, each with one example and the code written for it:
-{history}
-
-Reply with one Markdown-fenced Python block (```python ... ```) that defines solve(grid). \
-{grading}"""
+""",
+}
+HELPER_USAGES = tuple(HELPER_USAGE)
 
 #: what the solver is told about grading: during the stream the shown examples are graded, at evaluation
 #: new inputs of the same puzzle that the prompt does not show (the reply is never told it can pass by
@@ -382,17 +397,21 @@ def solver_messages(
     tool_bodies: bool = False,
     graded_on: str = "shown",
     memory_block: str | None = None,
+    helper_usage: str = "none",
 ) -> list[dict[str, str]]:
     """The B.1 prompt; ``graded_on`` says what the reply is graded on: the ``shown`` examples (the stream)
     or ``hidden`` inputs of the same task (evaluation). ``memory_block`` replaces the strategy listing
     (B.7's synthesis call shows only the selected strategy)."""
     if graded_on not in ("shown", "hidden"):
         raise ValueError(f"graded_on must be 'shown' or 'hidden', got {graded_on!r}")
+    if helper_usage not in HELPER_USAGE:
+        raise ValueError(f"helper_usage must be one of {HELPER_USAGES}, got {helper_usage!r}")
     user = SOLVER_PROMPT.format(
         n_examples=len(examples),
         examples=render_examples(examples),
         memory=render_strategies(strategies) if memory_block is None else memory_block,
         tools=render_tools(tool_bodies),
+        helper_usage=HELPER_USAGE[helper_usage],
         history=render_history(history),
         grading=GRADED_ON_SHOWN if graded_on == "shown" else GRADED_ON_HIDDEN,
     )

@@ -94,7 +94,7 @@ from antipersist_lib.arc.lineage import (
     label_counts,
     memory_surgery,
 )
-from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS, SOLVER_MODES
+from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS, HELPER_USAGES, SOLVER_MODES
 from antipersist_lib.arc.sandbox import UNISOLATED_WARNING, SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.core.prompts import prompt_hashes
@@ -203,6 +203,7 @@ STREAM_KEYS = {
     "decide_on",
     "extraction_schema",
     "solver_mode",
+    "helper_usage",
 }
 EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers", "repeats"}
 FIG2_KEYS = {"select", "n_tasks", "revisits", "regime", "buffer_size"}
@@ -502,6 +503,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         ("decide_on", DECIDE_ON),
         ("extraction_schema", EXTRACTION_SCHEMAS),
         ("solver_mode", SOLVER_MODES),
+        ("helper_usage", HELPER_USAGES),
     ):
         if key in stream and stream[key] not in allowed:
             raise fail(path, f"stream.{key} must be one of {allowed}, got {stream[key]!r}")
