@@ -195,11 +195,18 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     recorded = {}
     with LoopbackServer(responder=errand_policy) as server:
         ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        events: list[str] = []
         for spec in specs:
             (summary,) = run_cell(
-                dataclasses.replace(spec, progress=False), endpoint=ep, embed_endpoint=ep, backbone_info=FAKE_BACKBONE
+                dataclasses.replace(spec, progress=False),
+                endpoint=ep,
+                embed_endpoint=ep,
+                backbone_info=FAKE_BACKBONE,
+                on_event=lambda kind, data: events.append(kind),
             )
             recorded[str(spec.run_dir())] = summary
+    # every episode is an event (the main job adds a run's wall time up at each one, so a killed study keeps it)
+    assert events.count("heldout_episode") == 4 * 2 and events.count("train_episode") == 4 * 2
 
     def no_model(self):
         raise AssertionError("a model was started for complete runs")

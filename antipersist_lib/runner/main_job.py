@@ -371,18 +371,31 @@ def _run_pending(
         print(f"note: {WEAK_MODEL_NOTE}")
         for n, spec in enumerate(pending, 1):
             print(f"run {n} of the {len(pending)} with work left ({len(specs)} in the profile): {spec.run_dir()}")
-            started = time.monotonic()
-            try:
-                _run_one(spec, bb, em, judge, restarts)
-            finally:
-                key = _run_key(spec, runs_root)
-                seconds[key] = seconds.get(key, 0.0) + (time.monotonic() - started)
+            key = _run_key(spec, runs_root)
+            last = [time.monotonic()]
+
+            def count(*_: Any, key: str = key, last: list[float] = last) -> None:
+                """Add the time since the last count to the run's total and save it: after every episode, so a
+                study killed without warning (SIGTERM, SIGKILL) keeps all but its last episode's time."""
+                now = time.monotonic()
+                seconds[key] = seconds.get(key, 0.0) + (now - last[0])
+                last[0] = now
                 atomic_write_json(seconds_path, {k: round(v, 1) for k, v in sorted(seconds.items())})
+
+            try:
+                _run_one(spec, bb, em, judge, restarts, on_event=count)
+            finally:
+                count()
     return described
 
 
 def _run_one(
-    spec: RunSpec, bb: EmbeddedBackbone, em: EmbeddedEmbedder, judge: NamedEndpoint | None, restarts: list
+    spec: RunSpec,
+    bb: EmbeddedBackbone,
+    em: EmbeddedEmbedder,
+    judge: NamedEndpoint | None,
+    restarts: list,
+    on_event: Any = None,
 ) -> None:
     for attempt in range(MAX_BACKBONE_RESTARTS + 1):
         try:
@@ -392,6 +405,7 @@ def _run_one(
                 embed_endpoint=em.endpoint,
                 judge_endpoint=judge.endpoint if spec.judge else None,
                 backbone_info=bb.describe(),
+                on_event=on_event,
             )
             return
         except LLMUnavailableError as exc:

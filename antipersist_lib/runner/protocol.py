@@ -727,6 +727,7 @@ class Runner:
                     writer.append(rec)
                     finished.add((it, rec["position"]))
                     bar.update()
+                    self.on_event("heldout_episode", rec)
             except BaseException:
                 for f in futures:
                     f.cancel()
