@@ -56,13 +56,26 @@ def java_version() -> str | None:
     return lines[0] if lines else "unknown"
 
 
-def _require_engine() -> Any:
+def jvm_exited(engine: Any) -> bool:
+    """Whether the py4j-launched JVM behind ``engine`` has exited. Why ask first: py4j answers a call to a dead
+    JVM with nested connection retries, after which CPython 3.11's next compile can fail with "AST constructor
+    recursion depth mismatch" (seen in the test suite after a killed JVM)."""
+    proc = getattr(getattr(engine, "_gateway", None), "java_process", None)
+    return proc is not None and proc.poll() is not None
+
+
+def require_java(engine: str) -> None:
+    """Raise ``BenchmarkUnavailableError`` with the fix when no Java runtime is on PATH (engines run in a JVM)."""
     if java_version() is None:
         raise BenchmarkUnavailableError(
-            "ScienceWorld needs a Java runtime (java on PATH): install it with "
+            f"{engine} needs a Java runtime (java on PATH): install it with "
             "`apt-get install -y default-jre-headless` (Debian/Ubuntu) or any JRE >= 11; "
             "`make java` does this on Debian-based machines."
         )
+
+
+def _require_engine() -> Any:
+    require_java("ScienceWorld")
     try:
         from scienceworld import ScienceWorldEnv
     except ImportError as exc:
@@ -148,6 +161,8 @@ class ScienceWorldEnvironment(Environment):
         if self._env is None:
             raise InfrastructureError("ScienceWorld engine is not running (step before reset, or the JVM died)")
         try:
+            if jvm_exited(self._env):
+                raise ConnectionError("the JVM is gone")  # py4j's retries on a refused port can crash CPython 3.11
             obs, reward, done, info = self._env.step(action)
             if obs.startswith(AMBIGUOUS_PREFIX):
                 options = obs

@@ -28,7 +28,7 @@ from typing import Any
 
 from antipersist_lib.envs.base import Environment, StepResult
 from antipersist_lib.envs.partitions import PARTITION_SEED
-from antipersist_lib.envs.scienceworld import java_version
+from antipersist_lib.envs.scienceworld import java_version, jvm_exited, require_java
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Partition, Task
 
@@ -59,12 +59,7 @@ An action the game does not know answers "Unknown action"."""
 
 
 def _require_engine() -> Any:
-    if java_version() is None:
-        raise BenchmarkUnavailableError(
-            "TextWorldExpress needs a Java runtime (java on PATH): install it with "
-            "`apt-get install -y default-jre-headless` (Debian/Ubuntu) or any JRE >= 11; "
-            "`make java` does this on Debian-based machines."
-        )
+    require_java("TextWorldExpress")
     try:
         from textworld_express import TextWorldExpressEnv
     except ImportError as exc:
@@ -190,8 +185,8 @@ class TextWorldExpressEnvironment(Environment):
         if self._env is None:
             raise InfrastructureError("TextWorldExpress engine is not running (step before reset, or the JVM died)")
         try:
-            if self._env._gateway.java_process.poll() is not None:
-                raise ConnectionError("the JVM is gone")  # not worth py4j's retries on a refused port
+            if jvm_exited(self._env):
+                raise ConnectionError("the JVM is gone")  # py4j's retries on a refused port can crash CPython 3.11
             obs, reward, done, info = self._env.step(action)
         except Exception as exc:
             state = self._jvm_state()
