@@ -125,6 +125,7 @@ def test_killed_jvm_is_an_infrastructure_failure_and_the_adapter_recovers(make_c
     c2 = make_clients(kill_then_act)
     res = run_episode(env, task, c2.llm, config=AgentConfig(max_steps=3))
     assert res.outcome.infra_failure and not res.outcome.success and res.outcome.error
+    assert "the JVM died (killed by signal 9" in res.outcome.error  # the signal is named, not just 'unavailable'
     # the next episode starts a fresh JVM
     again = run_episode(env, task, c.llm, config=AgentConfig(max_steps=2))
     assert not again.outcome.infra_failure

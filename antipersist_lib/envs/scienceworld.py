@@ -25,6 +25,7 @@ from antipersist_lib.envs.base import Environment, StepResult
 from antipersist_lib.envs.partitions import PARTITION_SEED
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Partition, Task
+from antipersist_lib.serving.process_report import describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,36 @@ def java_version() -> str | None:
     return lines[0] if lines else "unknown"
 
 
+def _java_process(engine: Any) -> Any:
+    """The JVM process py4j launched for ``engine`` (both engines keep it on their gateway), or None."""
+    return getattr(getattr(engine, "_gateway", None), "java_process", None)
+
+
 def jvm_exited(engine: Any) -> bool:
     """Whether the py4j-launched JVM behind ``engine`` has exited. Why ask first: py4j answers a call to a dead
     JVM with nested connection retries, after which CPython 3.11's next compile can fail with "AST constructor
     recursion depth mismatch" (seen in the test suite after a killed JVM)."""
-    proc = getattr(getattr(engine, "_gateway", None), "java_process", None)
+    proc = _java_process(engine)
     return proc is not None and proc.poll() is not None
+
+
+def jvm_state(engine: Any) -> str:
+    """How the JVM behind ``engine`` stands, for error messages: running, or how it died (its exit code or signal,
+    named as the kit names every dead child process: ``serving.process_report.describe_exit``)."""
+    proc = _java_process(engine)
+    code = proc.poll() if proc is not None else None
+    if code is None:
+        return "the JVM is still running"
+    return f"the JVM died ({describe_exit(code)}); the next episode starts a fresh one"
+
+
+def close_engine(engine: Any) -> None:
+    """Close a py4j engine that may already be dead (nothing to report then)."""
+    if engine is not None:
+        try:
+            engine.close()
+        except Exception:  # the JVM may already be gone
+            pass
 
 
 def require_java(engine: str) -> None:
@@ -115,11 +140,7 @@ class ScienceWorldEnvironment(Environment):
 
     def _drop_engine(self) -> None:
         env, self._env = self._env, None
-        if env is not None:
-            try:
-                env.close()
-            except Exception:  # the JVM may already be gone
-                pass
+        close_engine(env)
 
     def close(self) -> None:
         self._drop_engine()
@@ -171,8 +192,9 @@ class ScienceWorldEnvironment(Environment):
                 first = options.splitlines()[1].strip() if len(options.splitlines()) > 1 else "option 0"
                 obs = f"(Ambiguous command; the first match was used: {first})\n{obs}"
         except Exception as exc:
+            state = jvm_state(self._env)
             self._drop_engine()
-            raise InfrastructureError(f"ScienceWorld step failed: {exc!r}") from exc
+            raise InfrastructureError(f"ScienceWorld step failed: {exc!r}; {state}") from exc
         self._valid_cache = None
         score = float(info.get("score", self._score) or 0)
         self._score = score

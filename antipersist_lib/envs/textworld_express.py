@@ -28,7 +28,7 @@ from typing import Any
 
 from antipersist_lib.envs.base import Environment, StepResult
 from antipersist_lib.envs.partitions import PARTITION_SEED
-from antipersist_lib.envs.scienceworld import java_version, jvm_exited, require_java
+from antipersist_lib.envs.scienceworld import close_engine, java_version, jvm_exited, jvm_state, require_java
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Partition, Task
 
@@ -133,23 +133,10 @@ class TextWorldExpressEnvironment(Environment):
             self._loaded = None
         return self._env
 
-    def _jvm_state(self) -> str:
-        """How the engine's JVM stands, for error messages: running, or its exit code / signal."""
-        proc = getattr(getattr(getattr(self._env, "_gateway", None), "java_process", None), "poll", None)
-        code = proc() if callable(proc) else None
-        if code is None:
-            return "the JVM is still running"
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return f"the JVM died ({how}); the next episode starts a fresh one"
-
     def _drop_engine(self) -> None:
         env, self._env = self._env, None
         self._loaded = None
-        if env is not None:
-            try:
-                env.close()
-            except Exception:  # the JVM may already be gone
-                pass
+        close_engine(env)
 
     def close(self) -> None:
         self._drop_engine()
@@ -169,7 +156,7 @@ class TextWorldExpressEnvironment(Environment):
                 self._loaded = (game, params)
             obs, info = env.reset(seed=seed, gameFold=fold, generateGoldPath=gold)
         except Exception as exc:
-            state = self._jvm_state()
+            state = jvm_state(self._env)
             self._drop_engine()  # a failed reset usually means a dead JVM: start afresh next time
             raise InfrastructureError(
                 f"TextWorldExpress failed to start {game} seed {seed} ({fold}): {exc!r}; {state}"
@@ -189,7 +176,7 @@ class TextWorldExpressEnvironment(Environment):
                 raise ConnectionError("the JVM is gone")  # py4j's retries on a refused port can crash CPython 3.11
             obs, reward, done, info = self._env.step(action)
         except Exception as exc:
-            state = self._jvm_state()
+            state = jvm_state(self._env)
             self._drop_engine()
             raise InfrastructureError(f"TextWorldExpress step failed: {exc!r}; {state}") from exc
         self._info = dict(info)
