@@ -231,3 +231,89 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     manifest.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="2 different model files"):
         main_job.recorded_backbone(specs[1:])
+
+
+def test_seed_pools_are_checked(tmp_path):
+    base = {"methods": ["react", "trajectory_memory"], "benchmarks": ["alfworld", "textworld_express"]}
+    cases = [
+        ({"scienceworld": {"per_type": 1}}, r"seed_pools names benchmark 'scienceworld', which the profile does not"),
+        ({"alfworld": {"per_typ": 1}}, r"seed_pools.alfworld must be \{per_type: N\}"),
+        ({"alfworld": {"per_type": 0}}, r"seed_pools.alfworld.per_type must be an integer >= 1, got 0"),
+        ({"alfworld": {"per_type": True}}, r"per_type must be an integer >= 1, got True"),
+        ([1], r"seed_pools must map benchmark names"),
+    ]
+    for pools, message in cases:
+        with pytest.raises(ValueError, match=message):
+            load_profile(write(tmp_path, {**base, "seed_pools": pools}))
+    with pytest.raises(ValueError, match=r"none of its methods keeps a trajectory store"):
+        load_profile(write(tmp_path, {**base, "methods": ["react"], "seed_pools": {"alfworld": {"per_type": 1}}}))
+    with pytest.raises(ValueError, match=r"run\(s\) \['trajectory_memory'\] set seed_pool in method_params"):
+        load_profile(
+            write(
+                tmp_path,
+                {
+                    **base,
+                    "seed_pools": {"alfworld": {"per_type": 1}},
+                    "method_params": {"trajectory_memory": {"seed_pool": "x.jsonl"}},
+                },
+            )
+        )
+
+
+def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
+    from antipersist_lib.consolidation.pool import PoolRecord, load_pool
+    from antipersist_lib.records import EpisodeOutcome, Step, Trajectory
+    from antipersist_lib.runner import main_job
+
+    methods = ["react", "trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"]
+    prof = load_profile(
+        write(
+            tmp_path,
+            {
+                "methods": methods,
+                "benchmarks": ["alfworld", "textworld_express"],
+                "seeds": [1, 2],
+                "train_pool_limit": 3,
+                "heldout_limit": 2,
+                "seed_pools": {"alfworld": {"per_type": 2}},
+            },
+        )
+    )
+    runs = tmp_path / "runs"
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=runs, cache_dir=tmp_path, judge=None)
+    seeded = {(s.benchmark, s.seed, s.method): s.method_params.get("seed_pool") for s in specs}
+    for seed in (1, 2):
+        want = str(runs / "seed_pools" / "alfworld" / f"seed{seed}.jsonl")
+        assert seeded[("alfworld", seed, "react")] is None  # no memory: nothing to seed
+        assert [seeded[("alfworld", seed, m)] for m in methods[1:]] == [want] * 4
+        assert all(seeded[("textworld_express", seed, m)] is None for m in methods)
+    calls = []
+
+    def fake_expert_pool(bench, per_type, seed, *, types):
+        calls.append((bench, per_type, seed, list(types)))
+        return [
+            PoolRecord(
+                f"{bench}:{t}:{i}",
+                _task(bench, t, i),
+                Trajectory("start", (Step("go", "done", 1.0, True, True, "Action: go"),)),
+                EpisodeOutcome(True, 1.0, 1),
+            )
+            for t in types
+            for i in range(per_type)
+        ]
+
+    made = main_job.ensure_seed_pools(prof, specs, runs, build=fake_expert_pool)
+    assert sorted(p.name for p in made) == ["seed1.jsonl", "seed2.jsonl"]
+    # the run meets 3 training games and 2 held-out games, task types in turn
+    types = main_job.run_task_types(next(s for s in specs if s.benchmark == "alfworld"))
+    assert types[:3] == ["put", "clean", "heat"] and set(types) >= {"examine"}
+    assert calls == [("alfworld", 2, 1, types), ("alfworld", 2, 2, types)]
+    assert len(load_pool(made[0])) == 2 * len(types)
+    # on disk: reused as it is, never rebuilt (resumed runs must see the same records)
+    assert main_job.ensure_seed_pools(prof, specs, runs, build=fake_expert_pool) == [] and len(calls) == 2
+
+
+def _task(bench, task_type, i):
+    from antipersist_lib.records import Task
+
+    return Task(i, bench, task_type, f"do the {task_type} task", "train", {"game": f"g{i}"})

@@ -52,6 +52,7 @@ PROFILE_KEYS = {
     "notebooks",
     "notebook_profile",
     "settings_by_benchmark",
+    "seed_pools",
     "judge",
 }
 VARIANT_KEYS = {"method", "params"}
@@ -61,6 +62,9 @@ BENCHMARK_SETTING_KEYS = {"iterations", "train_per_iteration", "heldout_limit", 
 #: where the wall time of every run is added up across invocations (a resumed run's sessions together)
 WALL_FILE = "run_seconds.json"
 MAX_BACKBONE_RESTARTS = 3
+#: where a profile's expert seed pools live, under its runs root (so a committed study carries them)
+SEED_POOL_DIR = "seed_pools"
+SEED_POOL_KEYS = {"per_type"}
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
@@ -110,6 +114,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
                 f"profile {p}: settings_by_benchmark.{bench} has unknown key(s) {bad}; allowed: "
                 f"{sorted(BENCHMARK_SETTING_KEYS)}"
             )
+    check_seed_pools(data, p, benches)
     nbs = data.get("notebooks")
     if nbs is not None:
         from antipersist_lib.runner.notebooks_runner import notebook_paths
@@ -127,6 +132,87 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             "(abstraction_memory or joint_memory with judge: true)"
         )
     return data
+
+
+def seedable(method: str) -> bool:
+    """Whether ``method`` keeps a trajectory store that can start from an expert pool (its ``seed_pool``)."""
+    from antipersist_lib.methods import method_class
+
+    return "seed_pool" in (getattr(method_class(method), "DEFAULTS", None) or {})
+
+
+def check_seed_pools(data: dict[str, Any], path: Path, benches: set[str]) -> None:
+    """``seed_pools``: benchmark -> {per_type: N}: every memory design of those benchmarks' runs starts from
+    the same N expert replays per task type (a model that never succeeds unaided has nothing else to keep)."""
+    from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
+
+    pools = data.get("seed_pools") or {}
+    if not isinstance(pools, dict):
+        raise ValueError(f"profile {path}: seed_pools must map benchmark names to {{per_type: N}}")
+    for bench, spec in pools.items():
+        if bench not in benches:
+            raise ValueError(f"profile {path}: seed_pools names benchmark {bench!r}, which the profile does not run")
+        if bench not in EXPERT_BENCHMARKS:
+            raise ValueError(
+                f"profile {path}: seed_pools.{bench}: no expert paths exist for it (they exist for "
+                f"{', '.join(EXPERT_BENCHMARKS)})"
+            )
+        if not isinstance(spec, dict) or set(spec) != SEED_POOL_KEYS:
+            raise ValueError(f"profile {path}: seed_pools.{bench} must be {{per_type: N}}, got {spec!r}")
+        n = spec["per_type"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"profile {path}: seed_pools.{bench}.per_type must be an integer >= 1, got {n!r}")
+    if not pools:
+        return
+    plan = run_plan(data)
+    if not any(seedable(m) for _, m, _ in plan):
+        raise ValueError(f"profile {path}: seed_pools is set, but none of its methods keeps a trajectory store")
+    given = [name for name, _, mp in plan if mp.get("seed_pool")]
+    if given:
+        raise ValueError(
+            f"profile {path}: run(s) {given} set seed_pool in method_params and the profile sets seed_pools; "
+            "give one or the other"
+        )
+
+
+def seed_pool_path(runs_root: Path, bench: str, seed: int) -> Path:
+    """The expert pool the memory designs of (``bench``, ``seed``) start from."""
+    return Path(runs_root) / SEED_POOL_DIR / bench / f"seed{seed}.jsonl"
+
+
+def run_task_types(spec: RunSpec) -> list[str]:
+    """The task types a run meets (its training pool and held-out tasks), in split order."""
+    from antipersist_lib.envs.partitions import load_partition
+    from antipersist_lib.records import limited_tasks
+    from antipersist_lib.runner.protocol import of_types
+
+    part = load_partition(spec.benchmark)
+    train = limited_tasks(of_types(part.train, spec.task_types), spec.train_pool_limit, spec.subset)
+    held = limited_tasks(of_types(part.heldout, spec.task_types), spec.heldout_limit, spec.subset)
+    return list(dict.fromkeys(t.task_type for t in [*train, *held]))
+
+
+def ensure_seed_pools(prof: dict[str, Any], specs: list[RunSpec], runs_root: Path, build: Any = None) -> list[Path]:
+    """Build (once) the expert pool of every (benchmark, seed) whose runs start from one, replaying the
+    engine's expert paths: ``per_type`` successful replays of each task type the runs meet, drawn from the
+    engine's training games in an order seeded by the run's seed. A pool on disk is reused as it is (runs
+    that started from it must resume from the same records). ``build``: the pool builder
+    (``consolidation.pool.expert_pool``'s signature; tests pass their own)."""
+    from antipersist_lib.consolidation.pool import expert_pool, save_pool
+
+    build = build or expert_pool
+    pools = prof.get("seed_pools") or {}
+    made: list[Path] = []
+    for spec in specs:
+        path = spec.method_params.get("seed_pool")
+        if spec.benchmark not in pools or not path or Path(path).is_file():
+            continue
+        types = run_task_types(spec)
+        per_type = int(pools[spec.benchmark]["per_type"])
+        print(f"building the expert seed pool {path} ({per_type} per type of {', '.join(types)})")
+        save_pool(build(spec.benchmark, per_type, spec.seed, types=types), path)
+        made.append(Path(path))
+    return made
 
 
 def judge_model(prof: dict[str, Any], path: str | Path = "profile") -> NamedEndpoint | None:
@@ -175,9 +261,12 @@ def profile_specs(
     """Every run of a profile, benchmark by benchmark (in the profile's order), then seed, then method: an
     interrupted study has every method of its first seeds, so its partial tables already pair methods."""
     specs = []
+    pools = prof.get("seed_pools") or {}
     for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
         for seed in prof.get("seeds", [42]):
             for run_name, method, mparams in run_plan(prof):
+                if bench in pools and seedable(method):  # every memory design starts from the same pool
+                    mparams = {**mparams, "seed_pool": str(seed_pool_path(runs_root, bench, int(seed)))}
                 specs.append(
                     RunSpec(
                         method=method,
@@ -292,6 +381,7 @@ def run_main(
     restarts: list[dict[str, Any]] = []
     if pending:
         print(f"{len(pending)} of {len(specs)} runs have work left; starting the embedded default")
+        ensure_seed_pools(prof, pending, runs_root)  # engines only: before the model starts
         described = _run_pending(specs, pending, bb, judge, runs_root, seconds, seconds_path, restarts)
     else:
         print(f"every one of the {len(specs)} runs under {runs_root} is complete: recomputing, no model is started")
