@@ -317,3 +317,138 @@ def _task(bench, task_type, i):
     from antipersist_lib.records import Task
 
     return Task(i, bench, task_type, f"do the {task_type} task", "train", {"game": f"g{i}"})
+
+
+class _FakeServer:
+    """The parts of EmbeddedBackbone that the side-by-side scheduler uses: a server that can die."""
+
+    def __init__(self):
+        import threading
+
+        self.exit_code = None
+        self.restart_threads = []
+        self.lock = threading.Lock()
+
+    def crash_report(self, where):
+        return f"llama-server died (exit {self.exit_code}) {where}"
+
+    def restart(self):
+        import threading
+
+        self.restart_threads.append(threading.current_thread())
+        self.exit_code = None
+
+
+def _specs(n):
+    from antipersist_lib.runner.protocol import RunSpec
+
+    return [RunSpec(method="react", benchmark="errandworld", backbone="x", seed=i, name=f"r{i}") for i in range(n)]
+
+
+def test_runs_side_by_side_keep_their_order_and_concurrency():
+    import threading
+    import time
+
+    from antipersist_lib.runner.main_job import _run_side_by_side
+
+    lock = threading.Lock()
+    live, peak, started = [0], [0], []
+
+    def one(spec):
+        with lock:
+            started.append(spec.seed)
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.05)
+        with lock:
+            live[0] -= 1
+
+    _run_side_by_side(_specs(5), 2, _FakeServer(), [], one)
+    assert sorted(started) == [0, 1, 2, 3, 4] and started[:2] in ([0, 1], [1, 0]) and peak[0] == 2
+
+
+def test_a_dead_server_is_restarted_once_from_the_main_thread_and_the_runs_in_flight_resume():
+    import threading
+    import time
+
+    from antipersist_lib.errors import LLMUnavailableError
+    from antipersist_lib.runner.main_job import _run_side_by_side
+
+    server = _FakeServer()
+    attempts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def one(spec):
+        with lock:
+            attempts[spec.seed] = attempts.get(spec.seed, 0) + 1
+            first = attempts[spec.seed] == 1
+        if spec.seed == 1 and first:
+            time.sleep(0.05)
+            server.exit_code = -9  # killed while both runs are in flight
+            raise LLMUnavailableError("connection refused")
+        if spec.seed == 0 and first:
+            time.sleep(0.2)  # still in flight when the server dies: it fails against the dead server too
+            raise LLMUnavailableError("connection refused")
+
+    restarts = []
+    _run_side_by_side(_specs(3), 2, server, restarts, one)
+    assert attempts == {0: 2, 1: 2, 2: 1}
+    assert server.restart_threads == [threading.main_thread()]  # tied to the kit's process (pdeathsig)
+    assert [r["exit_code"] for r in restarts] == [-9]
+
+
+def test_a_failing_run_stops_the_study_after_the_runs_in_flight_end():
+    import threading
+    import time
+
+    from antipersist_lib.runner.main_job import _run_side_by_side
+
+    done = []
+    lock = threading.Lock()
+
+    def one(spec):
+        if spec.seed == 0:
+            raise ValueError("bad task")
+        time.sleep(0.1)
+        with lock:
+            done.append(spec.seed)
+
+    with pytest.raises(ValueError, match="bad task"):
+        _run_side_by_side(_specs(4), 2, _FakeServer(), [], one)
+    assert done == [1]  # the run in flight finished; no new run was started after the failure
+
+
+def test_a_server_that_keeps_dying_stops_the_study_with_its_report():
+    from antipersist_lib.errors import EmbeddedServerError, LLMUnavailableError
+    from antipersist_lib.runner.main_job import MAX_BACKBONE_RESTARTS, _run_side_by_side
+
+    server = _FakeServer()
+
+    def one(spec):
+        server.exit_code = -11
+        raise LLMUnavailableError("connection refused")
+
+    with pytest.raises(EmbeddedServerError, match=r"(?s)exit -11.*died 4 times"):
+        _run_side_by_side(_specs(2), 2, server, [], one)
+    assert len(server.restart_threads) == MAX_BACKBONE_RESTARTS
+
+
+def test_wall_clock_keeps_each_runs_time_and_the_studys_elapsed_time(tmp_path):
+    import json
+    import time
+
+    from antipersist_lib.runner.main_job import ELAPSED_KEY, _WallClock
+
+    seconds: dict[str, float] = {"old/run/seed1": 100.0, ELAPSED_KEY: 100.0}
+    clock = _WallClock(tmp_path, seconds, tmp_path / "run_seconds.json")
+    a, b = _specs(2)
+    a = a.__class__(**{**a.__dict__, "out_root": str(tmp_path)})
+    b = b.__class__(**{**b.__dict__, "out_root": str(tmp_path)})
+    count_a, count_b = clock.counter(a), clock.counter(b)
+    time.sleep(0.2)
+    count_a()
+    count_b()  # both ran for the same 0.2 s, side by side
+    saved = json.loads((tmp_path / "run_seconds.json").read_text())
+    run_a, run_b = (str(s.run_dir().relative_to(tmp_path)) for s in (a, b))
+    assert saved[run_a] >= 0.2 and saved[run_b] >= 0.2 and saved["old/run/seed1"] == 100.0
+    assert 100.2 <= saved[ELAPSED_KEY] < 100.0 + saved[run_a] + saved[run_b] - 0.1  # overlap counted once

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,7 @@ PROFILE_KEYS = {
     "notebook_profile",
     "settings_by_benchmark",
     "seed_pools",
+    "run_concurrency",
     "judge",
 }
 VARIANT_KEYS = {"method", "params"}
@@ -65,6 +68,9 @@ MAX_BACKBONE_RESTARTS = 3
 #: where a profile's expert seed pools live, under its runs root (so a committed study carries them)
 SEED_POOL_DIR = "seed_pools"
 SEED_POOL_KEYS = {"per_type"}
+#: the key of ``WALL_FILE`` that holds the study's elapsed time (runs made side by side overlap, so their
+#: wall times add up to more than the study took)
+ELAPSED_KEY = "_elapsed"
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
@@ -115,6 +121,9 @@ def load_profile(path: str | Path) -> dict[str, Any]:
                 f"{sorted(BENCHMARK_SETTING_KEYS)}"
             )
     check_seed_pools(data, p, benches)
+    n = data.get("run_concurrency", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"profile {p}: run_concurrency must be an integer >= 1, got {n!r}")
     nbs = data.get("notebooks")
     if nbs is not None:
         from antipersist_lib.runner.notebooks_runner import notebook_paths
@@ -381,8 +390,18 @@ def run_main(
     restarts: list[dict[str, Any]] = []
     if pending:
         print(f"{len(pending)} of {len(specs)} runs have work left; starting the embedded default")
-        ensure_seed_pools(prof, pending, runs_root)  # engines only: before the model starts
-        described = _run_pending(specs, pending, bb, judge, runs_root, seconds, seconds_path, restarts)
+        described = _run_pending(
+            specs,
+            pending,
+            bb,
+            judge,
+            runs_root,
+            seconds,
+            seconds_path,
+            restarts,
+            int(prof.get("run_concurrency", 1)),
+            prepare=lambda spec: ensure_seed_pools(prof, [spec], runs_root),
+        )
     else:
         print(f"every one of the {len(specs)} runs under {runs_root} is complete: recomputing, no model is started")
         described = recorded_backbone(specs)
@@ -391,7 +410,8 @@ def run_main(
         rows.append(_row(spec, recorded_summaries(spec), display, seconds.get(_run_key(spec, runs_root))))
     wall = time.monotonic() - t0
     study_s = sum(seconds.get(_run_key(spec, runs_root), 0.0) for spec in specs)
-    _write_tables(out, name, prof, rows, described, display, wall, study_s)
+    elapsed_s = seconds.get(ELAPSED_KEY)
+    _write_tables(out, name, prof, rows, described, display, wall, study_s, elapsed_s)
     summary = {
         "profile": str(profile_path),
         "backbone": display,
@@ -401,6 +421,7 @@ def run_main(
         "note": WEAK_MODEL_NOTE,
         "wall_s": round(wall, 1),
         "study_s": round(study_s, 1),
+        "elapsed_s": None if elapsed_s is None else round(elapsed_s, 1),
         "recomputed_only": not pending,
         "runs_root": str(runs_root),
         "backbone_restarts": restarts,
@@ -445,9 +466,13 @@ def _run_pending(
     seconds: dict[str, float],
     seconds_path: Path,
     restarts: list[dict[str, Any]],
+    concurrency: int = 1,
+    prepare: Any = None,
 ) -> dict[str, Any]:
-    """Start the embedded default and run (resume) the runs with work left, adding each run's wall time
-    to ``seconds_path`` as soon as it ends (so an interrupted study keeps what it spent)."""
+    """Start the embedded default and run (resume) the runs with work left, ``concurrency`` at a time (in
+    profile order), adding each run's wall time to ``seconds_path`` after every episode (so an interrupted
+    study keeps what it spent) and the study's elapsed time under ``ELAPSED_KEY``. ``prepare(spec)`` runs
+    before a run starts, one at a time (it builds the run's seed pool when it has none yet)."""
     # One BLAS thread: the llama.cpp server keeps a core busy, and a multi-threaded BLAS waiting
     # for that core stalls every similarity product (measured: 24 ms vs 0.7 ms at 500 records).
     with threadpool_limits(limits=1), bb, EmbeddedEmbedder() as em:
@@ -459,24 +484,101 @@ def _run_pending(
             f"embedder {EMBEDDER_MODEL} at {em.base_url}"
         )
         print(f"note: {WEAK_MODEL_NOTE}")
-        for n, spec in enumerate(pending, 1):
-            print(f"run {n} of the {len(pending)} with work left ({len(specs)} in the profile): {spec.run_dir()}")
-            key = _run_key(spec, runs_root)
-            last = [time.monotonic()]
+        clock = _WallClock(runs_root, seconds, seconds_path)
+        numbered = {id(spec): n for n, spec in enumerate(pending, 1)}
+        preparing = threading.Lock()  # two runs of one seed share its pool: it is built once
 
-            def count(*_: Any, key: str = key, last: list[float] = last) -> None:
-                """Add the time since the last count to the run's total and save it: after every episode, so a
-                study killed without warning (SIGTERM, SIGKILL) keeps all but its last episode's time."""
-                now = time.monotonic()
-                seconds[key] = seconds.get(key, 0.0) + (now - last[0])
-                last[0] = now
-                atomic_write_json(seconds_path, {k: round(v, 1) for k, v in sorted(seconds.items())})
-
+        def one(spec: RunSpec, restartable: bool) -> None:
+            print(
+                f"run {numbered[id(spec)]} of the {len(pending)} with work left ({len(specs)} in the profile): "
+                f"{spec.run_dir()}",
+                flush=True,
+            )
+            if prepare is not None:
+                with preparing:
+                    prepare(spec)
+            count = clock.counter(spec)
             try:
-                _run_one(spec, bb, em, judge, restarts, on_event=count)
+                _run_one(spec, bb, em, judge, restarts, on_event=count, restartable=restartable)
             finally:
                 count()
+
+        if concurrency <= 1:
+            for spec in pending:
+                one(spec, restartable=True)
+        else:
+            _run_side_by_side(pending, concurrency, bb, restarts, lambda spec: one(spec, restartable=False))
     return described
+
+
+class _WallClock:
+    """Each run's wall time and the study's elapsed time, saved to ``WALL_FILE`` after every episode."""
+
+    def __init__(self, runs_root: Path, seconds: dict[str, float], path: Path) -> None:
+        self.runs_root, self.seconds, self.path = runs_root, seconds, path
+        self.lock = threading.Lock()
+        self.last_elapsed = time.monotonic()
+
+    def counter(self, spec: RunSpec) -> Any:
+        key = _run_key(spec, self.runs_root)
+        last = [time.monotonic()]
+
+        def count(*_: Any) -> None:
+            """Add the time since the last count to the run's total (and the study's) and save both: after every
+            episode, so a study killed without warning (SIGTERM, SIGKILL) keeps all but its last episode's time."""
+            with self.lock:
+                now = time.monotonic()
+                self.seconds[key] = self.seconds.get(key, 0.0) + (now - last[0])
+                self.seconds[ELAPSED_KEY] = self.seconds.get(ELAPSED_KEY, 0.0) + (now - self.last_elapsed)
+                last[0] = self.last_elapsed = now
+                atomic_write_json(self.path, {k: round(v, 1) for k, v in sorted(self.seconds.items())})
+
+        return count
+
+
+def _run_side_by_side(
+    pending: list[RunSpec], concurrency: int, bb: EmbeddedBackbone, restarts: list[dict[str, Any]], one: Any
+) -> None:
+    """Run ``pending`` ``concurrency`` at a time, in order. A dead server fails every run in flight: they are
+    let finish failing, the server is restarted once from this (the main) thread, so that it stays tied to
+    the kit's process, and those runs resume first. Any other error stops the study once the runs in flight
+    have ended (completed work is saved; re-running resumes)."""
+    queue = list(pending)
+    deaths = 0
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="run") as pool:
+        running: dict[Future[None], RunSpec] = {}
+        failure: BaseException | None = None
+        while queue or running:
+            while queue and len(running) < concurrency and failure is None:
+                spec = queue.pop(0)
+                running[pool.submit(one, spec)] = spec
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                spec = running.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    continue
+                if isinstance(exc, LLMUnavailableError) and bb.exit_code is not None:
+                    queue.insert(0, spec)  # the server died under it: resume it after the restart
+                elif failure is None:
+                    failure = exc
+            if bb.exit_code is not None and failure is None:
+                for fut in list(running):  # every run in flight fails against a dead server: let them
+                    fut.exception()
+                    queue.insert(0, running.pop(fut))
+                report = bb.crash_report("it died during the study")
+                deaths += 1
+                if deaths > MAX_BACKBONE_RESTARTS:
+                    raise EmbeddedServerError(
+                        f"{report}\n(it died {deaths} times; completed work is saved, re-running resumes)"
+                    )
+                print(f"{report}\nrestarting it and resuming the runs in flight", flush=True)
+                restarts.append({"run": str(queue[0].run_dir()), "exit_code": bb.exit_code})
+                bb.restart()
+            if failure is not None and not running:
+                raise failure
 
 
 def _run_one(
@@ -486,7 +588,10 @@ def _run_one(
     judge: NamedEndpoint | None,
     restarts: list,
     on_event: Any = None,
+    restartable: bool = True,
 ) -> None:
+    """One run; a server that dies under it is restarted here (``restartable``: serial runs, on the main
+    thread) or the error goes to the caller (runs side by side: ``_run_side_by_side`` restarts it once)."""
     for attempt in range(MAX_BACKBONE_RESTARTS + 1):
         try:
             run_cell(
@@ -500,7 +605,7 @@ def _run_one(
             return
         except LLMUnavailableError as exc:
             code = bb.exit_code
-            if code is None:
+            if code is None or not restartable:
                 raise  # the server is alive: stop, resumable
             report = bb.crash_report(f"it died during run {spec.run_dir()}")
             if attempt == MAX_BACKBONE_RESTARTS:
@@ -521,6 +626,7 @@ def _write_tables(
     display: str,
     wall: float,
     study_s: float,
+    elapsed_s: float | None = None,
 ) -> None:
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -550,7 +656,12 @@ def _write_tables(
         "Held-out score is the engine's own: ScienceWorld's 0-100 partial credit (negative when the task was "
         "failed), ALFWorld's 0/1, TextWorldExpress's 0-1 partial credit.",
         "",
-        f"Wall time of the runs, all sessions together: {study_s / 3600:.2f} h; of this invocation: "
-        f"{wall / 60:.1f} min (backbone {display}, embedder {EMBEDDER_MODEL}).",
+        f"Wall time of the runs, all sessions together: {study_s / 3600:.2f} h"
+        + (
+            f" (the study's elapsed time: {elapsed_s / 3600:.2f} h; runs made side by side overlap)"
+            if elapsed_s is not None and elapsed_s < study_s - 1
+            else ""
+        )
+        + f"; of this invocation: {wall / 60:.1f} min (backbone {display}, embedder {EMBEDDER_MODEL}).",
     ]
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n")
