@@ -219,7 +219,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_main(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.main_job import run_main
 
-    summary = run_main(args.profile, out=args.out, runs=args.runs)
+    summary = run_main(args.profile, out=args.out, runs=args.runs, report_only=args.report)
     out = Path(args.out) / Path(args.profile).stem
     print()
     for r in summary["rows"]:
@@ -444,6 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs",
         help="where the run directories are (default: <out>/<profile>/runs); a folder of complete runs, "
         "e.g. tests/fixtures/runs/cpu, is only re-read: no model is started",
+    )
+    mj.add_argument(
+        "--report",
+        action="store_true",
+        help="start nothing: write the tables of the runs that are complete (a study in progress)",
     )
     mj.set_defaults(func=_cmd_main)
 

@@ -224,6 +224,17 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     held.write_text("".join(held.read_text().splitlines(keepends=True)[:-1]))
     with pytest.raises(AssertionError, match="a model was started"):
         main_job.run_main(profile, out=tmp_path / "out", runs=runs, execute_notebooks=False)
+    # a study in progress is reported without a model: the complete runs only, said so in the table
+    part = main_job.run_main(profile, out=tmp_path / "part", runs=runs, execute_notebooks=False, report_only=True)
+    assert part["recomputed_only"] and (part["runs_reported"], part["runs_in_profile"]) == (3, 4)
+    assert str(specs[0].run_dir()) not in {r["run_dir"] for r in part["rows"]}
+    table = (tmp_path / "part" / "profile" / "results.md").read_text()
+    assert "3 of the profile's 4 runs are complete" in table
+    summary = {(c["benchmark"], c["run"]): c for c in main_job.seed_summary(out["rows"])}
+    both = [100 * recorded[str(s.run_dir())].heldout_success for s in specs if s.name == "trajectory_memory"]
+    cell = summary[("errandworld", "trajectory_memory")]
+    assert cell["seeds"] == 2 and cell["success_mean"] == pytest.approx(sum(both) / 2)
+    assert cell["success_sd"] == pytest.approx(abs(both[0] - both[1]) / 2**0.5)
     # the runs must have been made by one model file
     manifest = specs[1].run_dir() / "manifest.json"
     data = json.loads(manifest.read_text())

@@ -429,3 +429,32 @@ def test_a_table_of_no_main_run_is_empty_not_an_error():
         value="score",
     )
     assert empty.empty and mean_std_table(empty, index="method", columns=["backbone", "benchmark"]).empty
+
+
+def test_task_level_pairs_are_made_per_benchmark_and_against_a_chosen_reference():
+    import pandas as pd
+
+    from antipersist_lib.analysis.results import paired_by_task, paired_per_benchmark
+
+    rows = []
+    for seed in (1, 2):
+        for task in range(3):
+            rows.append(_outcome("anti_persistence", seed, task, 1.0))
+            rows.append(_outcome("react", seed, task, 0.0))
+            rows.append(_outcome("trajectory_memory", seed, task, 1.0 if task else 0.0))
+            # ScienceWorld's scores are on a 0-100 scale: pooled with the 0-1 scores they would swamp them
+            rows.append(_outcome("anti_persistence", seed, task, 10.0, bench="scienceworld"))
+            rows.append(_outcome("react", seed, task, 60.0, bench="scienceworld"))
+    df = pd.DataFrame(rows)
+    with pytest.raises(ValueError, match=r"different scales: pair them per benchmark"):
+        paired_by_task(df, "score")
+    per = paired_per_benchmark(df, "score")
+    assert list(per.index.names) == ["benchmark", "baseline"]
+    assert per.loc[("textworld_express", "react"), "mean_diff"] == pytest.approx(1.0)
+    assert per.loc[("scienceworld", "react"), "mean_diff"] == pytest.approx(-50.0)
+    assert ("scienceworld", "trajectory_memory") not in per.index  # no such run there: nothing to pair
+    # what each design adds over ReAct (the CPU study's question), on one benchmark
+    added = paired_by_task(df, "score", reference="react", benchmark="textworld_express")
+    assert set(added.index) == {"anti_persistence", "trajectory_memory"}
+    assert added.loc["trajectory_memory", "mean_diff"] == pytest.approx(-4 / 6)
+    assert paired_per_benchmark(df[df["method"] == "react"], "score") is None

@@ -399,15 +399,30 @@ def task_outcomes(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def paired_by_task(outcomes: pd.DataFrame, value: str = "score", *, final_only: bool = True) -> pd.DataFrame | None:
-    """Table 7's paired tests with held-out episodes as the paired units: Anti-Persistence minus each
-    baseline on the same (backbone, benchmark, seed, iteration, task), on ``value`` ("score" or "success").
-    With few settings (one backbone on a CPU) this is the test that can see a difference; units where either
-    episode was an infrastructure failure, or a method has no episode, are left out. ``final_only``: only each
-    run's last evaluated iteration. None when there is nothing to pair."""
-    if outcomes.empty or "anti_persistence" not in set(outcomes["method"]):
+def paired_by_task(
+    outcomes: pd.DataFrame,
+    value: str = "score",
+    *,
+    final_only: bool = True,
+    reference: str = "anti_persistence",
+    benchmark: str | None = None,
+) -> pd.DataFrame | None:
+    """Table 7's paired tests with held-out episodes as the paired units: ``reference`` (Anti-Persistence, as in
+    the paper; or e.g. ReAct, to ask what each memory design adds) minus each other method on the same
+    (backbone, benchmark, seed, iteration, task), on ``value`` ("score" or "success"). With few settings (one
+    backbone on a CPU) this is the test that can see a difference; units where either episode was an
+    infrastructure failure, or a method has no episode, are left out. ``final_only``: only each run's last
+    evaluated iteration. ``benchmark``: that benchmark's units only. Scores are on each engine's own scale
+    (ScienceWorld 0-100, the others 0-1), so pooling several benchmarks' scores is refused: ask per benchmark
+    (``paired_per_benchmark``). None when there is nothing to pair."""
+    if outcomes.empty or reference not in set(outcomes["method"]):
         return None
-    df = outcomes
+    df = outcomes if benchmark is None else outcomes[outcomes["benchmark"] == benchmark]
+    if value == "score" and df["benchmark"].nunique() > 1:
+        raise ValueError(
+            f"scores of {sorted(df['benchmark'].unique())} are on different scales: pair them per benchmark "
+            "(benchmark=..., or paired_per_benchmark)"
+        )
     if final_only:
         last = df.groupby(["method", "backbone", "benchmark", "seed"])["iteration"].transform("max")
         df = df[df["iteration"] == last]
@@ -416,12 +431,31 @@ def paired_by_task(outcomes: pd.DataFrame, value: str = "score", *, final_only: 
     if not bad.empty:
         df = df.merge(bad, on=keys, how="left", indicator=True)
         df = df[df["_merge"] == "left_only"].drop(columns="_merge")
+    if df.empty:
+        return None
     wide = df.pivot_table(index=keys, columns="method", values=value, aggfunc="first").dropna()
     methods = [m for m in TABLE1_METHODS if m in wide.columns]
-    if "anti_persistence" not in methods or len(methods) < 2 or len(wide) < 2:
+    if reference not in methods or len(methods) < 2 or len(wide) < 2:
         return None
-    comps = statistics.table7({m: wide[m].tolist() for m in methods}, wilcoxon_method="auto")
+    comps = statistics.table7({m: wide[m].tolist() for m in methods}, method=reference, wilcoxon_method="auto")
     return table7_frame(comps)
+
+
+def paired_per_benchmark(
+    outcomes: pd.DataFrame, value: str = "score", *, reference: str = "anti_persistence", final_only: bool = True
+) -> pd.DataFrame | None:
+    """``paired_by_task`` for each benchmark on its own (Holm's family: one benchmark's comparisons), as one
+    frame indexed by (benchmark, baseline); None when no benchmark has anything to pair."""
+    if outcomes is None or outcomes.empty:
+        return None
+    frames = {}
+    for bench in dict.fromkeys(outcomes["benchmark"]):
+        t = paired_by_task(outcomes, value, final_only=final_only, reference=reference, benchmark=bench)
+        if t is not None:
+            frames[bench] = t
+    if not frames:
+        return None
+    return pd.concat(frames, names=["benchmark"])
 
 
 def table7_frame(comparisons: list[Any]) -> pd.DataFrame:

@@ -369,11 +369,13 @@ def run_main(
     out: str | Path = "outputs/main",
     runs: str | Path | None = None,
     execute_notebooks: bool = True,
+    report_only: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume) every run of a main-job profile on the embedded default and write the results
     table; ``runs``: where the run directories live (default ``<out>/<profile>/runs``). When every run is
     already complete (e.g. a committed study), nothing is started: the tables are recomputed from the
-    recorded episodes, without a model call."""
+    recorded episodes, without a model call. ``report_only``: start nothing whatever is left, and write the
+    tables of the runs that are complete (a study in progress, read while it runs elsewhere)."""
     prof = load_profile(profile_path)
     name = Path(profile_path).stem
     out = Path(out) / name
@@ -385,10 +387,18 @@ def run_main(
     seconds_path = runs_root / WALL_FILE
     seconds = _read_seconds(seconds_path)
     pending = [spec for spec in specs if work_left(spec)]
+    n_profile = len(specs)
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     restarts: list[dict[str, Any]] = []
-    if pending:
+    if report_only:
+        done = [spec for spec in specs if spec not in pending]
+        print(f"{len(done)} of {len(specs)} runs are complete: their tables, no model is started")
+        if not done:
+            raise ValueError(f"no run of {profile_path} under {runs_root} is complete yet: nothing to report")
+        described = recorded_backbone(done)
+        specs, pending = done, []
+    elif pending:
         print(f"{len(pending)} of {len(specs)} runs have work left; starting the embedded default")
         described = _run_pending(
             specs,
@@ -411,7 +421,7 @@ def run_main(
     wall = time.monotonic() - t0
     study_s = sum(seconds.get(_run_key(spec, runs_root), 0.0) for spec in specs)
     elapsed_s = seconds.get(ELAPSED_KEY)
-    _write_tables(out, name, prof, rows, described, display, wall, study_s, elapsed_s)
+    _write_tables(out, name, prof, rows, described, display, wall, study_s, elapsed_s, n_profile)
     summary = {
         "profile": str(profile_path),
         "backbone": display,
@@ -423,12 +433,14 @@ def run_main(
         "study_s": round(study_s, 1),
         "elapsed_s": None if elapsed_s is None else round(elapsed_s, 1),
         "recomputed_only": not pending,
+        "runs_reported": len(specs),
+        "runs_in_profile": n_profile,
         "runs_root": str(runs_root),
         "backbone_restarts": restarts,
         "rows": rows,
     }
     atomic_write_json(out / "results.json", summary)
-    if not execute_notebooks:
+    if not execute_notebooks or report_only:
         return summary
     from antipersist_lib.paths import repo_root
     from antipersist_lib.runner.notebooks_runner import execute_all
@@ -617,6 +629,47 @@ def _run_one(
             bb.restart()
 
 
+def seed_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (benchmark, run) of the results rows: mean and sample sd over seeds of held-out success
+    (%), the engine's score, calls per task and steps, and the runs' summed wall time; in the rows' order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["benchmark"], r["run"]), []).append(r)
+
+    def mean_sd(values: list[float]) -> tuple[float, float | None]:
+        m = sum(values) / len(values)
+        if len(values) < 2:
+            return m, None
+        return m, (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+    out = []
+    for (bench, run), rs in groups.items():
+        success = mean_sd([100 * r["heldout_success_final"] for r in rs])
+        score = mean_sd([r["heldout_score_final"] for r in rs])
+        secs = [r["seconds"] for r in rs if r["seconds"] is not None]
+        out.append(
+            {
+                "benchmark": bench,
+                "run": run,
+                "method": rs[0]["method"],
+                "seeds": len(rs),
+                "heldout_n": "/".join(sorted({str(r["heldout_n"]) for r in rs})),
+                "success_mean": success[0],
+                "success_sd": success[1],
+                "score_mean": score[0],
+                "score_sd": score[1],
+                "calls_mean": mean_sd([r["mean_calls_per_task"] for r in rs])[0],
+                "steps_mean": mean_sd([r["mean_steps"] for r in rs])[0],
+                "hours": sum(secs) / 3600 if secs else None,
+            }
+        )
+    return out
+
+
+def _pm(mean: float, sd: float | None, decimals: int) -> str:
+    return f"{mean:.{decimals}f}" + ("" if sd is None else f" ± {sd:.{decimals}f}")
+
+
 def _write_tables(
     out: Path,
     name: str,
@@ -627,11 +680,17 @@ def _write_tables(
     wall: float,
     study_s: float,
     elapsed_s: float | None = None,
+    n_profile: int | None = None,
 ) -> None:
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    summary = seed_summary(rows)
+    with open(out / "summary.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
     features = ", ".join(described["llama_cpp_build"]["features"] or [])
     model = described["model"]
     lines = [
@@ -641,6 +700,32 @@ def _write_tables(
         "",
         f"Model file `{model['file']}` (sha256 `{model['sha256']}`); llama.cpp build for baseline "
         f"`{described['llama_cpp_build'].get('baseline')}` (compiled features: {features}); agent: {_agent_summary(prof)}.",
+        "",
+    ]
+    if n_profile is not None and n_profile > len(rows):
+        lines += [
+            f"**A study in progress**: {len(rows)} of the profile's {n_profile} runs are complete; the tables "
+            "hold those only.",
+            "",
+        ]
+    lines += [
+        "Held-out results after the final iteration, mean ± sd over seeds (sd over the seeds' run means; "
+        "n: held-out tasks per seed):",
+        "",
+        "| benchmark | run | seeds | n | held-out success (%) | held-out score | calls/task | steps | wall time (h) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in summary:
+        lines.append(
+            f"| {c['benchmark']} | {c['run']} | {c['seeds']} | {c['heldout_n']} | "
+            f"{_pm(c['success_mean'], c['success_sd'], 1)} | {_pm(c['score_mean'], c['score_sd'], 2)} | "
+            f"{c['calls_mean']:.2f} | {c['steps_mean']:.2f} | "
+            + ("-" if c["hours"] is None else f"{c['hours']:.2f}")
+            + " |"
+        )
+    lines += [
+        "",
+        "Each run:",
         "",
         "| benchmark | run | seed | held-out success (final it.) | held-out score | n | calls/task | steps | run |",
         "|---|---|---|---|---|---|---|---|---|",
