@@ -463,3 +463,24 @@ def test_wall_clock_keeps_each_runs_time_and_the_studys_elapsed_time(tmp_path):
     run_a, run_b = (str(s.run_dir().relative_to(tmp_path)) for s in (a, b))
     assert saved[run_a] >= 0.2 and saved[run_b] >= 0.2 and saved["old/run/seed1"] == 100.0
     assert 100.2 <= saved[ELAPSED_KEY] < 100.0 + saved[run_a] + saved[run_b] - 0.1  # overlap counted once
+
+
+def test_a_stop_file_lets_the_runs_in_flight_finish_and_starts_no_new_one(tmp_path):
+    import threading
+
+    from antipersist_lib.runner.main_job import STOP_FILE, _run_side_by_side
+
+    stop = tmp_path / STOP_FILE
+    done = []
+    lock = threading.Lock()
+
+    def one(spec):
+        if spec.seed == 0:
+            stop.touch()  # asked while runs 0 and 1 are in flight
+        with lock:
+            done.append(spec.seed)
+
+    _run_side_by_side(_specs(5), 2, _FakeServer(), [], one, stop=stop)
+    assert sorted(done) == [0, 1] and not stop.exists()  # honoured once: the next invocation resumes
+    _run_side_by_side(_specs(3), 2, _FakeServer(), [], lambda spec: done.append(spec.seed), stop=stop)
+    assert sorted(done[2:]) == [0, 1, 2]

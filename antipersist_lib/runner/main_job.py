@@ -71,6 +71,9 @@ SEED_POOL_KEYS = {"per_type"}
 #: the key of ``WALL_FILE`` that holds the study's elapsed time (runs made side by side overlap, so their
 #: wall times add up to more than the study took)
 ELAPSED_KEY = "_elapsed"
+#: a file of this name in the runs root asks a running study to stop once the runs in flight end (no new run
+#: starts; re-running resumes): ``touch <runs root>/STOP``. The study removes it when it stops.
+STOP_FILE = "STOP"
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
@@ -412,6 +415,11 @@ def run_main(
             int(prof.get("run_concurrency", 1)),
             prepare=lambda spec: ensure_seed_pools(prof, [spec], runs_root),
         )
+        left = [spec for spec in specs if work_left(spec)]
+        if left:  # stopped on request (STOP_FILE) before every run was made: report the complete ones
+            print(f"stopped with {len(left)} of the {len(specs)} runs still to make; re-run the same command to resume")
+            report_only = True
+            specs = [spec for spec in specs if spec not in left]
     else:
         print(f"every one of the {len(specs)} runs under {runs_root} is complete: recomputing, no model is started")
         described = recorded_backbone(specs)
@@ -515,12 +523,24 @@ def _run_pending(
             finally:
                 count()
 
+        stop = runs_root / STOP_FILE
         if concurrency <= 1:
             for spec in pending:
+                if stop_requested(stop):
+                    break
                 one(spec, restartable=True)
         else:
-            _run_side_by_side(pending, concurrency, bb, restarts, lambda spec: one(spec, restartable=False))
+            _run_side_by_side(pending, concurrency, bb, restarts, lambda spec: one(spec, restartable=False), stop=stop)
     return described
+
+
+def stop_requested(stop: Path | None) -> bool:
+    """True (once, removing the file) when ``stop`` exists: the study starts no new run."""
+    if stop is None or not stop.exists():
+        return False
+    print(f"found {stop}: the runs in flight finish, no new run starts (re-run to resume)", flush=True)
+    stop.unlink(missing_ok=True)
+    return True
 
 
 class _WallClock:
@@ -549,18 +569,26 @@ class _WallClock:
 
 
 def _run_side_by_side(
-    pending: list[RunSpec], concurrency: int, bb: EmbeddedBackbone, restarts: list[dict[str, Any]], one: Any
+    pending: list[RunSpec],
+    concurrency: int,
+    bb: EmbeddedBackbone,
+    restarts: list[dict[str, Any]],
+    one: Any,
+    stop: Path | None = None,
 ) -> None:
     """Run ``pending`` ``concurrency`` at a time, in order. A dead server fails every run in flight: they are
     let finish failing, the server is restarted once from this (the main) thread, so that it stays tied to
     the kit's process, and those runs resume first. Any other error stops the study once the runs in flight
-    have ended (completed work is saved; re-running resumes)."""
+    have ended (completed work is saved; re-running resumes). A ``stop`` file (``STOP_FILE``) that appears
+    lets the runs in flight finish and starts no new one."""
     queue = list(pending)
     deaths = 0
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="run") as pool:
         running: dict[Future[None], RunSpec] = {}
         failure: BaseException | None = None
         while queue or running:
+            if queue and stop_requested(stop):
+                queue.clear()
             while queue and len(running) < concurrency and failure is None:
                 spec = queue.pop(0)
                 running[pool.submit(one, spec)] = spec
@@ -682,6 +710,8 @@ def _write_tables(
     elapsed_s: float | None = None,
     n_profile: int | None = None,
 ) -> None:
+    if not rows:  # a study stopped before its first run was complete: no table yet
+        return
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
