@@ -42,6 +42,10 @@ class LLMRequestError(LLMError):
     """The endpoint rejected the request (a 4xx other than 408/409/429); retrying cannot help."""
 
 
+class ContextLengthError(LLMRequestError):
+    """The endpoint refused the prompt as longer than the model's context (a 400 that says so)."""
+
+
 class RunLockedError(RuntimeError):
     """Another process holds this run directory."""
 

@@ -176,3 +176,36 @@ def test_the_revisit_rule_resamples_an_oscillation_that_the_no_op_rule_lets_thro
     # garden -> kitchen -> garden again: "go to kitchen" from the garden was done before, so it is re-asked
     assert actions[:3] == ["go to garden", "go to kitchen", "go to garden"] and res.llm_calls > 4
     assert any(b["temperature"] == 0.7 for b in bodies)
+
+
+
+def test_a_prompt_that_outgrows_the_context_ends_the_episode_over_budget_with_its_score(make_clients):
+    from antipersist_lib.testing.loopback_server import approx_tokens, message_text
+
+    replies = ["Action: go to garden", "Action: take apple", "Action: go to attic", "Action: drop apple"]
+    # measure the prompt the third call sends, then serve a context one token short of it
+    probe = make_clients(QueueResponder(replies))
+    run_episode(ErrandWorld(), TASK, probe.llm, config=AgentConfig(max_steps=10))
+    third = probe.server.requests[2]["body"]["messages"]
+    limit = sum(approx_tokens(message_text(m)) for m in third) - 1
+    c = make_clients(QueueResponder(replies), context_tokens=limit)
+    res = run_episode(ErrandWorld(), TASK, c.llm, config=AgentConfig(max_steps=10))
+    out = res.outcome
+    assert [s.action for s in res.trajectory.steps] == ["go to garden", "take apple"]  # the two that fit
+    assert out.over_budget and not out.success and not out.infra_failure  # the agent's budget, not the engine's
+    assert out.error.startswith("context full at step 2") and "exceeds the available context size" in out.error
+    assert res.llm_calls == 2 and out.n_steps == 2
+
+
+def test_a_context_refusal_is_named_with_its_fix_and_not_retried(make_clients):
+    from antipersist_lib.errors import ContextLengthError, LLMRequestError
+
+    c = make_clients(QueueResponder([], default="Action: look"), context_tokens=5)
+    with pytest.raises(ContextLengthError, match=r"longer than the model's context.*n_ctx.*history_turns") as err:
+        c.llm.chat([{"role": "user", "content": "a prompt of far more than five tokens, surely"}], purpose="execution")
+    assert isinstance(err.value, LLMRequestError) and err.value.retries == 0
+    assert len(c.server.requests) == 1  # a permanent refusal: asked once
+    # another 400 stays a plain request error
+    from antipersist_lib.serving.llm import exceeds_context
+
+    assert not exceeds_context(ValueError("context size"))

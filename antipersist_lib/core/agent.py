@@ -19,7 +19,7 @@ from typing import Any
 from antipersist_lib.core import prompts
 from antipersist_lib.core.actions import ParsedAction, parse_action
 from antipersist_lib.envs.base import Environment
-from antipersist_lib.errors import InfrastructureError
+from antipersist_lib.errors import ContextLengthError, InfrastructureError
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -222,22 +222,28 @@ def run_episode(
             **extra,
         )
 
+    context_full: str | None = None  # the prompt outgrew the model's context: the episode ends there
     for t in range(config.max_steps):
-        reply = ask(t)
-        calls += 1
-        parsed = parse_action(reply.text)
-        for attempt in range(1, config.resample_repeats + 1):
-            candidate = None if parsed.action is None or env.raw_actions else env.normalize_action(parsed.action)
-            looping = (
-                revisits(candidate, steps, initial_observation)
-                if config.repeat_rule == "revisit"
-                else repeats_a_no_op(candidate, steps)
-            )
-            if not looping:
-                break
-            reply = ask(t, attempt)
+        try:
+            reply = ask(t)
             calls += 1
             parsed = parse_action(reply.text)
+            for attempt in range(1, config.resample_repeats + 1):
+                candidate = None if parsed.action is None or env.raw_actions else env.normalize_action(parsed.action)
+                looping = (
+                    revisits(candidate, steps, initial_observation)
+                    if config.repeat_rule == "revisit"
+                    else repeats_a_no_op(candidate, steps)
+                )
+                if not looping:
+                    break
+                reply = ask(t, attempt)
+                calls += 1
+                parsed = parse_action(reply.text)
+        except ContextLengthError as exc:
+            context_full = f"context full at step {t}: {exc.last_error or exc}"
+            log.warning("%s: %s", task.key, context_full)
+            break
         if env.raw_actions:  # block actions (code): the adapter extracts what to run
             block = env.normalize_action(reply.text).strip()
             parsed = ParsedAction(block or None, "")
@@ -280,6 +286,9 @@ def run_episode(
                 score=score,
                 n_steps=len(steps),
                 n_invalid=trajectory.n_invalid,
-                over_budget=not done and len(steps) >= config.max_steps,
+                # a prompt that no longer fits ends the episode as the step budget does: the agent's (the
+                # method's context, its history) budget ran out, not the engine; the score earned so far stands
+                over_budget=not done and (len(steps) >= config.max_steps or context_full is not None),
+                error=context_full,
             )
     return EpisodeResult(trajectory, outcome, calls)

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 import openai
 
-from antipersist_lib.errors import LLMError, LLMRequestError, LLMUnavailableError
+from antipersist_lib.errors import ContextLengthError, LLMError, LLMRequestError, LLMUnavailableError
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 
@@ -131,6 +131,19 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
+#: how servers word a prompt that does not fit: llama-server ("exceeds the available context size",
+#: exceed_context_size_error), vLLM and OpenAI ("maximum context length", context_length_exceeded)
+_CONTEXT_MARKERS = ("context size", "context length", "context_length_exceeded", "exceed_context_size")
+
+
+def exceeds_context(exc: BaseException) -> bool:
+    """Whether an endpoint's error is its refusal of a prompt longer than the model's context (a 400)."""
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code != 400:
+        return False
+    text = f"{exc.message} {getattr(exc, 'body', '')}".lower()
+    return any(m in text for m in _CONTEXT_MARKERS)
+
+
 def _describe_error(exc: BaseException) -> str:
     """One line naming the error and, for connection errors, the transport-level cause."""
     if isinstance(exc, openai.APIStatusError):
@@ -174,6 +187,15 @@ def _call_with_retries(
         try:
             return attempt(), retries
         except Exception as exc:  # classified below; non-endpoint errors are re-raised
+            if isinstance(exc, openai.APIStatusError) and exceeds_context(exc):
+                raise ContextLengthError(
+                    f"{endpoint.base_url} (model {endpoint.model!r}) refused the {purpose} request as longer than "
+                    f"the model's context: {_describe_error(exc)}. Give the server a larger context (the embedded "
+                    "default's n_ctx, vLLM's --max-model-len) or send less (agent history_turns, a smaller "
+                    "retrieval budget).",
+                    retries=retries,
+                    last_error=_describe_error(exc),
+                ) from exc
             if isinstance(exc, openai.APIStatusError) and not _is_transient(exc):
                 raise LLMRequestError(
                     f"{endpoint.base_url} (model {endpoint.model!r}) rejected the {purpose} request: "

@@ -242,6 +242,8 @@ class LoopbackServer:
 
     ``latency_s`` is slept on every request (before any fault), for saturation benchmarks.
     ``strict_model=True`` answers 404 for a model other than ``model_id``, as vLLM does.
+    ``context_tokens``: a chat prompt longer than this (``approx_tokens``) is refused with llama-server's 400
+    (``exceed_context_size_error``), as a real server with that context refuses it.
     """
 
     def __init__(
@@ -253,6 +255,7 @@ class LoopbackServer:
         *,
         model_id: str = "scripted",
         strict_model: bool = False,
+        context_tokens: int | None = None,
     ) -> None:
         self.responder: Responder = responder or ScriptedResponder(default="OK")
         self.embedder: EmbedFn = embedder or bag_of_words_embedding
@@ -260,6 +263,7 @@ class LoopbackServer:
         self.latency_s = latency_s
         self.model_id = model_id
         self.strict_model = strict_model
+        self.context_tokens = context_tokens
         self.requests: list[dict[str, Any]] = []
         self.fault_counts: dict[str, int] = {}
         self._dead: set[str] = set()
@@ -491,13 +495,22 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._check_model(body):
                 return
+            prompt_tokens = sum(approx_tokens(message_text(m)) for m in messages)
+            if server.context_tokens is not None and prompt_tokens > server.context_tokens:
+                self._send(
+                    400,
+                    _error_body(
+                        "the request exceeds the available context size, try increasing it",
+                        "exceed_context_size_error",
+                    ),
+                )
+                return
             try:
                 content = "" if empty else str(server.responder(body))
             except Exception as exc:  # the responder is test code; surface its failure as a 500
                 self._send(500, _error_body(f"responder failed: {exc!r}", "server_error"))
                 return
             content, finish = _apply_stop_and_length(content, body.get("stop"), body.get("max_tokens"))
-            prompt_tokens = sum(approx_tokens(message_text(m)) for m in messages)
             completion_tokens = approx_tokens(content)
             self._send(
                 200,
