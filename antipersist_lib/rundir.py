@@ -194,6 +194,16 @@ class RunDirectory:
             if isinstance(x.value, dict) and "iteration" in x.value and "position" in x.value
         }
 
+    def is_complete(self) -> bool:
+        """Whether every held-out episode of every iteration its manifest names is recorded (a finished run;
+        a run still being made, or stopped, is not). Manifests without those counts are taken as complete."""
+        man = self.read_manifest()
+        iterations, n_heldout = man.get("iterations"), man.get("n_heldout")
+        if iterations is None or n_heldout is None:
+            return True
+        done = self.heldout_done()
+        return all((it, j) in done for it in range(1, int(iterations) + 1) for j in range(int(n_heldout)))
+
     def open(self) -> OpenRun:
         """Take the directory for writing (creates it; ``RunLockedError`` when another process holds it)."""
         return OpenRun(self)

@@ -272,7 +272,7 @@ def test_seed_pools_are_checked(tmp_path):
 
 
 def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
-    from antipersist_lib.consolidation.pool import PoolRecord, load_pool
+    from antipersist_lib.methods.seeding import read_seed_records
     from antipersist_lib.records import EpisodeOutcome, Step, Trajectory
     from antipersist_lib.runner import main_job
 
@@ -300,28 +300,49 @@ def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
         assert all(seeded[("textworld_express", seed, m)] is None for m in methods)
     calls = []
 
-    def fake_expert_pool(bench, per_type, seed, *, types):
-        calls.append((bench, per_type, seed, list(types)))
+    def fake_build(spec, per_type):
+        calls.append((spec.benchmark, per_type, spec.seed, main_job.run_task_types(spec)))
+        traj = Trajectory("start", (Step("go", "done", 1.0, True, True, "Action: go"),))
         return [
-            PoolRecord(
-                f"{bench}:{t}:{i}",
-                _task(bench, t, i),
-                Trajectory("start", (Step("go", "done", 1.0, True, True, "Action: go"),)),
-                EpisodeOutcome(True, 1.0, 1),
-            )
-            for t in types
+            {"task": _task(spec.benchmark, t, i).to_dict(), "trajectory": traj.to_dict(), "outcome": ok.to_dict()}
+            for t in main_job.run_task_types(spec)
             for i in range(per_type)
         ]
 
-    made = main_job.ensure_seed_pools(prof, specs, runs, build=fake_expert_pool)
+    ok = EpisodeOutcome(True, 1.0, 1)
+    made = main_job.ensure_seed_pools(prof, specs, runs, build=fake_build)
     assert sorted(p.name for p in made) == ["seed1.jsonl", "seed2.jsonl"]
     # the run meets 3 training games and 2 held-out games, task types in turn
     types = main_job.run_task_types(next(s for s in specs if s.benchmark == "alfworld"))
     assert types[:3] == ["put", "clean", "heat"] and set(types) >= {"examine"}
     assert calls == [("alfworld", 2, 1, types), ("alfworld", 2, 2, types)]
-    assert len(load_pool(made[0])) == 2 * len(types)
+    assert len(read_seed_records(made[0])) == 2 * len(types)  # what the methods' seed_pool reads
     # on disk: reused as it is, never rebuilt (resumed runs must see the same records)
-    assert main_job.ensure_seed_pools(prof, specs, runs, build=fake_expert_pool) == [] and len(calls) == 2
+    assert main_job.ensure_seed_pools(prof, specs, runs, build=fake_build) == [] and len(calls) == 2
+
+
+def test_an_expert_seed_pool_replays_training_games_outside_the_runs_own(tmp_path):
+    """On the real TextWorldExpress engine (a JVM): successful expert paths, per type, none of the run's own."""
+    from antipersist_lib.runner.main_job import expert_seed_pool, run_tasks
+    from antipersist_lib.runner.protocol import RunSpec
+
+    spec = RunSpec(
+        method="trajectory_memory",
+        benchmark="textworld_express",
+        backbone="x",
+        seed=3,
+        train_pool_limit=3,
+        heldout_limit=3,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    records = expert_seed_pool(spec, 1, tmp_path / "cache")
+    own = {t.key for t in run_tasks(spec)[0]}
+    assert [r["task"]["task_type"] for r in records] == ["twc", "coin", "cookingworld"]
+    assert all(r["outcome"]["success"] and r["trajectory"]["steps"] for r in records)
+    assert not {f"textworld_express/train/{r['task']['task_id']}" for r in records} & own
+    assert {r["task"]["split"] for r in records} == {"train"}
+    again = expert_seed_pool(spec, 1, tmp_path / "cache")  # from the replay cache: the same records
+    assert again == records
 
 
 def _task(bench, task_type, i):

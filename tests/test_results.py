@@ -458,3 +458,30 @@ def test_task_level_pairs_are_made_per_benchmark_and_against_a_chosen_reference(
     assert set(added.index) == {"anti_persistence", "trajectory_memory"}
     assert added.loc["trajectory_memory", "mean_diff"] == pytest.approx(-4 / 6)
     assert paired_per_benchmark(df[df["method"] == "react"], "score") is None
+
+
+def test_runs_still_in_progress_are_left_out_and_named(tmp_path):
+    import shutil
+    import warnings
+
+    from antipersist_lib.analysis.results import load_iterations, task_outcomes
+    from antipersist_lib.rundir import RunDirectory
+
+    root = tmp_path / "runs"
+    shutil.copytree(SMOKE, root)
+    runs = sorted(p.parent for p in root.rglob("manifest.json"))
+    assert all(RunDirectory(r).is_complete() for r in runs)
+    full = load_iterations(root)
+    cut = runs[0]
+    held = cut / "episodes_heldout.jsonl"
+    held.write_text("".join(held.read_text().splitlines(keepends=True)[:-1]))  # its last episode not yet made
+    assert not RunDirectory(cut).is_complete()
+    with pytest.warns(UserWarning, match=r"1 run\(s\) still in progress left out"):
+        part = load_iterations(root)
+    assert part.attrs["incomplete"] == [str(cut)] and str(cut) not in set(part["run"])
+    assert part["run"].nunique() == full["run"].nunique() - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert str(cut) in set(load_iterations(root, complete_only=False)["run"])
+    outcomes = task_outcomes(root)
+    assert not outcomes.empty and len(outcomes) < len(task_outcomes(root, complete_only=False))

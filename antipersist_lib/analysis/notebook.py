@@ -62,8 +62,10 @@ def setup(
     out = root / output_dir
     out.mkdir(parents=True, exist_ok=True)
     runs, loaded_from = pd.DataFrame(), None
+    in_progress: list[str] = []
     if runs_root is not None:
         runs, loaded_from = obtain_runs(mode, runs_root, run_profile=run_profile, root=root)
+        in_progress = list(runs.attrs.get("incomplete", []))
     if methods is not None and not runs.empty:
         runs = main_runs(runs)
         runs = runs[runs["method"].isin(list(methods))]
@@ -75,5 +77,6 @@ def setup(
     elif runs_root is not None:
         print(
             f"{runs['run'].nunique() if not runs.empty else 0} runs ({len(runs)} run x iteration rows) loaded from {loaded_from}"
+            + (f"; {len(in_progress)} run(s) still in progress left out" if in_progress else "")
         )
     return Setup(root, out, runs, loaded_from, embedded, WEAK_MODEL_NOTE if embedded else "")

@@ -33,9 +33,10 @@ def _roots(roots: Any) -> list[Path]:
     return [Path(r) for r in roots] if isinstance(roots, (list, tuple)) else [Path(roots)]
 
 
-def find_runs(roots: Any, *, base: str | Path | None = None) -> list[Path]:
+def find_runs(roots: Any, *, base: str | Path | None = None, complete_only: bool = False) -> list[Path]:
     """Every run directory (a folder with a ``manifest.json``) under one root or a list of roots;
-    relative roots are taken from ``base`` when given."""
+    relative roots are taken from ``base`` when given. ``complete_only``: leave out runs still being made
+    (or stopped before their last held-out episode: ``RunDirectory.is_complete``)."""
     out: list[Path] = []
     for root in _roots(roots):
         root = Path(base) / root if base is not None and not root.is_absolute() else root
@@ -44,6 +45,8 @@ def find_runs(roots: Any, *, base: str | Path | None = None) -> list[Path]:
                 f"no run directories under {root}: run the experiment first or point runs_root elsewhere"
             )
         out += sorted(p.parent for p in root.rglob(RunDirectory.MANIFEST))
+    if complete_only:
+        out = [run for run in out if RunDirectory(run).is_complete()]
     return out
 
 
@@ -51,8 +54,12 @@ def load_manifest(run: str | Path) -> dict[str, Any]:
     return RunDirectory(run).read_manifest()
 
 
-def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
+def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only: bool = True) -> pd.DataFrame:
     """One row per (run, iteration) for every run under ``roots`` (a path or a list of paths).
+
+    Runs still being made (a study in progress) are left out unless ``complete_only`` is False: a run
+    with half its held-out episodes would count as a seed with fewer tasks. They are named in a warning
+    and in ``df.attrs["incomplete"]``.
 
     Roots are read in the order given and the first one wins: a run of the same identity (run
     folder, backbone, benchmark, seed) found again under a later root is left out, named in a
@@ -61,7 +68,9 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
     rows = []
     seen: dict[tuple[str, str, str, int], Path] = {}
     shadowed: list[str] = []
-    for run in find_runs(roots, base=base):
+    runs = find_runs(roots, base=base)
+    incomplete = [run for run in runs if not RunDirectory(run).is_complete()] if complete_only else []
+    for run in [r for r in runs if r not in incomplete]:
         man = load_manifest(run)
         identity = (run.parent.name, man["backbone"], man["benchmark"], man["seed"])
         if identity in seen:
@@ -97,6 +106,13 @@ def load_iterations(roots: Any, *, base: str | Path | None = None) -> pd.DataFra
             rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs["shadowed"] = shadowed
+    df.attrs["incomplete"] = [str(r) for r in incomplete]
+    if incomplete:
+        warnings.warn(
+            f"{len(incomplete)} run(s) still in progress left out (not every held-out episode is recorded): "
+            + "; ".join(str(r) for r in incomplete),
+            stacklevel=2,
+        )
     if shadowed:
         warnings.warn(
             f"{len(shadowed)} run(s) left out because an earlier root holds the same run: " + "; ".join(shadowed),
@@ -368,14 +384,14 @@ def table6_beside_paper(runs: pd.DataFrame) -> pd.DataFrame:
     return beside_paper_cells(table6(runs), paper.table6(), decimals=2)
 
 
-def task_outcomes(roots: Any, *, base: str | Path | None = None) -> pd.DataFrame:
+def task_outcomes(roots: Any, *, base: str | Path | None = None, complete_only: bool = True) -> pd.DataFrame:
     """One row per held-out episode of every main run under ``roots``: method, backbone, benchmark, seed,
     iteration, task, task type, success (0/100) and the engine's score; the units a task-level paired test
     pairs (the same task, seed and iteration under two methods). Roots are read as ``load_iterations`` reads
-    them (the first root holding a run wins)."""
+    them (the first root holding a run wins; runs still in progress left out unless ``complete_only`` is False)."""
     rows = []
     seen: set[tuple[str, str, str, int]] = set()
-    for run in find_runs(roots, base=base):
+    for run in find_runs(roots, base=base, complete_only=complete_only):
         man = load_manifest(run)
         identity = (run.parent.name, man["backbone"], man["benchmark"], man["seed"])
         if identity in seen or not (run.parent.name == man["method"] and man["method"] in TABLE1_METHODS):

@@ -229,6 +229,12 @@ class DemonstrationLibrary:
         same = [d for d in self._by_type[task.task_type] if d.task.key != task.key and d.task.env_args != task.env_args]
         return same[: self.count]
 
+    def of_type(self, task_type: str) -> list[Demonstration]:
+        """Every prepared demonstration of one type, in seeded order (``count + 1`` at most)."""
+        if task_type not in self._by_type:
+            raise KeyError(f"demonstrations of type {task_type!r} were not prepared")
+        return list(self._by_type[task_type])
+
     def describe(self) -> dict[str, Any]:
         """For the run manifest: which training task ids each type draws its demonstrations from
         (a task takes the first ``count`` of its type's list that are not itself)."""
