@@ -178,7 +178,6 @@ def test_the_revisit_rule_resamples_an_oscillation_that_the_no_op_rule_lets_thro
     assert any(b["temperature"] == 0.7 for b in bodies)
 
 
-
 def test_a_prompt_that_outgrows_the_context_ends_the_episode_over_budget_with_its_score(make_clients):
     from antipersist_lib.testing.loopback_server import approx_tokens, message_text
 
