@@ -178,6 +178,28 @@ def test_the_revisit_rule_resamples_an_oscillation_that_the_no_op_rule_lets_thro
     assert any(b["temperature"] == 0.7 for b in bodies)
 
 
+def test_repeat_feedback_shows_the_rejected_reply_and_why_and_keeps_it_out_of_the_history(make_clients):
+    replies = [
+        "Action: look",
+        "Action: look",  # the room again: from here, a third look goes round the same loop
+        "Thought: again.\nAction: look",  # a revisit: re-asked
+        "Action: go to garden",  # the resample, told why
+    ]
+    c = make_clients(QueueResponder(list(replies), default="Action: take apple"))
+    cfg = AgentConfig(max_steps=4, resample_repeats=1, repeat_rule="revisit", repeat_feedback=True)
+    res = run_episode(ErrandWorld(), TASK, c.llm, config=cfg)
+    assert [s.action for s in res.trajectory.steps] == ["look", "look", "go to garden", "take apple"]
+    assert res.trajectory.steps[2].model_output == "Action: go to garden" and res.llm_calls == 5
+    bodies = [r["body"] for r in c.server.requests if r["body"].get("messages")]
+    resample = next(b for b in bodies if b["temperature"] == 0.7)
+    assert resample["messages"][-2] == {"role": "assistant", "content": "Thought: again.\nAction: look"}
+    assert 'You already sent "look" after this same observation' in resample["messages"][-1]["content"]
+    # the feedback exchange is never part of the conversation the model sees afterwards
+    assert not any("You already sent" in m["content"] for b in bodies if b is not resample for m in b["messages"])
+    with pytest.raises(ValueError, match="repeat_feedback must be true or false"):
+        AgentConfig(repeat_feedback="yes")
+
+
 def test_a_prompt_that_outgrows_the_context_ends_the_episode_over_budget_with_its_score(make_clients):
     from antipersist_lib.testing.loopback_server import approx_tokens, message_text
 

@@ -75,6 +75,9 @@ class AgentConfig:
     # this episode from the very same observation (a deterministic engine would go round the same loop:
     # a command that changed nothing, look-around-look-around, west-east-west-east); REPEAT_RULES
     repeat_rule: str = "no_op"
+    # a resample also shows the model its rejected reply and says why it was rejected (the command already
+    # led nowhere from this observation), instead of only asking again at a higher temperature
+    repeat_feedback: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -104,6 +107,8 @@ class AgentConfig:
             raise ValueError(f"repeat_temperature must be a number in (0, 2], got {rt!r}")
         if self.repeat_rule not in REPEAT_RULES:
             raise ValueError(f"repeat_rule must be one of {REPEAT_RULES}, got {self.repeat_rule!r}")
+        if not isinstance(self.repeat_feedback, bool):
+            raise ValueError(f"repeat_feedback must be true or false, got {self.repeat_feedback!r}")
         if not isinstance(self.stop_at_observation, bool):
             raise ValueError(f"stop_at_observation must be true or false, got {self.stop_at_observation!r}")
         n = self.icl_examples
@@ -208,11 +213,19 @@ def run_episode(
     done = False
     error: str | None = None
 
-    def ask(t: int, attempt: int = 0) -> Any:
-        """One execution call for step ``t``; a resample (``attempt`` > 0) uses its own temperature and seed."""
+    def ask(t: int, attempt: int = 0, rejected: tuple[str, str] | None = None) -> Any:
+        """One execution call for step ``t``; a resample (``attempt`` > 0) uses its own temperature and seed, and
+        with ``repeat_feedback`` also sees the ``rejected`` (reply, command) and why (never kept in the history)."""
         extra = {"temperature": config.repeat_temperature, "seed": _resample_seed(t, attempt)} if attempt else {}
+        sent = _window(messages, config.history_turns)
+        if attempt and config.repeat_feedback and rejected is not None:
+            sent = [
+                *sent,
+                {"role": "assistant", "content": rejected[0]},
+                {"role": "user", "content": prompts.REPEAT_FEEDBACK.format(command=rejected[1])},
+            ]
         return llm.chat(
-            _window(messages, config.history_turns),
+            sent,
             purpose="execution",
             temperature=extra.pop("temperature", config.temperature),
             top_p=config.top_p,
@@ -237,7 +250,7 @@ def run_episode(
                 )
                 if not looping:
                     break
-                reply = ask(t, attempt)
+                reply = ask(t, attempt, (reply.text, candidate or ""))
                 calls += 1
                 parsed = parse_action(reply.text)
         except ContextLengthError as exc:

@@ -33,6 +33,8 @@ AGENT_TASK = """\
 Begin. Reply with a Thought line and an Action line."""
 
 AGENT_OBSERVATION = "Observation: {observation}"
+#: agent option repeat_feedback: what a resample is told about the reply it replaces
+REPEAT_FEEDBACK = """You already sent "{command}" after this same observation earlier in this episode, and it led nowhere: sending it again will not help. Reply with a different command (one command only)."""
 #: the latest observation with the engine's valid commands (agent option show_valid_actions)
 VALID_ACTIONS = """\
 {observation}
@@ -169,6 +171,7 @@ def _all_prompts() -> dict[str, str]:
         "agent_task": AGENT_TASK,
         "agent_observation": AGENT_OBSERVATION,
         "agent_valid_actions": VALID_ACTIONS,
+        "agent_repeat_feedback": REPEAT_FEEDBACK,
         "synthesis_system": SYNTHESIS_SYSTEM,
         "imitation": IMITATION_PROMPT,
         "strategic": STRATEGIC_PROMPT,

@@ -68,6 +68,7 @@ AGENT_KEYS = (
     "resample_repeats",
     "repeat_temperature",
     "repeat_rule",
+    "repeat_feedback",
 )
 #: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
 #: runs made before they existed resume unchanged
@@ -77,6 +78,7 @@ AID_DEFAULTS = {
     "resample_repeats": 0,
     "repeat_temperature": 0.7,
     "repeat_rule": "no_op",
+    "repeat_feedback": False,
 }
 #: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
 #: when demonstrations are on, so runs made before they existed resume unchanged
