@@ -200,6 +200,37 @@ def test_repeat_feedback_shows_the_rejected_reply_and_why_and_keeps_it_out_of_th
         AgentConfig(repeat_feedback="yes")
 
 
+class _Listing(ErrandWorld):
+    """ErrandWorld that lists a fixed set of valid commands (as TextWorldExpress and ALFWorld do)."""
+
+    def __init__(self, valid):
+        super().__init__()
+        self.valid = valid
+
+    def valid_actions(self):
+        return list(self.valid)
+
+
+def test_resample_unlisted_reasks_a_command_the_listed_ones_do_not_hold(make_clients):
+    replies = ["Action: take apple, go to attic", "Action: go to garden", "Action: take apple"]
+    cfg = dict(max_steps=2, show_valid_actions=10, resample_repeats=1, repeat_feedback=True)
+    c = make_clients(QueueResponder(list(replies), default="Action: look"))
+    valid = ["look", "go to garden", "go to kitchen", "take apple"]
+    res = run_episode(_Listing(valid), TASK, c.llm, config=AgentConfig(**cfg, resample_unlisted=True))
+    assert [s.action for s in res.trajectory.steps] == ["go to garden", "take apple"] and res.llm_calls == 3
+    told = [r["body"]["messages"][-1]["content"] for r in c.server.requests if r["body"].get("temperature") == 0.7]
+    assert told == [
+        '"take apple, go to attic" is not one of the valid commands listed under the latest observation.'
+        " Reply with exactly one of the listed commands."
+    ]
+    # off, or a cut list (more valid commands than the prompt shows): the command is sent as it is
+    for env, kw in ((_Listing(valid), {}), (_Listing(valid * 3), {"resample_unlisted": True})):
+        c = make_clients(QueueResponder(list(replies), default="Action: look"))
+        cut = dict(cfg, show_valid_actions=len(valid) * 2) if len(env.valid) > len(valid) else cfg
+        res = run_episode(env, TASK, c.llm, config=AgentConfig(**cut, **kw))
+        assert res.trajectory.steps[0].action == "take apple, go to attic" and res.llm_calls == 2
+
+
 def test_a_prompt_that_outgrows_the_context_ends_the_episode_over_budget_with_its_score(make_clients):
     from antipersist_lib.testing.loopback_server import approx_tokens, message_text
 

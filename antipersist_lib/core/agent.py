@@ -78,6 +78,9 @@ class AgentConfig:
     # a resample also shows the model its rejected reply and says why it was rejected (the command already
     # led nowhere from this observation), instead of only asking again at a higher temperature
     repeat_feedback: bool = False
+    # also re-ask (up to resample_repeats times) a command that is not among the valid commands the prompt
+    # lists (show_valid_actions > 0 and the engine lists them); with repeat_feedback the model is told so
+    resample_unlisted: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -107,6 +110,8 @@ class AgentConfig:
             raise ValueError(f"repeat_temperature must be a number in (0, 2], got {rt!r}")
         if self.repeat_rule not in REPEAT_RULES:
             raise ValueError(f"repeat_rule must be one of {REPEAT_RULES}, got {self.repeat_rule!r}")
+        if not isinstance(self.resample_unlisted, bool):
+            raise ValueError(f"resample_unlisted must be true or false, got {self.resample_unlisted!r}")
         if not isinstance(self.repeat_feedback, bool):
             raise ValueError(f"repeat_feedback must be true or false, got {self.repeat_feedback!r}")
         if not isinstance(self.stop_at_observation, bool):
@@ -170,6 +175,14 @@ def repeats_a_no_op(action: str | None, steps: list[Step]) -> bool:
     return not last.valid or (len(steps) > 1 and steps[-2].observation == last.observation)
 
 
+def unlisted_command(command: str | None, shown: list[str] | None, config: AgentConfig) -> bool:
+    """True when ``resample_unlisted`` is on, the prompt listed the valid commands (all of them: a cut list
+    proves nothing) and ``command`` is not one of them."""
+    if not config.resample_unlisted or not command or not shown:
+        return False
+    return command not in shown
+
+
 def _window(messages: list[dict[str, str]], history_turns: int | None) -> list[dict[str, str]]:
     """System + first user message + the last ``history_turns`` (assistant, user) pairs."""
     if history_turns is None or len(messages) <= 2 + 2 * history_turns:
@@ -213,17 +226,18 @@ def run_episode(
     done = False
     error: str | None = None
 
+    def shown_commands() -> list[str] | None:
+        """Every valid command, when the latest prompt lists them all (None: it lists none, or a cut list)."""
+        valid = [v for v in (env.valid_actions() or []) if v] if listed else []
+        return valid if valid and len(valid) <= listed else None
+
     def ask(t: int, attempt: int = 0, rejected: tuple[str, str] | None = None) -> Any:
         """One execution call for step ``t``; a resample (``attempt`` > 0) uses its own temperature and seed, and
-        with ``repeat_feedback`` also sees the ``rejected`` (reply, command) and why (never kept in the history)."""
+        with ``repeat_feedback`` also sees the ``rejected`` (reply, why) (never kept in the history)."""
         extra = {"temperature": config.repeat_temperature, "seed": _resample_seed(t, attempt)} if attempt else {}
         sent = _window(messages, config.history_turns)
         if attempt and config.repeat_feedback and rejected is not None:
-            sent = [
-                *sent,
-                {"role": "assistant", "content": rejected[0]},
-                {"role": "user", "content": prompts.REPEAT_FEEDBACK.format(command=rejected[1])},
-            ]
+            sent = [*sent, {"role": "assistant", "content": rejected[0]}, {"role": "user", "content": rejected[1]}]
         return llm.chat(
             sent,
             purpose="execution",
@@ -248,9 +262,11 @@ def run_episode(
                     if config.repeat_rule == "revisit"
                     else repeats_a_no_op(candidate, steps)
                 )
-                if not looping:
+                unlisted = not looping and unlisted_command(candidate, shown_commands(), config)
+                if not looping and not unlisted:
                     break
-                reply = ask(t, attempt, (reply.text, candidate or ""))
+                why = (prompts.UNLISTED_FEEDBACK if unlisted else prompts.REPEAT_FEEDBACK).format(command=candidate or "")
+                reply = ask(t, attempt, (reply.text, why))
                 calls += 1
                 parsed = parse_action(reply.text)
         except ContextLengthError as exc:

@@ -35,6 +35,8 @@ Begin. Reply with a Thought line and an Action line."""
 AGENT_OBSERVATION = "Observation: {observation}"
 #: agent option repeat_feedback: what a resample is told about the reply it replaces
 REPEAT_FEEDBACK = """You already sent "{command}" after this same observation earlier in this episode, and it led nowhere: sending it again will not help. Reply with a different command (one command only)."""
+#: agent option resample_unlisted (with repeat_feedback): what a resample is told about an unlisted command
+UNLISTED_FEEDBACK = """"{command}" is not one of the valid commands listed under the latest observation. Reply with exactly one of the listed commands."""
 #: the latest observation with the engine's valid commands (agent option show_valid_actions)
 VALID_ACTIONS = """\
 {observation}
@@ -172,6 +174,7 @@ def _all_prompts() -> dict[str, str]:
         "agent_observation": AGENT_OBSERVATION,
         "agent_valid_actions": VALID_ACTIONS,
         "agent_repeat_feedback": REPEAT_FEEDBACK,
+        "agent_unlisted_feedback": UNLISTED_FEEDBACK,
         "synthesis_system": SYNTHESIS_SYSTEM,
         "imitation": IMITATION_PROMPT,
         "strategic": STRATEGIC_PROMPT,

@@ -69,6 +69,7 @@ AGENT_KEYS = (
     "repeat_temperature",
     "repeat_rule",
     "repeat_feedback",
+    "resample_unlisted",
 )
 #: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
 #: runs made before they existed resume unchanged
@@ -79,6 +80,7 @@ AID_DEFAULTS = {
     "repeat_temperature": 0.7,
     "repeat_rule": "no_op",
     "repeat_feedback": False,
+    "resample_unlisted": False,
 }
 #: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
 #: when demonstrations are on, so runs made before they existed resume unchanged
