@@ -262,10 +262,14 @@ def run_episode(
                     if config.repeat_rule == "revisit"
                     else repeats_a_no_op(candidate, steps)
                 )
-                unlisted = not looping and unlisted_command(candidate, shown_commands(), config)
+                unlisted = (
+                    not looping and config.resample_unlisted and unlisted_command(candidate, shown_commands(), config)
+                )
                 if not looping and not unlisted:
                     break
-                why = (prompts.UNLISTED_FEEDBACK if unlisted else prompts.REPEAT_FEEDBACK).format(command=candidate or "")
+                why = (prompts.UNLISTED_FEEDBACK if unlisted else prompts.REPEAT_FEEDBACK).format(
+                    command=candidate or ""
+                )
                 reply = ask(t, attempt, (reply.text, why))
                 calls += 1
                 parsed = parse_action(reply.text)
