@@ -288,10 +288,20 @@ def _agent_summary(prof: dict[str, Any]) -> str:
     """One line naming the agent settings a reader needs beside the numbers (steps, demonstrations, aids)."""
     agent = prof.get("agent", {}) or {}
     shots = int(agent.get("icl_examples", 0) or 0)
-    parts = [f"{prof.get('max_steps', 4)} steps per episode"]
+    steps = {b: setting(prof, b, "max_steps", 4) for b in prof.get("benchmarks", [])}
+    if len(set(steps.values())) > 1:
+        parts = ["steps per episode: " + ", ".join(f"{b} {n}" for b, n in steps.items())]
+    else:
+        parts = [f"{prof.get('max_steps', 4)} steps per episode"]
     parts.append(f"{shots} expert demonstration(s) per task" if shots else "no demonstrations")
     if agent.get("show_valid_actions"):
         parts.append(f"up to {agent['show_valid_actions']} valid commands listed")
+    if agent.get("resample_repeats"):
+        aids = [f"{agent.get('repeat_rule', 'no_op')} rule"]
+        aids += [name for name in ("repeat_feedback", "resample_unlisted") if agent.get(name)]
+        parts.append(f"loop-breaking: {agent['resample_repeats']} resample(s), " + ", ".join(aids))
+    for bench, pool in (prof.get("seed_pools") or {}).items():
+        parts.append(f"{bench}: memories seeded with {pool['per_type']} expert replay(s) per task type")
     for bench, over in (prof.get("agent_by_benchmark") or {}).items():
         parts.append(f"{bench}: " + ", ".join(f"{k}={v}" for k, v in over.items()))
     parts.append(f"temperature {agent.get('temperature', 0.0)}")
