@@ -48,6 +48,31 @@ def test_smoke_profile_executes_every_notebook_and_writes_tables_and_figures():
         assert d.output.exists() and list(out.glob("*.csv")) and list(out.glob("*.png")) and list(out.glob("*.pdf"))
 
 
+CPU_NOTEBOOKS = ("01_main_results", "02_dynamics", "03_persist_vs_discard", "04_mode_selection")
+
+
+@pytest.mark.slow
+def test_the_cpu_profile_executes_notebooks_01_to_04_on_the_committed_cpu_study():
+    """The CPU study's committed runs (tests/fixtures/runs/cpu, params/main/cpu.yaml) through the same notebooks a
+    GPU user runs: every complete run is loaded, labelled with the model; runs still in progress are left out."""
+    from antipersist_lib.analysis.results import load_iterations
+    from antipersist_lib.rundir import RunDirectory
+
+    root = ROOT / "tests" / "fixtures" / "runs" / "cpu"
+    complete = [p.parent for p in root.rglob("manifest.json") if RunDirectory(p.parent).is_complete()]
+    assert complete, "the CPU study has no complete run committed"
+    done = execute_all("cpu", only=list(CPU_NOTEBOOKS), root=ROOT)
+    assert [d.notebook for d in done] == [f"{n}.ipynb" for n in CPU_NOTEBOOKS]
+    out = {d.notebook: d.output.parent for d in done}
+    t1 = (out["01_main_results.ipynb"] / "table1_this_run.csv").read_text()
+    assert "embedded-qwen2.5-coder-1.5b-instruct" in t1 and "textworld_express" in t1
+    runs = load_iterations(root)
+    assert set(runs["run"]) == {str(p) for p in complete}
+    executed = (out["01_main_results.ipynb"] / "01_main_results.ipynb").read_text()
+    assert "Qwen2.5" in executed or "qwen2.5" in executed
+    assert list(out["02_dynamics.ipynb"].glob("*.png"))
+
+
 def test_unknown_parameter_is_named(tmp_path):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "params" / NOTEBOOKS[0].stem).mkdir(parents=True)
