@@ -226,6 +226,10 @@ def test_analyses_read_the_study_back(tiny_study):
         ),
         ({"steps": 0}, r"'steps' must be an integer >= 1"),
         ({"sandbox": "none"}, r"sandbox must be one of \('kernel', 'unisolated'\), got 'none'"),
+        ({"seed": 1, "seeds": [1, 2]}, r"give 'seed' \(one study\) or 'seeds'"),
+        ({"seeds": [1, 2, 1]}, r"'seeds' lists a seed twice: \[1, 2, 1\]"),
+        ({"seeds": 3}, r"'seeds' must be a list of integers, got 3"),
+        ({"seeds": [1, "two"]}, r"'seeds\[\]' must be an integer"),
     ],
 )
 def test_bad_profile_names_the_key(tmp_path, change, message):
@@ -409,3 +413,159 @@ def test_the_solver_prompt_explains_helper_returns_only_when_the_profile_asks(tm
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(study.StudyProfileError, match="stream.helper_usage must be one of"):
         study.load_study_profile(bad)
+
+
+# -- a study of several seeds ------------------------------------------------------------------------------
+
+SEEDED = {**TINY, "seeds": [1, 2], "stream": {**TINY["stream"], "shuffle": True}}
+
+
+@pytest.fixture(scope="module")
+def seeded_study(tmp_path_factory):
+    """The tiny profile with two seeds (each seed shuffles the stream its own way), run twice (the second
+    run resumes), beside the same profile run for seed 2 alone."""
+    tmp = tmp_path_factory.mktemp("seeds")
+    profile = write_profile(tmp, SEEDED)
+    prof = study.load_study_profile(profile)
+    tasks = study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
+        prof.heldout_pool, n_train=2, n_test=2
+    )
+    model = Model(tasks)
+    alone = {k: v for k, v in SEEDED.items() if k != "seeds"} | {"seed": 2}
+    with pytest.MonkeyPatch.context() as mp, LoopbackServer(responder=model) as srv:
+        mp.setenv("ANTIPERSIST_STUDY_TEST_KEY", SECRET)
+        endpoint = Endpoint(
+            base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_STUDY_TEST_KEY", max_retries=1
+        )
+        result = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
+        solves_first = model.solves
+        again = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
+        solves_again = model.solves
+        single = study.run_study(write_profile(tmp, alone, "alone.yaml"), tmp / "alone", endpoint=endpoint, log=print)
+    return {
+        "result": result,
+        "again": again,
+        "single": single,
+        "solves_first": solves_first,
+        "solves_again": solves_again,
+        "profile": profile,
+    }
+
+
+def test_each_seed_is_a_whole_study_in_its_own_folder(seeded_study):
+    out = seeded_study["result"].out_dir
+    assert study.is_multi_seed(out) and not study.is_multi_seed(out / "seed1")
+    assert study.seed_folders(out) == [(1, out / "seed1"), (2, out / "seed2")]
+    for seed in (1, 2):
+        man = study.load_manifest(out / f"seed{seed}")
+        assert man["seed"] == seed and man["status"] == "complete" and man["profile"]["seed"] == seed
+        assert "seeds" not in man["profile"] and set(study.load_study(out / f"seed{seed}")["seed"]) == {seed}
+    # the seed shuffles the stream: the two seeds stream other tasks of the same pool
+    snaps = {k: study.condition_snapshots(out / f"seed{k}", "auto-gt-b8") for k in (1, 2)}
+    orders = [[r["task_id"] for s in snaps[k] for r in s["solves"]] for k in (1, 2)]
+    assert orders[0] != orders[1] and len(orders[0]) == len(orders[1]) == 3
+    # a seed's study is the same study the profile makes for that seed alone
+    pd.testing.assert_frame_equal(study.load_study(out / "seed2"), seeded_study["single"].frame)
+
+
+def test_the_seeds_results_are_one_table_and_the_manifest_adds_them_up(seeded_study):
+    res = seeded_study["result"]
+    per_seed = [study.load_study(res.out_dir / f"seed{k}") for k in (1, 2)]
+    pd.testing.assert_frame_equal(res.frame, pd.concat(per_seed, ignore_index=True))
+    pd.testing.assert_frame_equal(study.load_study(res.out_dir), res.frame)
+    assert list(res.frame.columns) == list(study.RESULT_COLUMNS) and res.frame["seed"].tolist().count(1) == len(
+        per_seed[0]
+    )
+    man = study.load_manifest(res.out_dir)  # as the resumed run left it, beside the seeds' own
+    assert (
+        man == json.loads(json.dumps(seeded_study["again"].manifest))
+        and man["seeds"] == [1, 2]
+        and man["seed_dirs"] == {"1": "seed1", "2": "seed2"}
+        and man["seed"] is None
+    )
+    mans = [study.load_manifest(res.out_dir / f"seed{k}") for k in (1, 2)]
+    assert man["calls"]["arc_eval"] == sum(m["calls"]["arc_eval"] for m in mans)
+    assert man["wall_s_total"] == pytest.approx(sum(m["wall_s_total"] for m in mans), abs=0.2)
+    assert man["profile"]["seeds"] == [1, 2] and study.summary(res.out_dir)["seeds"] == [1, 2]
+    assert study.summary(res.out_dir / "seed1")["seeds"] == [1]
+    assert SECRET not in json.dumps(man)
+
+
+def test_a_study_of_seeds_resumes_without_new_solver_calls(seeded_study):
+    assert seeded_study["solves_again"] == seeded_study["solves_first"]
+    pd.testing.assert_frame_equal(seeded_study["again"].frame, seeded_study["result"].frame)
+
+
+def test_a_study_of_seeds_refuses_a_folder_of_one_seed(seeded_study, tmp_path):
+    single = seeded_study["single"].out_dir
+    with pytest.raises(FileExistsError, match=r"holds a study of one seed; a profile with seeds \[1, 2\]"):
+        study.run_study(seeded_study["profile"], single, log=lambda *a: None)
+
+
+def test_analyses_stack_the_seeds_and_average_what_they_set_beside_the_paper(seeded_study):
+    out = seeded_study["result"].out_dir
+    one = {k: out / f"seed{k}" for k in (1, 2)}
+    cov = analysis.coverage_table(out)
+    assert list(cov.columns) == ["seed", *analysis.TABLE4_COLUMNS] and set(cov["seed"]) == {1, 2}
+    for k in (1, 2):
+        mine = cov[cov["seed"] == k].drop(columns="seed").reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, analysis.coverage_table(one[k]))
+    assert "seed" not in analysis.coverage_table(one[1]).columns  # one study's tables are as they were
+    t4 = analysis.table4_beside_paper(out)
+    cell = t4[(t4["metric"] == "Avg. Covered") & (t4["|B|"] == 8) & (t4["regime"] == "auto")].iloc[0]
+    both = [analysis.table4_beside_paper(one[k]) for k in (1, 2)]
+    values = [b.loc[cell.name, "this run"] for b in both]
+    assert cell["this run"] == pytest.approx(sum(values) / 2)
+
+    for table in (analysis.step_table, analysis.misclassification_table, analysis.decision_table):
+        stacked = table(out)
+        assert set(stacked["seed"]) == {1, 2} and len(stacked) == sum(len(table(one[k])) for k in (1, 2))
+    judge = analysis.judge_table(out)
+    assert judge is not None and set(judge["seed"]) == {1, 2}
+    lin = analysis.lineage_example(out)
+    assert lin is not None and lin.seed in (1, 2) and lin.condition == "force-gt-b8"
+    assert analysis.lineage_example(out, entry_id="S3").seed == 1  # the first seed whose final memory holds it
+    with pytest.raises(KeyError, match="of any seed"):
+        analysis.lineage_example(out, entry_id="S99")
+    with pytest.raises(ValueError, match=r"a study of several seeds: condition 'auto-gt-b8' is recorded in each of"):
+        study.condition_snapshots(out, "auto-gt-b8")
+
+
+def test_utility_over_seeds_is_their_mean_and_sd(seeded_study):
+    out = seeded_study["result"].out_dir
+    df = study.load_study(out)
+    curves = analysis.utility_table(df)
+    summary = analysis.utility_summary(curves).set_index(["condition", "step"])
+    assert set(summary["n_seeds"]) == {2}
+    for (cond, step), grp in curves.groupby(["condition", "step"]):
+        assert summary.loc[(cond, step), "accuracy_pct_mean"] == pytest.approx(grp["accuracy_pct"].mean())
+        assert summary.loc[(cond, step), "accuracy_pct_sd"] == pytest.approx(grp["accuracy_pct"].std(), nan_ok=True)
+    one = analysis.utility_summary(analysis.utility_table(study.load_study(out / "seed1")))
+    assert set(one["n_seeds"]) == {1} and one["accuracy_pct_sd"].isna().all()
+    reg = analysis.regression_table(df).set_index("condition")
+    per_seed = [analysis.regression_table(study.load_study(out / f"seed{k}")).set_index("condition") for k in (1, 2)]
+    for cond in ("force-gt-b8", "auto-gt-b8"):
+        assert reg.loc[cond, "with_memory"] == pytest.approx(sum(p.loc[cond, "with_memory"] for p in per_seed) / 2)
+    assert figures.plot_utility(curves, title="seeds").axes
+
+
+@pytest.mark.slow
+def test_notebooks_09_and_10_show_a_study_of_several_seeds(seeded_study):
+    from antipersist_lib.runner.notebooks_runner import execute_all
+
+    out = seeded_study["result"].out_dir
+    done = execute_all(
+        "smoke",
+        only=["09_arc_stream", "10_arc_memory_anatomy"],
+        root=ROOT,
+        overrides={"mode": "load", "study_dir": str(out)},
+    )
+    nb09, nb10 = (d.output for d in done)
+    assert "seed(s) [1, 2] (tables and figures: the mean over seeds" in nb09.read_text()
+    over = pd.read_csv(nb09.parent / "utility_vs_updates_heldout_over_seeds.csv")
+    expected = analysis.utility_summary(analysis.utility_table(study.load_study(out)))
+    assert set(over["n_seeds"]) == {2} and over["accuracy_pct_mean"].tolist() == pytest.approx(
+        expected["accuracy_pct_mean"].tolist()
+    )
+    steps = pd.read_csv(nb10.parent / "steps.csv")
+    assert set(steps["seed"]) == {1, 2} and "seed(s) [1, 2]" in nb10.read_text()

@@ -5,13 +5,17 @@ files) and returns a tidy frame: ``step_table`` (Fig. 7(b)), ``buffer_compositio
 (Figs. 5, 9(a)), ``regression_table`` (Fig. 2), ``coverage_table`` / ``table4_beside_paper`` (Table 4),
 ``source_ablation_table`` (Fig. 9(a) / App. K.1), ``misclassification_table`` (Fig. 7(a)), ``final_strategies`` and ``lineage_example`` (App. C.1),
 ``judge_table`` (§6.2) and ``surgery_table`` (App. I). Figures are in ``arc.figures``. A ``None`` study
-(notebook mode "paper") gives empty tables, so a notebook shows the paper's numbers alone.
+(notebook mode "paper") gives empty tables, so a notebook shows the paper's numbers alone. A study of several
+seeds (a profile with ``seeds``) gives each folder-reading table stacked over its seeds' studies, with a ``seed``
+column first; the numbers a table sets beside the paper's are then means over the seeds.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +45,28 @@ from antipersist_lib.arc.study import (
     condition_names,
     condition_snapshots,
     condition_specs,
+    is_multi_seed,
     load_manifest,
+    seed_folders,
 )
 from antipersist_lib.jsonl import read_json, read_jsonl
+
+
+def per_seed(table: Callable[..., Any]) -> Callable[..., Any]:
+    """``table(out_dir, ...)`` for a study of several seeds: the table of each seed's study, stacked, with a
+    ``seed`` column first (None when no seed's study has one, as ``judge_table`` without a judge); for one
+    study (or none), ``table`` itself."""
+
+    @functools.wraps(table)
+    def stacked(out_dir: str | Path | None, *args: Any, **kwargs: Any) -> Any:
+        if not is_multi_seed(out_dir):
+            return table(out_dir, *args, **kwargs)
+        parts = [(seed, table(folder, *args, **kwargs)) for seed, folder in seed_folders(out_dir)]
+        frames = [frame.assign(seed=seed)[["seed", *frame.columns]] for seed, frame in parts if frame is not None]
+        return pd.concat(frames, ignore_index=True) if frames else None
+
+    return stacked
+
 
 STEP_COLUMNS = (
     "condition",
@@ -68,6 +91,7 @@ STEP_COLUMNS = (
 )
 
 
+@per_seed
 def step_table(out_dir: str | Path | None) -> pd.DataFrame:
     """Per (condition, step): memory sizes, coverage, the decision and misclassified actions (Fig. 7)."""
     rows = []
@@ -108,6 +132,7 @@ def step_table(out_dir: str | Path | None) -> pd.DataFrame:
 COMPOSITION_COLUMNS = ("condition", "regime", "source", "buffer_capacity", "table4_b", "step", "family", "entries")
 
 
+@per_seed
 def buffer_composition(out_dir: str | Path | None) -> pd.DataFrame:
     """Fig. 6: per (condition, step, family), how many episodic-buffer entries come from that family.
 
@@ -169,6 +194,7 @@ def figure6_condition(composition: pd.DataFrame) -> str | None:
     return str(pool.sort_values(["cap", "gt"], ascending=[False, True]).iloc[0]["condition"])
 
 
+@per_seed
 def decision_table(out_dir: str | Path | None) -> pd.DataFrame:
     """Per condition: the memory actions taken, where they came from, and how many extractions were applied."""
     steps = step_table(out_dir)
@@ -208,15 +234,39 @@ def utility_table(df: pd.DataFrame, eval_set: str = "heldout") -> pd.DataFrame:
     base = sub[sub["regime"] == "none"]["accuracy"]
     streams = sub[sub["regime"] != "none"].copy()
     streams["accuracy_pct"] = 100 * streams["accuracy"]
-    streams["no_memory_pct"] = 100 * float(base.iloc[0]) if len(base) else None
+    streams["no_memory_pct"] = 100 * float(base.mean()) if len(base) else None  # over the seeds, if several
     return streams.reset_index(drop=True)
+
+
+def utility_summary(curves: pd.DataFrame) -> pd.DataFrame:
+    """``utility_table`` over seeds: per condition and checkpoint, the mean and standard deviation (n - 1) of
+    the accuracy (%) over the seeds' studies, and how many seeds there are (sd is empty for one seed)."""
+    cols = ["condition", "regime", "source", "table4_b", "step", "examples_seen"]
+    if curves.empty:
+        return pd.DataFrame(columns=[*cols, "n_seeds", "accuracy_pct_mean", "accuracy_pct_sd", "no_memory_pct"])
+    grouped = curves.groupby(cols, sort=False, dropna=False)
+    out = grouped["accuracy_pct"].agg(["count", "mean", "std"]).reset_index()
+    out = out.rename(columns={"count": "n_seeds", "mean": "accuracy_pct_mean", "std": "accuracy_pct_sd"})
+    out["no_memory_pct"] = grouped["no_memory_pct"].mean().to_numpy()
+    return out
+
+
+def _mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
+    """The results table with one row per (condition, step, evaluation set): accuracy averaged over seeds."""
+    if df.empty or "seed" not in df.columns or df["seed"].nunique() < 2:
+        return df
+    keys = ["condition", "step", "eval_set"]
+    acc = df.groupby(keys, sort=False)["accuracy"].mean().rename("mean_accuracy").reset_index()
+    first = df.drop_duplicates(keys).merge(acc, on=keys)
+    return first.assign(accuracy=first["mean_accuracy"]).drop(columns="mean_accuracy")
 
 
 def regression_table(df: pd.DataFrame) -> pd.DataFrame:
     """Fig. 2: accuracy (%) on the training slice without memory and after the stream, beside the paper's.
 
     With the profile's ``fig2`` setup, each Fig. 2 stream's row compares its empty memory (step 0) with its
-    last checkpoint on the selected slice; otherwise the grid's streams on the ``train`` set are used."""
+    last checkpoint on the selected slice; otherwise the grid's streams on the ``train`` set are used. A study
+    of several seeds gives the mean over its seeds."""
     paper_before = faulty_paper.stated("arc19_no_memory_accuracy").value
     paper_after = faulty_paper.stated("arc19_after_consolidation_accuracy").value
     rows = [
@@ -228,6 +278,7 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
             "with_memory": paper_after,
         }
     ]
+    df = _mean_over_seeds(df)
     fig2 = df[df["eval_set"] == FIG2_EVAL_SET]
     for name, grp in fig2.groupby("condition", sort=False):  # the Fig. 2 setup: its own slice and stream
         first, last = grp.loc[grp["step"].idxmin()], grp.loc[grp["step"].idxmax()]
@@ -303,6 +354,7 @@ TABLE4_COLUMNS = [
 ]
 
 
+@per_seed
 def coverage_table(out_dir: str | Path | None, *, average_over: str | None = None) -> pd.DataFrame:
     """Table 4's numbers for every stream condition of the profile's grid (``table4_averages``).
 
@@ -347,7 +399,7 @@ def table4_beside_paper(
     rows = []
     for cell in faulty_paper.table4():
         match = mine[(mine["regime"] == cell.regime) & (mine["table4_b"] == cell.buffer) & (mine["source"] == source)]
-        value = match[cell.metric].iloc[0] if len(match) else None
+        value = match[cell.metric].astype(float).mean() if len(match) else None  # over the seeds, if several
         rows.append(
             {
                 "metric": faulty_paper.TABLE4_LABELS[cell.metric],
@@ -372,6 +424,7 @@ SOURCE_ARM_LABELS = {"abstract_only": "Abstract Only", "episodic_only": "Episodi
 SOURCE_ABLATION_COLUMNS = ["condition", "step", "arm", "label", "accuracy_pct", "no_memory_pct", "n_tasks", "reused"]
 
 
+@per_seed
 def source_ablation_table(out_dir: str | Path | None, df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Fig. 9(a) / App. K.1 (Fig. 17): held-out accuracy (%) per checkpoint with the solver reading only the
     abstract store, only the episodic store, or both, side by side; ``no_memory_pct`` from the study's
@@ -380,7 +433,7 @@ def source_ablation_table(out_dir: str | Path | None, df: pd.DataFrame | None = 
     base = None
     if df is not None and not df.empty:
         b = df[(df["regime"] == "none") & (df["eval_set"] == "heldout")]["accuracy"]
-        base = 100 * float(b.iloc[0]) if len(b) else None
+        base = 100 * float(b.mean()) if len(b) else None  # over the seeds, if several
     for name in condition_names(out_dir):
         path = Path(out_dir) / CONDITIONS_DIR / name / SOURCES_FILE
         if not path.exists():
@@ -401,6 +454,7 @@ def source_ablation_table(out_dir: str | Path | None, df: pd.DataFrame | None = 
     return pd.DataFrame(rows, columns=SOURCE_ABLATION_COLUMNS)
 
 
+@per_seed
 def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
     """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families."""
     rows = []
@@ -429,8 +483,10 @@ class LineageExample:
     lineage: Lineage
     chain: pd.DataFrame  # C.1's chain from the final entry back to its root
     trajectories: pd.DataFrame  # the trajectories that fed any ancestor
+    seed: int | None = None  # whose study it comes from, for a study of several seeds
 
 
+@per_seed
 def final_strategies(out_dir: str | Path | None) -> pd.DataFrame:
     """Every abstract entry of every condition's final memory."""
     rows = []
@@ -471,12 +527,32 @@ SURGERY_HOWTO = (
 def lineage_example(
     out_dir: str | Path | None, condition: str | None = None, entry_id: str | None = None
 ) -> LineageExample | None:
-    """Trace one final abstract entry (App. C.1); by default the one with the longest ancestry.
+    """Trace one final abstract entry (App. C.1); by default the one with the longest ancestry (of every seed's
+    study, for a study of several seeds).
 
     None when no condition's final memory holds an abstract entry (e.g. every extraction reply failed to parse).
     """
     if out_dir is None:
         return None
+    if is_multi_seed(out_dir):
+        found = []
+        for seed, folder in seed_folders(out_dir):
+            try:
+                example = _lineage_in(folder, condition, entry_id)
+            except KeyError:  # that entry is not in this seed's final memory
+                continue
+            if example is not None:
+                found.append(replace(example, seed=seed))
+        if entry_id is not None:  # entry ids repeat across seeds: the first seed that holds it
+            if not found:
+                raise KeyError(f"no final abstract entry {entry_id!r} in {condition or 'any condition'} of any seed")
+            return found[0]
+        return max(found, key=lambda e: (len(e.lineage.chain), len(e.lineage.trajectories)), default=None)
+    return _lineage_in(out_dir, condition, entry_id)
+
+
+def _lineage_in(out_dir: str | Path, condition: str | None, entry_id: str | None) -> LineageExample | None:
+    """``lineage_example`` within one seed's study."""
     finals = final_strategies(out_dir)
     if condition is not None:
         finals = finals[finals["condition"] == condition]
@@ -513,6 +589,7 @@ def lineage_example(
     return LineageExample(name, lin, chain, trajectories)
 
 
+@per_seed
 def judge_table(out_dir: str | Path | None) -> pd.DataFrame | None:
     """LLM-judge label counts per condition's final abstract store (None: the study ran no judge)."""
     rows = []
@@ -524,6 +601,7 @@ def judge_table(out_dir: str | Path | None) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
+@per_seed
 def surgery_table(out_dir: str | Path | None) -> pd.DataFrame | None:
     """Memory surgery (App. I): one row per removed entry (None: the study ran no surgery)."""
     rows = []
@@ -573,6 +651,7 @@ def example_tasks(*, skill: str = "recolor", family: str | None = None, seed: in
     return [make_task(family, s, seed, n_train=2, n_test=1) for s in SKILL_IDS]
 
 
+@per_seed
 def memory_broke(out_dir: str | Path | None, *, eval_set: str = "heldout") -> pd.DataFrame:
     """App. D.5 (Figs. 14-15): tasks the solver gets right without memory and worse with a condition's final
     evaluated memory. One row per (condition, task) whose correct test grids drop, largest drop first, with the

@@ -31,7 +31,8 @@ def _integer_steps(ax: Any) -> None:
 
 def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement: str = "") -> Any:
     """Figs. 5 / 9(a): accuracy (%) vs step, one line per condition, the no-memory baseline dotted;
-    one panel per |B| (Table 4's, under the study's buffer reading). ``curves``: ``utility_table``'s output."""
+    one panel per |B| (Table 4's, under the study's buffer reading). ``curves``: ``utility_table``'s output;
+    for a study of several seeds each line is their mean, with a band of one standard deviation."""
     sns.set_theme(style="whitegrid")
     key = "table4_b" if "table4_b" in curves.columns else "buffer_capacity"
     caps = list(dict.fromkeys(curves[key])) if not curves.empty else [None]
@@ -48,6 +49,7 @@ def plot_utility(curves: pd.DataFrame, *, title: str, note: str = "", statement:
                 hue="regime",
                 style="source",
                 markers=True,
+                errorbar="sd",  # several seeds: their mean and a band of one standard deviation
                 ax=ax,
             )
             base = sub["no_memory_pct"].dropna()
@@ -109,6 +111,7 @@ def plot_memory_sizes(steps: pd.DataFrame, *, title: str, note: str = "", statem
                 hue="condition",
                 style="condition",
                 markers=True,
+                errorbar="sd",  # several seeds: their mean, one standard deviation around it
                 ax=ax,
             )
             ax.legend(fontsize=7)
@@ -173,6 +176,7 @@ def plot_misclassifications(steps: pd.DataFrame, *, title: str, note: str = "", 
             hue="condition",
             style="condition",
             markers=True,
+            errorbar="sd",  # several seeds: their mean, one standard deviation around it
             ax=ax,
         )
         ax.legend(fontsize=7)
@@ -197,7 +201,9 @@ def plot_source_ablation(table: pd.DataFrame, *, title: str, note: str = "", sta
         if sub.empty:
             ax.text(0.5, 0.5, "no source ablation in this study", ha="center", va="center", transform=ax.transAxes)
         else:
-            sns.lineplot(data=_dodged(sub, "label"), x="step", y="accuracy_pct", hue="label", markers=True, ax=ax)
+            sns.lineplot(
+                data=_dodged(sub, "label"), x="step", y="accuracy_pct", hue="label", markers=True, errorbar="sd", ax=ax
+            )
             base = sub["no_memory_pct"].dropna()
             if len(base):
                 ax.axhline(float(base.iloc[0]), color="black", linestyle=":", label="no memory")

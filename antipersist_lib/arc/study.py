@@ -63,7 +63,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,7 @@ PROFILE_KEYS = {
     "backbone",
     "backbone_options",
     "seed",
+    "seeds",
     "train_pool",
     "heldout_pool",
     "task_examples",
@@ -231,7 +232,11 @@ RESULT_COLUMNS = (
     "fused",
     "consolidations",
     "backbone",
+    "seed",
 )
+
+#: a study of several seeds keeps each seed's study, complete in itself, in this subfolder of its folder
+SEED_DIR = "seed{seed}"
 
 
 # -- the profile ------------------------------------------------------------------------------------
@@ -290,6 +295,7 @@ class StudyProfile:
     conditions: tuple[Condition, ...]
     no_memory: bool = True
     seed: int = 0
+    seeds: tuple[int, ...] = ()  # several seeds: one study each, in SEED_DIR subfolders (seed is the first)
     n_train: int = N_TRAIN
     n_test: int = N_TEST
     stream: dict[str, Any] = field(default_factory=dict)
@@ -542,6 +548,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             raise fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
     if judge is not None:
         check_int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
+    seeds = _seeds(data, path)
     if not conditions and not fig2_conditions and not _bool(data.get("no_memory", True), "no_memory", path):
         raise fail(path, "nothing to run: conditions.regime is empty, there is no fig2 block and no_memory is false")
     profile = StudyProfile(
@@ -554,7 +561,8 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         checkpoints=tuple(sorted(int(p) for p in points if p is not None)),
         conditions=conditions,
         no_memory=_bool(data.get("no_memory", True), "no_memory", path),
-        seed=int(check_int(data.get("seed", 0), "seed", path) or 0),
+        seed=seeds[0] if seeds else int(check_int(data.get("seed", 0), "seed", path) or 0),
+        seeds=seeds,
         n_train=int(n_train or N_TRAIN),
         n_test=int(n_test or N_TEST),
         stream=stream,
@@ -581,6 +589,21 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         except (TypeError, ValueError) as exc:
             raise fail(path, f"stream settings: {exc}") from None
     return profile
+
+
+def _seeds(data: dict[str, Any], path: Any) -> tuple[int, ...]:
+    """``seeds``: a list of distinct integers, one whole study each (the LLM request seed and the stream's
+    shuffle seed); not together with ``seed``."""
+    if "seeds" not in data:
+        return ()
+    if "seed" in data:
+        raise fail(path, "give 'seed' (one study) or 'seeds' (one study per seed, in seed<k>/ subfolders), not both")
+    if not isinstance(data["seeds"], list):
+        raise fail(path, f"'seeds' must be a list of integers, got {data['seeds']!r}")
+    seeds = tuple(int(check_int(s, "seeds[]", path) or 0) for s in check_list(data["seeds"], "seeds", path))
+    if len(set(seeds)) != len(seeds):
+        raise fail(path, f"'seeds' lists a seed twice: {list(seeds)}")
+    return seeds
 
 
 def check_sandbox_mode(value: Any, path: Any) -> str:
@@ -774,7 +797,7 @@ def _run_condition(
                 res = evaluate(tasks, llm, memory, **profile.eval_kwargs())
                 calls["arc_eval"] = calls.get("arc_eval", 0) + len(res.records)
                 writer.append({"step": step, "eval_set": eval_set, **res.to_dict()})
-                rows.append(_row(cond, step, eval_set, res, snapshots, backbone))
+                rows.append(_row(cond, step, eval_set, res, snapshots, backbone, profile.seed))
     done = {
         "condition": asdict(cond),
         "config": config.to_dict() if config else None,
@@ -788,7 +811,13 @@ def _run_condition(
 
 
 def _row(
-    cond: Condition, step: int, eval_set: str, res: EvalResult, snapshots: Sequence[dict[str, Any]], backbone: str
+    cond: Condition,
+    step: int,
+    eval_set: str,
+    res: EvalResult,
+    snapshots: Sequence[dict[str, Any]],
+    backbone: str,
+    seed: int,
 ) -> dict[str, Any]:
     snap = snapshots[step - 1] if step > 0 else None
     cov = snap["coverage"] if snap else {"covered": 0, "fused": None, "buffer_size": 0}
@@ -813,6 +842,7 @@ def _row(
         "fused": cov["fused"],
         "consolidations": consolidations,
         "backbone": backbone,
+        "seed": seed,
     }
 
 
@@ -948,11 +978,27 @@ def run_study(
 
     ``backbone`` replaces the profile's backbone (a profile name or file, or an ad-hoc ``Endpoint`` from
     ``--base-url/--model``). Before the first condition, judge or surgery still to do, the chat endpoint
-    gets one small request (``StudyModels.check_endpoints``; ``preflight=False`` skips it)."""
+    gets one small request (``StudyModels.check_endpoints``; ``preflight=False`` skips it). A profile with
+    ``seeds`` runs one whole study per seed (``run_seeds``)."""
     profile = load_study_profile(profile_path)
+    run = run_seeds if profile.seeds else run_profile
+    return run(profile, Path(out_dir), endpoint=endpoint, backbone=backbone, preflight=preflight, log=log)
+
+
+def run_profile(
+    profile: StudyProfile,
+    out: Path,
+    *,
+    endpoint: Endpoint | None = None,
+    backbone: str | Endpoint | None = None,
+    preflight: bool = True,
+    log: Any = print,
+) -> StudyResult:
+    """``run_study`` for one loaded profile of one seed, into ``out``."""
+    if profile.seeds:
+        raise ValueError(f"study profile {profile.path} names several seeds: run it with run_seeds")
     sandbox = sandbox_record(profile)  # refuses here, before any model call, when isolation is missing
     log(("WARNING: " if sandbox["mode"] == "unisolated" else "sandbox: ") + sandbox["description"])
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     before_s = previous_wall_s(out)
@@ -1018,7 +1064,11 @@ def run_study(
                     bb.check_endpoints(f"study {out}")
                     with ledger.tag(condition=cond.name, ablation="sources"):
                         _run_source_ablation(profile, cond, llm, folder, evalsets)
-            rows = [row for cond in profile.all_conditions() for row in _condition_rows(out, cond.name)]
+            rows = [
+                {**row, "seed": row.get("seed", profile.seed)}  # conditions recorded before rows named their seed
+                for cond in profile.all_conditions()
+                for row in _condition_rows(out, cond.name)
+            ]
             frame = _frame(rows)
             atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows})
             frame.to_csv(out / RESULTS_CSV, index=False)
@@ -1026,6 +1076,60 @@ def run_study(
                 profile, bb, train, evalsets, "complete", started, before_s, sandbox, ledger, cache, fig2_sel
             )
             atomic_write_json(out / MANIFEST_FILE, manifest)
+    return StudyResult(out, frame, manifest)
+
+
+def run_seeds(
+    profile: StudyProfile,
+    out: Path,
+    *,
+    endpoint: Endpoint | None = None,
+    backbone: str | Endpoint | None = None,
+    preflight: bool = True,
+    log: Any = print,
+) -> StudyResult:
+    """One whole study per seed of ``profile.seeds``, each in its own ``SEED_DIR`` subfolder of ``out`` (resumable
+    like any study: a complete seed is re-read, an interrupted one resumes), then the results of every seed in
+    one table (its ``seed`` column) and a manifest that names the seed folders and adds up their calls and wall
+    time. A seed's folder is a study like any other: the anatomy readers take it alone."""
+    if (out / CONDITIONS_DIR).exists():
+        raise FileExistsError(
+            f"{out} holds a study of one seed; a profile with seeds {list(profile.seeds)} needs its own --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    raw = {k: v for k, v in profile.raw.items() if k != "seeds"}
+    done: list[StudyResult] = []
+    for n, seed in enumerate(profile.seeds, 1):
+        folder = out / SEED_DIR.format(seed=seed)
+        log(f"seed {seed} ({n} of {len(profile.seeds)}): {folder}")
+        one = replace(profile, seed=seed, seeds=(), raw={**raw, "seed": seed})
+        done.append(run_profile(one, folder, endpoint=endpoint, backbone=backbone, preflight=preflight, log=log))
+    rows = [row for result in done for row in load_study_rows(result.out_dir)]
+    frame = _frame(rows)
+    atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows, "seeds": list(profile.seeds)})
+    frame.to_csv(out / RESULTS_CSV, index=False)
+    first = done[0].manifest
+    calls: Counter[str] = Counter()
+    for result in done:
+        calls.update(result.manifest.get("calls", {}))
+    manifest = {
+        **first,
+        "profile_path": profile.path,
+        "profile": profile.raw,
+        "seed": None,
+        "seeds": list(profile.seeds),
+        "seed_dirs": {str(seed): SEED_DIR.format(seed=seed) for seed in profile.seeds},
+        "status": "complete",
+        "calls": dict(sorted(calls.items())),
+        "cached_calls": sum(int(r.manifest.get("cached_calls", 0)) for r in done),
+        "wall_s": round(sum(float(r.manifest.get("wall_s", 0.0)) for r in done), 1),
+        "wall_s_total": round(sum(float(r.manifest.get("wall_s_total", 0.0)) for r in done), 1),
+        "seed_manifests": {
+            str(seed): {k: r.manifest.get(k) for k in ("git_commit", "wall_s_total", "calls", "prompt_hashes")}
+            for seed, r in zip(profile.seeds, done)
+        },
+    }
+    atomic_write_json(out / MANIFEST_FILE, manifest)
     return StudyResult(out, frame, manifest)
 
 
@@ -1068,24 +1172,57 @@ def _condition_rows(out: Path, name: str) -> list[dict[str, Any]]:
     return list(read_json(out / CONDITIONS_DIR / name / DONE_FILE)["rows"])
 
 
-def _frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def _frame(rows: Sequence[dict[str, Any]], seed: int = 0) -> pd.DataFrame:
+    """The results table; ``seed`` for rows written before each row named its seed (the study's one seed)."""
     df = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
+    df["seed"] = df["seed"].where(df["seed"].notna(), seed)
     # studies written before Table 4's |B| was recorded read their buffer size as a cap (the only reading then)
     df["table4_b"] = df["table4_b"].where(df["table4_b"].notna(), df["buffer_capacity"])
-    types = {"step": int, "examples_seen": int, "n_passed": int, "n_tasks": int, "tasks_per_step": int}
+    types = {"step": int, "examples_seen": int, "n_passed": int, "n_tasks": int, "tasks_per_step": int, "seed": int}
     return df.astype({**types, "buffer_capacity": "Int64", "table4_b": "Int64", "accuracy": float, "fused": float})
 
 
 # -- reading a study back -------------------------------------------------------------------------------
 
 
-def load_study(out_dir: str | Path) -> pd.DataFrame:
-    """The results table of a finished study: one row per (condition, checkpoint step, evaluation set)."""
+def load_study_rows(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a finished study's results, each naming its seed (older studies: the manifest's one seed)."""
     path = Path(out_dir) / RESULTS_JSON
     if not path.exists():
         raise FileNotFoundError(f"no study results at {path}: run `python -m antipersist_lib.arc.study` first")
-    data = read_json(path)
-    return _frame(data["rows"])
+    manifest = Path(out_dir) / MANIFEST_FILE
+    seed = (read_json(manifest).get("seed") if manifest.exists() else None) or 0
+    return [{**row, "seed": row.get("seed", seed)} for row in read_json(path)["rows"]]
+
+
+def load_study(out_dir: str | Path) -> pd.DataFrame:
+    """The results table of a finished study: one row per (condition, checkpoint step, evaluation set, seed)."""
+    return _frame(load_study_rows(out_dir))
+
+
+def seed_folders(out_dir: str | Path) -> list[tuple[int, Path]]:
+    """(seed, folder) of every study a finished study folder holds: itself, or for a profile with ``seeds``
+    each seed's subfolder, in the profile's order."""
+    man = load_manifest(out_dir)
+    if man.get("seeds"):
+        return [(int(k), Path(out_dir) / man["seed_dirs"][str(k)]) for k in man["seeds"]]
+    return [(int(man.get("seed") or 0), Path(out_dir))]
+
+
+def is_multi_seed(out_dir: str | Path | None) -> bool:
+    """Whether ``out_dir`` is a study of several seeds (``run_seeds``), whose records live in its seed folders."""
+    return (
+        out_dir is not None and (Path(out_dir) / MANIFEST_FILE).exists() and bool(load_manifest(out_dir).get("seeds"))
+    )
+
+
+def condition_folder(out_dir: str | Path, name: str) -> Path:
+    """Where one condition's records are; a study of several seeds has one per seed, so it is refused here,
+    naming the seed folders (the tables of ``arc.analysis`` stack every seed's)."""
+    if is_multi_seed(out_dir):
+        folders = [str(f) for _, f in seed_folders(out_dir)]
+        raise ValueError(f"{out_dir} is a study of several seeds: condition {name!r} is recorded in each of {folders}")
+    return Path(out_dir) / CONDITIONS_DIR / name
 
 
 def load_manifest(out_dir: str | Path) -> dict[str, Any]:
@@ -1120,6 +1257,7 @@ def summary(out_dir: str | Path | None) -> dict[str, Any]:
     )
     return {
         **{k: man.get(k) for k in keys},
+        "seeds": man.get("seeds") or [man.get("seed", 0)],
         "model": man["endpoint"]["model"],
         "conditions": [c["name"] for c in man["conditions"]],
         "eval_tasks": {k: len(v) for k, v in man["eval_task_ids"].items()},
@@ -1140,7 +1278,7 @@ def condition_names(out_dir: str | Path | None, *, streams_only: bool = True) ->
 
 
 def condition_snapshots(out_dir: str | Path, name: str) -> list[dict[str, Any]]:
-    return load_snapshots(Path(out_dir) / CONDITIONS_DIR / name)
+    return load_snapshots(condition_folder(out_dir, name))
 
 
 def condition_specs(out_dir: str | Path | None) -> dict[str, dict[str, Any]]:
