@@ -283,6 +283,13 @@ def test_the_shipped_profiles_load():
     assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, None), (8, 8, None)}
     assert {c.source for c in paper.conditions} == {"gt", "running"}
     assert set(paper.surgery["conditions"]) <= {c.name for c in paper.conditions}
+    cpu = study.load_study_profile(ROOT / "params" / "arc" / "cpu.yaml")  # issue 22: three seeds on the 1.5B model
+    assert (
+        cpu.seeds == (1, 2, 3)
+        and cpu.stream["shuffle"]
+        and cpu.backbone_options["model"] == "qwen2.5-coder-1.5b-instruct"
+    )
+    assert {c.regime for c in cpu.conditions} == {"force", "auto", "episodic_only"} and cpu.no_memory
 
 
 def test_the_committed_fixture_matches_the_smoke_profile():
