@@ -8,6 +8,7 @@ depend on the memory of exactly that step (Force keeps no episode; Auto and Epis
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -79,21 +80,29 @@ def write_profile(tmp_path: Path, data: dict, name: str = "tiny.yaml") -> Path:
     return path
 
 
+def profile_tasks(profile: Path) -> list:
+    """Every task a study profile's streams and evaluations can show the model (the scripted model's pool)."""
+    prof = study.load_study_profile(profile)
+    return study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
+        prof.heldout_pool, n_train=2, n_test=2
+    )
+
+
+@contextlib.contextmanager
+def scripted_endpoint(model: Model):
+    """An explicit endpoint to ``model`` on a loopback server (so no backbone is started), keyed by SECRET."""
+    with pytest.MonkeyPatch.context() as mp, LoopbackServer(responder=model) as srv:
+        mp.setenv("ANTIPERSIST_STUDY_TEST_KEY", SECRET)
+        yield Endpoint(base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_STUDY_TEST_KEY", max_retries=1)
+
+
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory):
     """One run of the tiny profile (shared by the tests that only read it) and its model."""
     tmp = tmp_path_factory.mktemp("study")
     profile = write_profile(tmp, TINY)
-    prof = study.load_study_profile(profile)
-    tasks = study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
-        prof.heldout_pool, n_train=2, n_test=2
-    )
-    model = Model(tasks)
-    with pytest.MonkeyPatch.context() as mp, LoopbackServer(responder=model) as srv:
-        mp.setenv("ANTIPERSIST_STUDY_TEST_KEY", SECRET)
-        endpoint = Endpoint(
-            base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_STUDY_TEST_KEY", max_retries=1
-        )
+    model = Model(profile_tasks(profile))
+    with scripted_endpoint(model) as endpoint:
         result = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
         solves_first = model.solves
         again = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
@@ -433,17 +442,9 @@ def seeded_study(tmp_path_factory):
     run resumes), beside the same profile run for seed 2 alone."""
     tmp = tmp_path_factory.mktemp("seeds")
     profile = write_profile(tmp, SEEDED)
-    prof = study.load_study_profile(profile)
-    tasks = study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
-        prof.heldout_pool, n_train=2, n_test=2
-    )
-    model = Model(tasks)
+    model = Model(profile_tasks(profile))
     alone = {k: v for k, v in SEEDED.items() if k != "seeds"} | {"seed": 2}
-    with pytest.MonkeyPatch.context() as mp, LoopbackServer(responder=model) as srv:
-        mp.setenv("ANTIPERSIST_STUDY_TEST_KEY", SECRET)
-        endpoint = Endpoint(
-            base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_STUDY_TEST_KEY", max_retries=1
-        )
+    with scripted_endpoint(model) as endpoint:
         result = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
         solves_first = model.solves
         again = study.run_study(profile, tmp / "out", endpoint=endpoint, log=lambda *a: None)
