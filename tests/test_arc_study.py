@@ -504,6 +504,39 @@ def test_a_study_of_seeds_resumes_without_new_solver_calls(seeded_study):
     pd.testing.assert_frame_equal(seeded_study["again"].frame, seeded_study["result"].frame)
 
 
+def test_an_interrupted_study_of_seeds_reads_as_its_complete_seeds_and_resumes(tmp_path, monkeypatch):
+    profile = write_profile(tmp_path, SEEDED)
+    out = tmp_path / "out"
+    whole = study.run_profile
+
+    def interrupted_in_seed_2(prof, folder, **kwargs):
+        if prof.seed == 2:
+            raise KeyboardInterrupt  # as a user's Ctrl-C (or a kill) hours into the second seed
+        return whole(prof, folder, **kwargs)
+
+    model = Model(profile_tasks(profile))
+    with scripted_endpoint(model) as endpoint:
+        monkeypatch.setattr(study, "run_profile", interrupted_in_seed_2)
+        with pytest.raises(KeyboardInterrupt):
+            study.run_study(profile, out, endpoint=endpoint, log=lambda *a: None)
+        man = study.load_manifest(out)
+        assert man["status"] == "partial" and man["seeds"] == [1] and man["seeds_planned"] == [1, 2]
+        assert study.seed_folders(out) == [(1, out / "seed1")]
+        pd.testing.assert_frame_equal(study.load_study(out), study.load_study(out / "seed1"))
+        assert set(analysis.step_table(out)["seed"]) == {1}
+        line = study.seeds_progress(out)
+        assert line.startswith("seeds complete: [1] of [1, 2]") and f"--out {out}" in line
+        assert study.summary(out)["status"] == "partial" and study.summary(out)["seeds_planned"] == [1, 2]
+
+        monkeypatch.setattr(study, "run_profile", whole)
+        solves = model.solves
+        done = study.run_study(profile, out, endpoint=endpoint, log=lambda *a: None)
+    assert model.solves > solves  # seed 2 ran; seed 1 was re-read
+    assert done.manifest["status"] == "complete" and done.manifest["seeds"] == [1, 2]
+    assert study.seeds_progress(out) == "" and study.seeds_progress(out / "seed1") == ""
+    assert set(study.load_study(out)["seed"]) == {1, 2}
+
+
 def test_a_study_of_seeds_refuses_a_folder_of_one_seed(seeded_study, tmp_path):
     single = seeded_study["single"].out_dir
     with pytest.raises(FileExistsError, match=r"holds a study of one seed; a profile with seeds \[1, 2\]"):

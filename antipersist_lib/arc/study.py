@@ -1104,33 +1104,44 @@ def run_seeds(
         log(f"seed {seed} ({n} of {len(profile.seeds)}): {folder}")
         one = replace(profile, seed=seed, seeds=(), raw={**raw, "seed": seed})
         done.append(run_profile(one, folder, endpoint=endpoint, backbone=backbone, preflight=preflight, log=log))
+        frame, manifest = _write_seeds_index(profile, out, done)
+    return StudyResult(out, frame, manifest)
+
+
+def _write_seeds_index(
+    profile: StudyProfile, out: Path, done: Sequence[StudyResult]
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The results table and manifest of a study of several seeds, over the seeds complete so far: written after
+    every seed, so that an interrupted study (hours on a CPU) can be read with the seeds it has finished. Its
+    ``seeds`` are the complete ones, ``seeds_planned`` the profile's; ``status`` is "partial" until all are done."""
+    seeds = [int(r.manifest["seed"]) for r in done]
     rows = [row for result in done for row in load_study_rows(result.out_dir)]
     frame = _frame(rows)
-    atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows, "seeds": list(profile.seeds)})
+    atomic_write_json(out / RESULTS_JSON, {"columns": list(RESULT_COLUMNS), "rows": rows, "seeds": seeds})
     frame.to_csv(out / RESULTS_CSV, index=False)
-    first = done[0].manifest
     calls: Counter[str] = Counter()
     for result in done:
         calls.update(result.manifest.get("calls", {}))
     manifest = {
-        **first,
+        **done[0].manifest,
         "profile_path": profile.path,
         "profile": profile.raw,
         "seed": None,
-        "seeds": list(profile.seeds),
-        "seed_dirs": {str(seed): SEED_DIR.format(seed=seed) for seed in profile.seeds},
-        "status": "complete",
+        "seeds": seeds,
+        "seeds_planned": list(profile.seeds),
+        "seed_dirs": {str(seed): SEED_DIR.format(seed=seed) for seed in seeds},
+        "status": "complete" if len(seeds) == len(profile.seeds) else "partial",
         "calls": dict(sorted(calls.items())),
         "cached_calls": sum(int(r.manifest.get("cached_calls", 0)) for r in done),
         "wall_s": round(sum(float(r.manifest.get("wall_s", 0.0)) for r in done), 1),
         "wall_s_total": round(sum(float(r.manifest.get("wall_s_total", 0.0)) for r in done), 1),
         "seed_manifests": {
             str(seed): {k: r.manifest.get(k) for k in ("git_commit", "wall_s_total", "calls", "prompt_hashes")}
-            for seed, r in zip(profile.seeds, done)
+            for seed, r in zip(seeds, done)
         },
     }
     atomic_write_json(out / MANIFEST_FILE, manifest)
-    return StudyResult(out, frame, manifest)
+    return frame, manifest
 
 
 def _fig2_slice(
@@ -1225,6 +1236,21 @@ def condition_folder(out_dir: str | Path, name: str) -> Path:
     return Path(out_dir) / CONDITIONS_DIR / name
 
 
+def seeds_progress(out_dir: str | Path | None) -> str:
+    """A line for a study of several seeds that is still running ("" otherwise): which seeds are complete and
+    in the tables, of which planned, and the command that resumes it."""
+    if not is_multi_seed(out_dir):
+        return ""
+    man = load_manifest(out_dir)  # type: ignore[arg-type]
+    planned, complete = man.get("seeds_planned") or man["seeds"], man["seeds"]
+    if len(complete) >= len(planned):
+        return ""
+    return (
+        f"seeds complete: {complete} of {planned}: the tables hold the complete seeds only (resume with "
+        f"`python -m antipersist_lib arc-study --profile {man['profile_path']} --out {out_dir}`)"
+    )
+
+
 def load_manifest(out_dir: str | Path) -> dict[str, Any]:
     path = Path(out_dir) / MANIFEST_FILE
     if not path.exists():
@@ -1258,6 +1284,8 @@ def summary(out_dir: str | Path | None) -> dict[str, Any]:
     return {
         **{k: man.get(k) for k in keys},
         "seeds": man.get("seeds") or [man.get("seed", 0)],
+        "seeds_planned": man.get("seeds_planned") or man.get("seeds") or [man.get("seed", 0)],
+        "status": man.get("status"),
         "model": man["endpoint"]["model"],
         "conditions": [c["name"] for c in man["conditions"]],
         "eval_tasks": {k: len(v) for k, v in man["eval_task_ids"].items()},
