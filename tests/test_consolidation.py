@@ -38,6 +38,7 @@ from antipersist_lib.consolidation.pool import (
 from antipersist_lib.consolidation.regimes import BANK_FILE, SNAPSHOTS_FILE, build_memory, make_builder
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.envs.alfworld import category_of, read_game
+from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.methods import MethodContext, make_method, validate_method_params
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder, bag_of_words_embedding
@@ -119,6 +120,22 @@ def test_scienceworld_expert_pool_replays_gold_actions():
     assert r.trajectory.steps and all(s.observation.strip() for s in r.trajectory.steps)
     assert r.trajectory.initial_observation.startswith(r.task.instruction)
     assert r.trajectory.steps[-1].done
+
+
+def test_textworld_express_expert_pool_replays_the_partitions_training_games():
+    pool = expert_pool("textworld_express", 2, seed=5, types=("twc", "cookingworld"))
+    part = load_partition("textworld_express")
+    train, held = {t.key for t in part.train}, {t.key for t in part.heldout}
+    assert [r.task_type for r in pool] == ["twc", "twc", "cookingworld", "cookingworld"]
+    assert len({r.rid for r in pool}) == 4 and all(r.rid.startswith("textworld_express:") for r in pool)
+    for r in pool:
+        assert r.task.benchmark == "textworld_express" and r.task.key in train and r.task.key not in held
+        assert r.outcome.success and r.outcome.score == pytest.approx(1.0) and r.trajectory.steps[-1].done
+        assert r.source == "expert:textworld_express"
+    assert [r.rid for r in expert_pool("textworld_express", 2, seed=5, types=("twc",))] == [r.rid for r in pool[:2]]
+    assert [r.rid for r in expert_pool("textworld_express", 2, seed=6, types=("twc",))] != [r.rid for r in pool[:2]]
+    with pytest.raises(ValueError, match=r"unknown textworld_express task type\(s\) \['put'\]"):
+        expert_pool("textworld_express", 1, seed=0, types=("put",))
 
 
 def test_expert_pool_rejects_bad_requests(alfworld_data):

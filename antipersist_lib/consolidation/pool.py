@@ -176,7 +176,9 @@ def expert_pool(
     the kit's short names (put, clean, heat, cool, examine, puttwo). ScienceWorld: the engine's
     train variations of each task name in a seeded order, replaying ``gold_actions``. A replay
     that does not succeed (or an unsolvable game) is skipped and the next candidate is drawn;
-    when a type runs out of candidates the call fails unless ``allow_fewer``."""
+    when a type runs out of candidates the call fails unless ``allow_fewer``. TextWorldExpress: the
+    training games of the kit's committed partition (the engine's train fold), replaying the engine's
+    gold path; its held-out games come from the engine's test fold, so the pool never holds one."""
     if benchmark not in EXPERT_BENCHMARKS:
         raise ValueError(f"expert replay exists for {EXPERT_BENCHMARKS}, not {benchmark!r}")
     if isinstance(per_type, bool) or not isinstance(per_type, int) or per_type < 1:
@@ -185,7 +187,9 @@ def expert_pool(
         return _alfworld_pool(per_type, seed, types, data_dir, split, allow_fewer)
     if data_dir is not None:
         raise ValueError("data_dir applies to alfworld only")
-    return _scienceworld_pool(per_type, seed, types, allow_fewer)
+    if benchmark == "scienceworld":
+        return _scienceworld_pool(per_type, seed, types, allow_fewer)
+    return _partition_pool(benchmark, per_type, seed, types, allow_fewer)
 
 
 def _draw(candidates: Sequence[Any], seed: int, key: str) -> list[Any]:
@@ -273,6 +277,39 @@ def _scienceworld_pool(per_type: int, seed: int, types: Sequence[str] | None, al
                 out.append(PoolRecord(f"scienceworld:{name}:{variation}", task, traj, outcome, "expert:scienceworld"))
                 got += 1
             _short_of(name, got, per_type, tried, allow_fewer)
+    return check_pool(out, "expert pool")
+
+
+def _partition_pool(
+    benchmark: str, per_type: int, seed: int, types: Sequence[str] | None, allow_fewer: bool
+) -> list[PoolRecord]:
+    """Expert replays of the training tasks of the kit's committed partition of ``benchmark`` (the engines
+    whose games are drawn from seeds, TextWorldExpress), each type's tried in a seeded order."""
+    from antipersist_lib.envs import make_env
+    from antipersist_lib.envs.expert import replay_expert
+    from antipersist_lib.envs.partitions import load_partition
+
+    train = load_partition(benchmark).train
+    names = list(dict.fromkeys(t.task_type for t in train))
+    wanted = list(types) if types is not None else names
+    bad = [t for t in wanted if t not in names]
+    if bad or not wanted:
+        raise ValueError(f"unknown {benchmark} task type(s) {bad}; valid: {names}")
+    out: list[PoolRecord] = []
+    with make_env(benchmark) as env:
+        for kind in wanted:
+            got = tried = 0
+            for task in _draw([t for t in train if t.task_type == kind], seed, kind):
+                if got == per_type:
+                    break
+                tried += 1
+                traj, outcome = replay_expert(env, task)
+                if not outcome.success:
+                    log.warning("expert replay of %s did not succeed; drawing another", task.key)
+                    continue
+                out.append(PoolRecord(f"{benchmark}:{task.key}", task, traj, outcome, f"expert:{benchmark}"))
+                got += 1
+            _short_of(kind, got, per_type, tried, allow_fewer)
     return check_pool(out, "expert pool")
 
 
