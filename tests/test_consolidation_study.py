@@ -531,6 +531,10 @@ def test_the_kit_profiles_load():
         rules[name] = (r.stages.rule, r.homogeneous)
     assert rules == {"g1_one_per_type": ("one_per_type", False), "g2_single_type": ("single_type", True)}
     assert erosion.steps == {"every": 20} and erosion.heldout_limit == 48
+    cpu = study.load_study_profile(ROOT / "params" / "consolidation" / "cpu.yaml")  # issue 22's CPU study
+    assert cpu.benchmark == "textworld_express" and cpu.backbone_options["model"] == "qwen2.5-coder-1.5b-instruct"
+    assert cpu.pool.kind == "expert" and cpu.heldout_concurrency == cpu.backbone_options["parallel"] == 2
+    assert {m.name for m in cpu.methods} == {"trajectory_memory", "anti_persistence"}
 
 
 def test_the_recorded_smoke_fixture_loads():
