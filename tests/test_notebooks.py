@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -71,6 +72,26 @@ def test_the_cpu_profile_executes_notebooks_01_to_04_on_the_committed_cpu_study(
     executed = (out["01_main_results.ipynb"] / "01_main_results.ipynb").read_text()
     assert "Qwen2.5" in executed or "qwen2.5" in executed
     assert list(out["02_dynamics.ipynb"].glob("*.png"))
+
+
+@pytest.mark.slow
+def test_the_cpu_profile_executes_notebooks_09_and_10_on_the_committed_arc_study():
+    """The CPU study's ARC-AGI Stream part (tests/fixtures/arc/cpu, params/arc/cpu.yaml): its complete seeds through
+    notebooks 09-10, labelled with the model; a seed still running is named and left out."""
+    from antipersist_lib.arc import study
+
+    root = ROOT / "tests" / "fixtures" / "arc" / "cpu"
+    man = study.load_manifest(root)
+    seeds = man["seeds"]
+    assert seeds and man["endpoint"]["model"] == "qwen2.5-coder-1.5b-instruct"
+    done = execute_all("cpu", only=["09_arc_stream", "10_arc_memory_anatomy"], root=ROOT)
+    nb09, nb10 = (d.output for d in done)
+    text = nb09.read_text()
+    assert f"seed(s) {seeds}" in text and "embedded default" in text
+    assert (f"seeds complete: {seeds} of {man['seeds_planned']}" in text) == (len(seeds) < len(man["seeds_planned"]))
+    over = pd.read_csv(nb09.parent / "utility_vs_updates_heldout_over_seeds.csv")
+    assert set(over["n_seeds"]) == {len(seeds)} and set(over["condition"]) >= {"force-gt-b8", "auto-gt-b8"}
+    assert set(pd.read_csv(nb10.parent / "steps.csv")["seed"]) == set(seeds)
 
 
 def test_unknown_parameter_is_named(tmp_path):
