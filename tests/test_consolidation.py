@@ -147,6 +147,8 @@ def test_expert_pool_rejects_bad_requests(alfworld_data):
         expert_pool("alfworld", 1, seed=0, types=("boil",), data_dir=alfworld_data)
     with pytest.raises(ValueError, match="data_dir applies to alfworld only"):
         expert_pool("scienceworld", 1, seed=0, data_dir=alfworld_data)
+    with pytest.raises(ValueError, match="split applies to alfworld only; textworld_express pools come from"):
+        expert_pool("textworld_express", 1, seed=0, split="heldout")
 
 
 # -- pools: files, runs, summaries ---------------------------------------------------------------

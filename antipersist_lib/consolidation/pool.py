@@ -187,6 +187,10 @@ def expert_pool(
         return _alfworld_pool(per_type, seed, types, data_dir, split, allow_fewer)
     if data_dir is not None:
         raise ValueError("data_dir applies to alfworld only")
+    if split != "train":  # the other engines' pools are their training variations / games, never held-out ones
+        raise ValueError(
+            f"split applies to alfworld only; {benchmark} pools come from its training tasks, got {split!r}"
+        )
     if benchmark == "scienceworld":
         return _scienceworld_pool(per_type, seed, types, allow_fewer)
     return _partition_pool(benchmark, per_type, seed, types, allow_fewer)
