@@ -151,6 +151,34 @@ def test_expert_pool_rejects_bad_requests(alfworld_data):
         expert_pool("textworld_express", 1, seed=0, split="heldout")
 
 
+def test_each_type_takes_the_first_successful_replays_in_its_seeded_order_and_names_a_shortfall():
+    """The draw shared by every engine's expert pool: failed replays are skipped (and counted as tried), the
+    index handed to a replay is the record's position in the pool, and too few successes are refused unless
+    allowed."""
+    from antipersist_lib.consolidation import pool as P
+
+    def attempt(candidate: int, index: int) -> PoolRecord | None:
+        if candidate % 2:  # odd candidates "fail"
+            return None
+        task = Task(index, "textworld_express", "twc", f"game {candidate}", "train", {"n": candidate})
+        return PoolRecord(f"r{candidate}", task, Trajectory("start"), EpisodeOutcome(True, 1.0, 1))
+
+    out: list[PoolRecord] = []
+    P._collect(out, "twc", range(10), 3, 7, False, attempt)
+    evens_in_order = [c for c in P._draw(range(10), 7, "twc") if c % 2 == 0][:3]
+    assert [r.task.env_args["n"] for r in out] == evens_in_order
+    assert [r.task.task_id for r in out] == [0, 1, 2]
+    P._collect(out, "twc", range(10, 14), 1, 7, False, attempt)  # a second type continues the indices
+    assert out[-1].task.task_id == 3
+    with pytest.raises(
+        ValueError, match=r"only 5 of 6 expert replays succeeded for type 'coin' \(10 candidates tried\)"
+    ):
+        P._collect([], "coin", range(10), 6, 7, False, attempt)
+    fewer: list[PoolRecord] = []
+    P._collect(fewer, "coin", range(10), 6, 7, True, attempt)
+    assert len(fewer) == 5
+
+
 # -- pools: files, runs, summaries ---------------------------------------------------------------
 
 

@@ -15,11 +15,12 @@ middle when it exceeds its character budget.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,30 @@ def _short_of(kind: str, got: int, want: int, tried: int, allow_fewer: bool) -> 
         )
 
 
+def _collect(
+    out: list[PoolRecord],
+    kind: str,
+    candidates: Sequence[Any],
+    per_type: int,
+    seed: int,
+    allow_fewer: bool,
+    attempt: Callable[[Any, int], PoolRecord | None],
+) -> None:
+    """Append to ``out`` the first ``per_type`` candidates of one type (in their seeded order) whose expert replay
+    succeeds; ``attempt(candidate, index)`` replays one and returns None for a failed or unusable one."""
+    got = tried = 0
+    for candidate in _draw(candidates, seed, kind):
+        if got == per_type:
+            break
+        tried += 1
+        record = attempt(candidate, len(out))
+        if record is None:
+            continue
+        out.append(record)
+        got += 1
+    _short_of(kind, got, per_type, tried, allow_fewer)
+
+
 def _alfworld_pool(
     per_type: int, seed: int, types: Sequence[str] | None, data_dir: Any, split: str, allow_fewer: bool
 ) -> list[PoolRecord]:
@@ -234,24 +259,21 @@ def _alfworld_pool(
             by_type[cat].append(rel)
     out: list[PoolRecord] = []
     with ALFWorldEnvironment(data_dir) as env:
+
+        def attempt(rel: str, index: int) -> PoolRecord | None:
+            game = read_game(data_dir, rel)
+            if game.get("solvable") is not True:
+                return None
+            task = Task(index, "alfworld", category_of(rel), instruction_from_game(game), split, {"game": rel})
+            traj, outcome = replay(env, task, list(game.get("walkthrough") or []))
+            if not outcome.success:
+                log.warning("expert replay of %s did not succeed; drawing another game", rel)
+                return None
+            rid = "alfworld:" + rel.removesuffix("/game.tw-pddl")
+            return PoolRecord(rid, task, traj, outcome, source="expert:alfworld")
+
         for kind in wanted:
-            got = tried = 0
-            for rel in _draw(by_type[kind], seed, kind):
-                if got == per_type:
-                    break
-                tried += 1
-                game = read_game(data_dir, rel)
-                if game.get("solvable") is not True:
-                    continue
-                task = Task(len(out), "alfworld", kind, instruction_from_game(game), split, {"game": rel})
-                traj, outcome = replay(env, task, list(game.get("walkthrough") or []))
-                if not outcome.success:
-                    log.warning("expert replay of %s did not succeed; drawing another game", rel)
-                    continue
-                rid = "alfworld:" + rel.removesuffix("/game.tw-pddl")
-                out.append(PoolRecord(rid, task, traj, outcome, source="expert:alfworld"))
-                got += 1
-            _short_of(kind, got, per_type, tried, allow_fewer)
+            _collect(out, kind, by_type[kind], per_type, seed, allow_fewer, attempt)
     return check_pool(out, "expert pool")
 
 
@@ -265,22 +287,19 @@ def _scienceworld_pool(per_type: int, seed: int, types: Sequence[str] | None, al
         bad = [t for t in wanted if t not in names]
         if bad or not wanted:
             raise ValueError(f"unknown ScienceWorld task name(s) {bad}; valid: {names}")
+
+        def attempt(name: str, variation: Any, index: int) -> PoolRecord | None:
+            args = {"task_name": name, "variation": int(variation)}
+            task = Task(index, "scienceworld", name, env.instruction(name, variation), "train", args)
+            traj, outcome = replay(env, task, env.gold_actions(task))
+            if not outcome.success:
+                log.warning("expert replay of %s variation %s did not succeed; drawing another", name, variation)
+                return None
+            return PoolRecord(f"scienceworld:{name}:{variation}", task, traj, outcome, "expert:scienceworld")
+
         for name in wanted:
             train, _dev, _test = env.variations(name)
-            got = tried = 0
-            for variation in _draw(sorted(train), seed, name):
-                if got == per_type:
-                    break
-                tried += 1
-                args = {"task_name": name, "variation": int(variation)}
-                task = Task(len(out), "scienceworld", name, env.instruction(name, variation), "train", args)
-                traj, outcome = replay(env, task, env.gold_actions(task))
-                if not outcome.success:
-                    log.warning("expert replay of %s variation %s did not succeed; drawing another", name, variation)
-                    continue
-                out.append(PoolRecord(f"scienceworld:{name}:{variation}", task, traj, outcome, "expert:scienceworld"))
-                got += 1
-            _short_of(name, got, per_type, tried, allow_fewer)
+            _collect(out, name, sorted(train), per_type, seed, allow_fewer, functools.partial(attempt, name))
     return check_pool(out, "expert pool")
 
 
@@ -301,19 +320,16 @@ def _partition_pool(
         raise ValueError(f"unknown {benchmark} task type(s) {bad}; valid: {names}")
     out: list[PoolRecord] = []
     with make_env(benchmark) as env:
+
+        def attempt(task: Task, _index: int) -> PoolRecord | None:
+            traj, outcome = replay_expert(env, task)
+            if not outcome.success:
+                log.warning("expert replay of %s did not succeed; drawing another", task.key)
+                return None
+            return PoolRecord(f"{benchmark}:{task.key}", task, traj, outcome, f"expert:{benchmark}")
+
         for kind in wanted:
-            got = tried = 0
-            for task in _draw([t for t in train if t.task_type == kind], seed, kind):
-                if got == per_type:
-                    break
-                tried += 1
-                traj, outcome = replay_expert(env, task)
-                if not outcome.success:
-                    log.warning("expert replay of %s did not succeed; drawing another", task.key)
-                    continue
-                out.append(PoolRecord(f"{benchmark}:{task.key}", task, traj, outcome, f"expert:{benchmark}"))
-                got += 1
-            _short_of(kind, got, per_type, tried, allow_fewer)
+            _collect(out, kind, [t for t in train if t.task_type == kind], per_type, seed, allow_fewer, attempt)
     return check_pool(out, "expert pool")
 
 
