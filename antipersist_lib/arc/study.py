@@ -1236,18 +1236,22 @@ def condition_folder(out_dir: str | Path, name: str) -> Path:
     return Path(out_dir) / CONDITIONS_DIR / name
 
 
-def seeds_progress(out_dir: str | Path | None) -> str:
+def seeds_progress(out_dir: str | Path | None, root: str | Path | None = None) -> str:
     """A line for a study of several seeds that is still running ("" otherwise): which seeds are complete and
-    in the tables, of which planned, and the command that resumes it."""
+    in the tables, of which planned, and the command that resumes it (its folder relative to ``root``, the
+    checkout, when inside it, so the command can be pasted on another machine)."""
     if not is_multi_seed(out_dir):
         return ""
     man = load_manifest(out_dir)  # type: ignore[arg-type]
     planned, complete = man.get("seeds_planned") or man["seeds"], man["seeds"]
     if len(complete) >= len(planned):
         return ""
+    folder = Path(out_dir)  # type: ignore[arg-type]
+    if root is not None and folder.resolve().is_relative_to(Path(root).resolve()):
+        folder = folder.resolve().relative_to(Path(root).resolve())
     return (
         f"seeds complete: {complete} of {planned}: the tables hold the complete seeds only (resume with "
-        f"`python -m antipersist_lib arc-study --profile {man['profile_path']} --out {out_dir}`)"
+        f"`python -m antipersist_lib arc-study --profile {man['profile_path']} --out {folder.as_posix()}`)"
     )
 
 
