@@ -442,6 +442,10 @@ def test_the_mark_rule_reproduces_every_mark_the_paper_prints():
             r"the study sets it",
         ),
         ({"methods": {"expel": {"train_per_iteration": -1}}}, r"'methods.expel.train_per_iteration' must be"),
+        (  # no training and held-out 'exploit': every decision is mode none, the trajectory-memory row again
+            {"methods": {"anti_persistence": {"seed_pool": True}}},
+            r"'methods.anti_persistence': without training episodes the outcome log stays empty.*mode 'none'",
+        ),
         ({"regimes": {"static_all": {"passes": 2}}}, r"'regimes.static_all.passes' applies to the stream regime"),
         (
             {"regimes": {"static_all": {}, "s": {"regime": "stream", "batch_size": 2, "passes": 0}}},
@@ -535,6 +539,9 @@ def test_the_kit_profiles_load():
     assert cpu.benchmark == "textworld_express" and cpu.backbone_options["model"] == "qwen2.5-coder-1.5b-instruct"
     assert cpu.pool.kind == "expert" and cpu.heldout_concurrency == cpu.backbone_options["parallel"] == 2
     assert {m.name for m in cpu.methods} == {"trajectory_memory", "anti_persistence"}
+    assert all(m.training_episodes == 8 for m in cpu.methods)  # as params/main/cpu.yaml: 2 iterations x 4 games
+    (ap,) = (m for m in smoke.methods if m.method == "anti_persistence")  # untrained: held-out cycles the modes
+    assert ap.params["heldout_selection"] == "as_training" and ap.train_per_iteration == 0
 
 
 def test_the_recorded_smoke_fixture_loads():

@@ -535,6 +535,18 @@ def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path
                 f"'{key}': the method would start and stay empty (the no-memory row already covers that); "
                 "set seed_pool: true or train_per_iteration > 0",
             )
+        if (
+            method == "anti_persistence"
+            and not row.train_per_iteration
+            and params.get("heldout_selection", "exploit") == "exploit"
+        ):
+            raise fail(
+                path,
+                f"'{key}': without training episodes the outcome log stays empty, so every held-out decision "
+                "(heldout_selection 'exploit', the default) is mode 'none', the raw records: the trajectory-memory "
+                "row again, not Anti-Persistence; set train_per_iteration > 0 (iterations x train_per_iteration "
+                "training episodes) or params.heldout_selection: as_training (held-out tasks cycle the modes)",
+            )
         try:
             validate_method_params(method, params, benchmark)
         except (TypeError, ValueError) as exc:
