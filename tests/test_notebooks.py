@@ -94,6 +94,30 @@ def test_the_cpu_profile_executes_notebooks_09_and_10_on_the_committed_arc_study
     assert set(pd.read_csv(nb10.parent / "steps.csv")["seed"]) == set(seeds)
 
 
+@pytest.mark.slow
+def test_the_cpu_profile_executes_notebooks_11_and_12_on_the_committed_consolidation_study():
+    """The CPU study's consolidation part (tests/fixtures/consolidation/cpu, params/consolidation/cpu.yaml) through
+    notebooks 11-12: the banks the 1.5B model built, beside no memory and the kit's methods, labelled with it."""
+    from antipersist_lib.consolidation import study
+
+    root = ROOT / "tests" / "fixtures" / "consolidation" / "cpu"
+    man = study.load_manifest(root)
+    assert man["status"] == "complete" and man["endpoint"]["model"] == "qwen2.5-coder-1.5b-instruct"
+    recorded = study.load_study(root)
+    done = execute_all("cpu", only=["11_consolidation_utility", "12_trajectory_logs"], root=ROOT)
+    nb11, nb12 = (d.output for d in done)
+    for nb in (nb11, nb12):
+        text = nb.read_text()
+        assert "qwen2.5-coder-1.5b-instruct" in text and "textworld_express" in text
+    curves = pd.read_csv(nb11.parent / "figure1_utility_vs_updates.csv")
+    assert set(curves["builder"]) >= {"dc", "awm", "ace"}  # the streamed builders, step by step
+    cells = pd.read_csv(nb12.parent / "tables23_this_run_cells.csv")
+    assert not cells.empty and set(cells["benchmark"]) == {"textworld_express"}
+    (no_memory,) = recorded[recorded["condition"] == "no_memory"]["success"]  # one seed: the recorded value
+    assert cells.set_index("column").loc["no_mem", "value"] == pytest.approx(100 * no_memory)
+    assert {"all", "dc", "awm", "ace", "trajectory_memory", "anti_persistence"} <= set(cells["column"])
+
+
 def test_unknown_parameter_is_named(tmp_path):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "params" / NOTEBOOKS[0].stem).mkdir(parents=True)
