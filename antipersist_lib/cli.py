@@ -233,6 +233,14 @@ def _cmd_main(args: argparse.Namespace) -> int:
         f"wall time {summary['wall_s'] / 60:.1f} min (the runs, all sessions together: {summary['study_s'] / 3600:.2f} h)"
     )
     print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {summary['runs_root']}")
+    if any(r["run"] == r["method"] for r in summary["rows"]):  # main runs to summarize (not only variants)
+        from antipersist_lib.analysis import study_summary
+
+        command = f"python -m antipersist_lib main --profile {args.profile}"
+        command += (f" --runs {args.runs}" if args.runs else "") + (" --report" if args.report else "")
+        command += f" --readme {args.readme}" if args.readme else ""
+        for path in study_summary.write_summary(summary, out, command=command, readme=args.readme):
+            print(f"study summary (result table, paired statistics, figure): {path}")
     for nb in summary.get("notebooks", []):
         print(f"executed notebook (tables and figures beside it): {nb}")
     return 0
@@ -449,6 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--report",
         action="store_true",
         help="start nothing: write the tables of the runs that are complete (a study in progress)",
+    )
+    mj.add_argument(
+        "--readme",
+        help="also write the study summary (result table, paired statistics, figure) into this markdown file, "
+        "between its '<!-- study-summary:begin' and '<!-- study-summary:end -->' markers, and its figure to "
+        "docs/figures/<profile>-study.png beside it",
     )
     mj.set_defaults(func=_cmd_main)
 

@@ -460,6 +460,27 @@ def test_task_level_pairs_are_made_per_benchmark_and_against_a_chosen_reference(
     assert paired_per_benchmark(df[df["method"] == "react"], "score") is None
 
 
+def test_each_task_level_comparison_pairs_the_units_its_two_methods_have():
+    import pandas as pd
+
+    from antipersist_lib.analysis.results import paired_by_task
+
+    rows = []
+    for seed in (1, 2, 3):
+        for task in range(4):
+            rows.append(_outcome("anti_persistence", seed, task, 0.5))
+            rows.append(_outcome("react", seed, task, 0.0 if task else 1.0))  # 3 lower, 1 higher per seed
+            if seed == 1:  # a study in progress: joint memory has made one seed so far
+                rows.append(_outcome("joint_memory", seed, task, 0.25))
+    t = paired_by_task(pd.DataFrame(rows), "score")
+    # ReAct's comparison keeps all 12 units; joint memory's missing seeds narrow only its own
+    assert t.loc["react", "n"] == 12 and t.loc["joint_memory", "n"] == 4
+    assert t.loc["react", "positive"] == 9 and t.loc["react", "negative"] == 3
+    assert t.loc["react", "mean_diff"] == pytest.approx((9 * 0.5 - 3 * 0.5) / 12)
+    assert t.loc["joint_memory", "mean_diff"] == pytest.approx(0.25)
+    assert t.loc["joint_memory", "negative"] == 0
+
+
 def test_runs_still_in_progress_are_left_out_and_named(tmp_path):
     import shutil
     import warnings

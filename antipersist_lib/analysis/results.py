@@ -425,7 +425,9 @@ def paired_by_task(
 ) -> pd.DataFrame | None:
     """Table 7's paired tests with held-out episodes as the paired units: ``reference`` (Anti-Persistence, as in
     the paper; or e.g. ReAct, to ask what each memory design adds) minus each other method on the same
-    (backbone, benchmark, seed, iteration, task), on ``value`` ("score" or "success"). With few settings (one
+    (backbone, benchmark, seed, iteration, task), on ``value`` ("score" or "success"); each comparison pairs
+    the units both of its methods have (column ``n``), so a method still missing runs narrows only its own
+    comparison. With few settings (one
     backbone on a CPU) this is the test that can see a difference; units where either episode was an
     infrastructure failure, or a method has no episode, are left out. ``final_only``: only each run's last
     evaluated iteration. ``benchmark``: that benchmark's units only. Scores are on each engine's own scale
@@ -449,12 +451,18 @@ def paired_by_task(
         df = df[df["_merge"] == "left_only"].drop(columns="_merge")
     if df.empty:
         return None
-    wide = df.pivot_table(index=keys, columns="method", values=value, aggfunc="first").dropna()
-    methods = [m for m in TABLE1_METHODS if m in wide.columns]
-    if reference not in methods or len(methods) < 2 or len(wide) < 2:
+    wide = df.pivot_table(index=keys, columns="method", values=value, aggfunc="first")
+    methods = [m for m in TABLE1_METHODS if m in wide.columns and m != reference]
+    if reference not in wide.columns:
         return None
-    comps = statistics.table7({m: wide[m].tolist() for m in methods}, method=reference, wilcoxon_method="auto")
-    return table7_frame(comps)
+    pairs = {}
+    for m in methods:  # each comparison on the units both methods made (a study in progress lacks some runs)
+        both = wide[[reference, m]].dropna()
+        if len(both) >= 2:
+            pairs[m] = (both[reference].tolist(), both[m].tolist())
+    if not pairs:
+        return None
+    return table7_frame(statistics.paired_comparisons(pairs, wilcoxon_method="auto"))
 
 
 def paired_per_benchmark(

@@ -3,7 +3,7 @@
 For each baseline: the paired differences (Anti-Persistence minus baseline) over the settings,
 their mean, a nominal unadjusted 95 % t-interval, a two-sided paired t-test, an exact two-sided
 Wilcoxon signed-rank test, Holm's step-down correction over the baselines within each test
-family, and the number of settings with a positive difference. Feed it the paper's one-decimal
+family, and the number of settings with a positive (and with a negative) difference. Feed it the paper's one-decimal
 cell means (``paper.table1_means()``) or a Table 1 built from this kit's runs.
 """
 
@@ -30,6 +30,7 @@ class Comparison:
     p_wilcoxon: float
     p_wilcoxon_holm: float
     positive: int
+    negative: int
 
     def to_dict(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -61,13 +62,28 @@ def table7(
     (e.g. task-level pairs, where most differences are 0 and scipy's exact distribution does not apply)."""
     if method not in cells:
         raise ValueError(f"no row for {method!r} in the table (rows: {sorted(cells)})")
-    ours = np.asarray(cells[method], dtype=float)
-    baselines = [b for b in cells if b != method]
+    pairs = {b: (cells[method], cells[b]) for b in cells if b != method}
+    for b, (ours, other) in pairs.items():
+        if len(other) != len(ours):
+            raise ValueError(f"{b!r} has {len(other)} settings, {method!r} has {len(ours)}")
+    return paired_comparisons(pairs, confidence=confidence, wilcoxon_method=wilcoxon_method)
+
+
+def paired_comparisons(
+    pairs: dict[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    confidence: float = 0.95,
+    wilcoxon_method: str = "exact",
+) -> list[Comparison]:
+    """``table7`` where each baseline brings its own paired units: ``pairs[baseline] = (ours, theirs)``, paired
+    by position (e.g. the held-out episodes both methods made, while a study is still missing some runs of
+    one method); Holm's correction over the baselines as in ``table7``."""
     rows = []
-    for b in baselines:
-        other = np.asarray(cells[b], dtype=float)
+    for b, (ours_values, other_values) in pairs.items():
+        ours = np.asarray(ours_values, dtype=float)
+        other = np.asarray(other_values, dtype=float)
         if other.shape != ours.shape:
-            raise ValueError(f"{b!r} has {other.size} settings, {method!r} has {ours.size}")
+            raise ValueError(f"{b!r}: {other.size} values to pair with {ours.size}")
         d = ours - other
         n = d.size
         mean = float(d.mean())
@@ -87,6 +103,7 @@ def table7(
                 w_stat=float(w.statistic) if w else float("nan"),
                 p_wilcoxon=float(w.pvalue) if w else 1.0,
                 positive=int(np.sum(d > 0)),
+                negative=int(np.sum(d < 0)),
             )
         )
     pt = holm([r["p_t"] for r in rows])

@@ -491,6 +491,7 @@ def run_main(
         "runs_reported": len(specs),
         "runs_in_profile": n_profile,
         "runs_root": str(runs_root),
+        "max_steps": {b: setting(prof, b, "max_steps", 4) for b in prof.get("benchmarks", [])},
         "backbone_restarts": restarts,
         "rows": rows,
     }
