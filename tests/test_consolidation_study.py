@@ -225,7 +225,7 @@ def test_the_study_folder_holds_manifest_memories_and_runs(tiny_study):
     assert "sk-" not in text and "Bearer" not in text
 
 
-def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_path):
+def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_path, capsys):
     result, _ = tiny_study
     loaded = study.load_study(result.out)
     pd.testing.assert_frame_equal(loaded, result.frame)
@@ -237,6 +237,15 @@ def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_pa
     )
     assert len(server.requests) == n_calls  # every build and run was complete: nothing was asked again
     pd.testing.assert_frame_equal(again.frame, loaded)
+    # its lines say how far the study has come: banks and the kit's method evaluations counted out of their totals
+    printed = capsys.readouterr().out
+    n_banks = len(list(study.load_study_profile(result.out.parent / "tiny.yaml").builds()))
+    assert (
+        f"{n_banks} bank(s) to build or reload and evaluate, 2 no-memory evaluation(s), 4 method evaluation(s)"
+        in printed
+    )
+    assert f"[bank {n_banks} of {n_banks}: " in printed and f"; bank {n_banks} of {n_banks})" in printed
+    assert "kit method; method evaluation 4 of 4)" in printed
     with pytest.raises(FileNotFoundError, match="no study results"):
         study.load_study(tmp_path)
 

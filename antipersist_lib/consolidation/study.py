@@ -509,12 +509,20 @@ def run_study(
             checked_regime_backbones: set[str] = set()
             base = {"benchmark": profile.benchmark, "backbone": models.label}
             manifest_extra: dict[str, Any] = {}
+            all_builds = list(profile.builds())
+            print(
+                f"{len(all_builds)} bank(s) to build or reload and evaluate"
+                + (f", {len(profile.seeds)} no-memory evaluation(s)" if profile.no_memory else "")
+                + (f", {len(profile.methods) * len(profile.seeds)} method evaluation(s)" if profile.methods else "")
+                + " (finished parts are reloaded, not redone)",
+                flush=True,
+            )
             if profile.no_memory:
                 for seed in profile.seeds:
                     res = _evaluate(profile, models, out, method=NO_MEMORY, method_params={}, name=NO_MEMORY, seed=seed)
                     rows.append({**base, **_no_memory_fields(), **res})
                     _progress(rows[-1])
-            for build in profile.builds():
+            for index, build in enumerate(all_builds, 1):
                 b0 = time.monotonic()
                 build_llm = regime_llms.get(build.regime.backbone or "", llm)
                 if not (memory_dir(out, build) / BANK_FILE).exists():
@@ -551,7 +559,7 @@ def run_study(
                     }
                 )
                 print(
-                    f"[{build.key}] {builds_info[-1]['steps']} steps, {builds_info[-1]['final_entries']} entries, "
+                    f"[bank {index} of {len(all_builds)}: {build.key}] {builds_info[-1]['steps']} steps, {builds_info[-1]['final_entries']} entries, "
                     f"{builds_info[-1]['update_errors']} unparseable replies; evaluating steps "
                     f"{builds_info[-1]['evaluated_steps']}",
                     flush=True,
@@ -572,13 +580,14 @@ def run_study(
                         rows.append(
                             {**base, **_build_fields(build, info), "memory_dropped": fit["dropped_entries"], **res}
                         )
-                        _progress(rows[-1])
+                        _progress(rows[-1], f"bank {index} of {len(all_builds)}")
             if profile.surgery is not None:
                 surgery_rows = _run_surgery(profile, models, out)
                 manifest_extra["surgery"] = {"rows": len(surgery_rows), "file": SURGERY_RESULTS}
             if profile.task_switch is not None:
                 switch_rows = _run_task_switch(profile, models, out, pool, llm, embedder)
                 manifest_extra["task_switch"] = {"rows": len(switch_rows), "file": SWITCH_RESULTS}
+            method_evals = len(profile.methods) * len(profile.seeds)
             for mrow in profile.methods:
                 params = dict(mrow.params)
                 if mrow.seed_pool:
@@ -597,7 +606,8 @@ def run_study(
                         train_pool_limit=mrow.train_pool_limit,
                     )
                     rows.append({**base, **_method_fields(mrow, len(pool)), **res})
-                    _progress(rows[-1])
+                    done = sum(1 for row in rows if row["regime"] == METHOD_REGIME)
+                    _progress(rows[-1], f"method evaluation {done} of {method_evals}")
             frame = _write_results(out, rows, models.note)
             manifest = _manifest(profile, models, fingerprint, started, status="complete", regime_llms=regime_llms)
             manifest.update(
@@ -885,12 +895,14 @@ def _build_fields(build: Build, info: StepInfo) -> dict[str, Any]:
     }
 
 
-def _progress(row: dict[str, Any]) -> None:
+def _progress(row: dict[str, Any], where: str = "") -> None:
+    """One line per finished evaluation; ``where``: how far the study has come (e.g. "method evaluation 2 of 4")."""
     success = row["success"]
     print(
         f"  {row['builder']:>6} {row['condition']:<16} step {row['step']:>3} seed {row['seed']}: held-out success "
         f"{'n/a' if success is None else f'{100 * success:5.1f}%'} (n={row['heldout_n']}, "
-        + ("kit method)" if row["regime"] == METHOD_REGIME else f"{row['n_entries']} entries)"),
+        + ("kit method" if row["regime"] == METHOD_REGIME else f"{row['n_entries']} entries")
+        + (f"; {where})" if where else ")"),
         flush=True,
     )
 
