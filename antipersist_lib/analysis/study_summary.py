@@ -74,17 +74,14 @@ def study_outcomes(summary: dict[str, Any]) -> pd.DataFrame:
     return outcomes[keep].reset_index(drop=True)
 
 
-def _paired(outcomes: pd.DataFrame, value: str, reference: str) -> pd.DataFrame | None:
-    return results.paired_per_benchmark(outcomes, value, reference=reference)
-
-
 def paired_rows(outcomes: pd.DataFrame) -> list[PairedRow]:
     """Per benchmark: each memory design minus ReAct (what keeping that memory adds to the same model), then
     Anti-Persistence minus each other design (the paper's comparison). Holm's families are the comparisons of
     one reference on one benchmark and one measure, as in notebook 01."""
     out: list[PairedRow] = []
     for reference, flip in (("react", True), ("anti_persistence", False)):
-        score, success = _paired(outcomes, "score", reference), _paired(outcomes, "success", reference)
+        score = results.paired_per_benchmark(outcomes, "score", reference=reference)
+        success = results.paired_per_benchmark(outcomes, "success", reference=reference)
         if score is None or success is None:
             continue
         for (bench, other), s in score.iterrows():
