@@ -203,13 +203,22 @@ def significant(rows: list[PairedRow]) -> list[PairedRow]:
     ]
 
 
-def readme_block(summary: dict[str, Any], *, command: str, figure: str, steps: dict[str, Any]) -> str:
+def readme_block(
+    summary: dict[str, Any],
+    *,
+    command: str,
+    figure: str,
+    steps: dict[str, Any],
+    outcomes: pd.DataFrame | None = None,
+) -> str:
     """The README's block: the model and the study's size, the result table, the paired statistics and the
-    figure, between the markers (``command`` regenerates it; ``figure``: the figure's path from the README)."""
+    figure, between the markers (``command`` regenerates it; ``figure``: the figure's path from the README;
+    ``outcomes``: ``study_outcomes(summary)`` when the caller already has it, read from the runs otherwise)."""
     described = summary["embedded_backbone"]
     model = described["model"]
     build = described["llama_cpp_build"]
-    outcomes = study_outcomes(summary)
+    if outcomes is None:
+        outcomes = study_outcomes(summary)
     paired = paired_rows(outcomes) if not outcomes.empty else []
     done, total = summary["runs_reported"], summary["runs_in_profile"]
     status = (
@@ -376,14 +385,16 @@ def write_summary(
     written = [out / "study_figure.png", out / "summary.md"]
     fig.savefig(written[0], bbox_inches="tight", dpi=130, metadata=meta)
     steps = summary.get("max_steps", {})
+    outcomes = study_outcomes(summary)  # read once for both blocks
     written[1].write_text(
-        readme_block(summary, command=command, figure="study_figure.png", steps=steps), encoding="utf-8"
+        readme_block(summary, command=command, figure="study_figure.png", steps=steps, outcomes=outcomes),
+        encoding="utf-8",
     )
     if readme is not None:
         readme = Path(readme)
         text = readme.read_text(encoding="utf-8")  # read first: a missing file or block changes nothing
         rel = Path("docs") / "figures" / f"{Path(summary['profile']).stem}-study.png"
-        block = readme_block(summary, command=command, figure=rel.as_posix(), steps=steps)
+        block = readme_block(summary, command=command, figure=rel.as_posix(), steps=steps, outcomes=outcomes)
         new = replace_block(text, block, where=str(readme))
         (readme.parent / rel).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(readme.parent / rel, bbox_inches="tight", dpi=130, metadata=meta)
