@@ -103,6 +103,23 @@ def test_paired_rows_subtract_the_reference_the_way_their_labels_say():
     assert (ap_vs.better, ap_vs.worse) == (1, 2)
 
 
+def test_paired_rows_follow_the_profiles_benchmark_order_and_never_print_a_negative_zero():
+    """ALFWorld's first runs: every episode of both designs failed, so every difference is zero; its rows come
+    after TextWorldExpress's (the profile's order, not the directories' alphabetical one)."""
+    rows = [_outcome(m, 1, i, v) for m in ("react", "trajectory_memory") for i, v in enumerate([0.0, 0.5, 1.0])]
+    rows += [
+        {**_outcome(m, 1, i, 0.0), "benchmark": "alfworld"} for m in ("react", "trajectory_memory") for i in range(4)
+    ]
+    outcomes = pd.DataFrame(rows).sort_values("benchmark", kind="stable")
+    paired = study_summary.paired_rows(outcomes, ["textworld_express", "alfworld"])
+    assert [r.benchmark for r in paired] == ["textworld_express", "alfworld"]
+    assert [r.benchmark for r in study_summary.paired_rows(outcomes)] == ["alfworld", "textworld_express"]
+    zero = next(line for line in study_summary.paired_table(paired) if line.startswith("| ALFWorld |"))
+    cells = [c.strip() for c in zero.strip("|").split("|")]
+    assert cells[3] == "+0.0" and cells[5] == "+0.00" and cells[6] == "[+0.00, +0.00]" and cells[9] == "0 / 0"
+    assert "-0.0" not in zero
+
+
 def test_the_figure_draws_each_designs_seed_mean_and_every_seed(cpu_summary, monkeypatch):
     monkeypatch.chdir(repo_root())
     fig = study_summary.study_figure(cpu_summary)

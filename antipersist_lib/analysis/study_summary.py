@@ -74,10 +74,11 @@ def study_outcomes(summary: dict[str, Any]) -> pd.DataFrame:
     return outcomes[keep].reset_index(drop=True)
 
 
-def paired_rows(outcomes: pd.DataFrame) -> list[PairedRow]:
-    """Per benchmark: each memory design minus ReAct (what keeping that memory adds to the same model), then
-    Anti-Persistence minus each other design (the paper's comparison). Holm's families are the comparisons of
-    one reference on one benchmark and one measure, as in notebook 01."""
+def paired_rows(outcomes: pd.DataFrame, benchmarks: list[str] | None = None) -> list[PairedRow]:
+    """Per benchmark (in the order of ``benchmarks``, the profile's; otherwise as the outcomes list them): each
+    memory design minus ReAct (what keeping that memory adds to the same model), then Anti-Persistence minus
+    each other design (the paper's comparison). Holm's families are the comparisons of one reference on one
+    benchmark and one measure, as in notebook 01."""
     out: list[PairedRow] = []
     for reference, flip in (("react", True), ("anti_persistence", False)):
         score = results.paired_per_benchmark(outcomes, "score", reference=reference)
@@ -107,8 +108,14 @@ def paired_rows(outcomes: pd.DataFrame) -> list[PairedRow]:
                     worse=better if flip else worse,
                 )
             )
-    order = {b: i for i, b in enumerate(dict.fromkeys(outcomes["benchmark"]))} if not outcomes.empty else {}
+    listed = list(benchmarks or []) + (list(outcomes["benchmark"]) if not outcomes.empty else [])
+    order = {b: i for i, b in enumerate(dict.fromkeys(listed))}
     return sorted(out, key=lambda r: order.get(r.benchmark, len(order)))
+
+
+def _signed(x: float, decimals: int) -> str:
+    """``x`` with its sign, rounded first, so that a zero difference (or a float's -1e-17) never reads "-0.00"."""
+    return f"{round(float(x), decimals) + 0.0:+.{decimals}f}"
 
 
 def _pm(mean: float, sd: float | None, decimals: int) -> str:
@@ -188,8 +195,8 @@ def paired_table(rows: list[PairedRow]) -> list[str]:
         d = _scale(r.benchmark)
         lines.append(
             f"| {_bench_label(r.benchmark)} | {_method_label(r.minuend)} − {_method_label(r.subtrahend)} | {r.n} | "
-            f"{r.success_diff:+.1f} | {_p(r.success_p_holm)} | {r.score_diff:+.{d}f} | "
-            f"[{r.score_ci[0]:+.{d}f}, {r.score_ci[1]:+.{d}f}] | {_p(r.score_p_t_holm)} | "
+            f"{_signed(r.success_diff, 1)} | {_p(r.success_p_holm)} | {_signed(r.score_diff, d)} | "
+            f"[{_signed(r.score_ci[0], d)}, {_signed(r.score_ci[1], d)}] | {_p(r.score_p_t_holm)} | "
             f"{_p(r.score_p_wilcoxon_holm)} | {r.better} / {r.worse} |"
         )
     return lines
@@ -219,7 +226,8 @@ def readme_block(
     build = described["llama_cpp_build"]
     if outcomes is None:
         outcomes = study_outcomes(summary)
-    paired = paired_rows(outcomes) if not outcomes.empty else []
+    benchmarks = list(dict.fromkeys(r["benchmark"] for r in summary["rows"]))
+    paired = paired_rows(outcomes, benchmarks) if not outcomes.empty else []
     done, total = summary["runs_reported"], summary["runs_in_profile"]
     status = (
         f"**{done} of the profile's {total} runs** (a study in progress: the tables hold the complete runs only)"
