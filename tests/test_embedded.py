@@ -187,8 +187,11 @@ def test_the_llama_cpp_python_server_runs_on_the_same_portable_library(tmp_path)
 
 
 def test_a_server_started_by_the_kit_dies_when_the_kit_is_killed(tmp_path):
-    """A main job stopped with SIGKILL runs no cleanup: its llama-server must not live on as an orphan."""
+    """A main job stopped with SIGKILL runs no cleanup: its llama-server must not live on as an orphan. The
+    parent runs with a PATH that holds only ``sleep``, as on a slim machine without util-linux's ``setpriv``
+    (a CI machine was one, and the child outlived the parent there)."""
     import os
+    import shutil
     import signal
     import subprocess
     import sys
@@ -196,7 +199,10 @@ def test_a_server_started_by_the_kit_dies_when_the_kit_is_killed(tmp_path):
 
     from antipersist_lib.serving.process_report import tied_to_parent
 
-    assert tied_to_parent(["sleep", "1"])[-2:] == ["sleep", "1"]
+    assert tied_to_parent(["sleep", "1"])[-2:] == [shutil.which("sleep"), "1"]
+    slim_bin = tmp_path / "bin"
+    slim_bin.mkdir()
+    (slim_bin / "sleep").symlink_to(shutil.which("sleep"))
     parent_code = (
         "import subprocess, sys, time\n"
         "from antipersist_lib.serving.process_report import tied_to_parent\n"
@@ -204,9 +210,17 @@ def test_a_server_started_by_the_kit_dies_when_the_kit_is_killed(tmp_path):
         "print(p.pid, flush=True)\n"
         "time.sleep(300)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PATH": str(slim_bin)},
+    )
     child = int(parent.stdout.readline())
-    os.kill(child, 0)  # alive while the kit runs
+    deadline = time.monotonic() + 30  # wait until the child is the program itself, past the tie
+    while open(f"/proc/{child}/comm").read().strip() != "sleep":
+        assert time.monotonic() < deadline, "the child never became `sleep`"
+        time.sleep(0.05)
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=30)
     deadline = time.monotonic() + 30
@@ -225,3 +239,27 @@ def test_a_server_started_by_the_kit_dies_when_the_kit_is_killed(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the child outlived the killed parent")
+
+
+def test_a_tied_child_whose_kit_died_before_the_tie_never_starts_its_program(tmp_path):
+    """The kit can die between fork and ``prctl``; the child, re-parented by then, must quit instead of
+    running untied. Simulated by naming a parent that is not the child's."""
+    import os
+    import subprocess
+    import threading
+
+    from antipersist_lib.serving.process_report import tied_to_parent
+
+    marker = tmp_path / "ran"
+    command = tied_to_parent(["touch", str(marker)], parent_pid=os.getppid())  # not the child's parent
+    assert subprocess.run(command, timeout=60).returncode == 0
+    assert not marker.exists()
+    assert subprocess.run(tied_to_parent(["touch", str(marker)]), timeout=60).returncode == 0
+    assert marker.exists()  # with the true parent the program runs
+    # a missing program and a worker thread get the command as is (Popen raises; no thread-bound tie)
+    assert tied_to_parent(["no-such-program-xyz", "1"]) == ["no-such-program-xyz", "1"]
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(tied_to_parent(["sleep", "1"])))
+    worker.start()
+    worker.join()
+    assert seen == [["sleep", "1"]]
