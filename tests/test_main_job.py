@@ -139,6 +139,41 @@ def test_settings_by_benchmark_are_checked_and_layered(tmp_path):
     ]
 
 
+def test_run_order_finishes_begun_runs_first_then_goes_seed_by_seed(tmp_path):
+    from antipersist_lib.rundir import RunDirectory
+    from antipersist_lib.runner.main_job import execution_order
+
+    base = {"methods": ["react", "trajectory_memory"], "benchmarks": ["alfworld", "scienceworld"], "seeds": [1, 2]}
+    with pytest.raises(ValueError, match=r"run_order must be one of \('benchmark', 'seed'\), got 'method'"):
+        load_profile(write(tmp_path, {**base, "run_order": "method"}))
+    prof = load_profile(write(tmp_path, {**base, "run_order": "seed"}))
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=tmp_path, cache_dir=tmp_path, judge=None)
+    label = [(s.benchmark, s.seed, s.method) for s in specs]
+    # the tables' order is the profile's (benchmark, seed, method) whatever the execution order
+    assert label[:3] == [("alfworld", 1, "react"), ("alfworld", 1, "trajectory_memory"), ("alfworld", 2, "react")]
+    # an interrupted study: alfworld seed 2's trajectory run has begun (its manifest is written)
+    begun = specs[3]
+    assert (begun.benchmark, begun.seed, begun.method) == ("alfworld", 2, "trajectory_memory")
+    layout = RunDirectory(begun.run_dir())
+    layout.path.mkdir(parents=True)
+    layout.manifest_path.write_text("{}", encoding="utf-8")
+    by_seed = [(s.benchmark, s.seed, s.method) for s in execution_order(specs, "seed")]
+    assert by_seed == [
+        ("alfworld", 2, "trajectory_memory"),
+        ("alfworld", 1, "react"),
+        ("alfworld", 1, "trajectory_memory"),
+        ("scienceworld", 1, "react"),
+        ("scienceworld", 1, "trajectory_memory"),
+        ("alfworld", 2, "react"),
+        ("scienceworld", 2, "react"),
+        ("scienceworld", 2, "trajectory_memory"),
+    ]
+    by_benchmark = [(s.benchmark, s.seed, s.method) for s in execution_order(specs)]
+    assert by_benchmark == [label[3]] + label[:3] + label[4:]
+    with pytest.raises(ValueError, match="run_order must be one of"):
+        execution_order(specs, "random")
+
+
 def test_the_cpu_profile_runs_every_design_on_three_benchmarks_with_three_seeds():
     prof = load_profile(ROOT / "params" / "main" / "cpu.yaml")
     specs = profile_specs(prof, backbone_label="embedded-x", runs_root=ROOT, cache_dir=ROOT, judge=None)

@@ -34,7 +34,9 @@ from antipersist_lib.runner.protocol import (
 from antipersist_lib.serving.embedded import EMBEDDER_MODEL, WEAK_MODEL_NOTE, EmbeddedBackbone, EmbeddedEmbedder
 from antipersist_lib.serving.profiles import NamedEndpoint, named_endpoint, read_mapping
 
+RUN_ORDERS = ("benchmark", "seed")  # execution order of runs with work left (`execution_order`)
 PROFILE_KEYS = {
+    "run_order",
     "methods",
     "variants",
     "benchmarks",
@@ -124,6 +126,9 @@ def load_profile(path: str | Path) -> dict[str, Any]:
                 f"{sorted(BENCHMARK_SETTING_KEYS)}"
             )
     check_seed_pools(data, p, benches)
+    order = data.get("run_order", "benchmark")
+    if order not in RUN_ORDERS:
+        raise ValueError(f"profile {p}: run_order must be one of {RUN_ORDERS}, got {order!r}")
     n = data.get("run_concurrency", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"profile {p}: run_concurrency must be an integer >= 1, got {n!r}")
@@ -356,6 +361,24 @@ def profile_specs(
     return specs
 
 
+def execution_order(pending: list[RunSpec], order: str = "benchmark") -> list[RunSpec]:
+    """The order in which runs with work left are run. Runs already begun come first (a resumed study
+    finishes what it started before it opens new run directories); the rest follow the profile's order
+    (``"benchmark"``: benchmark, seed, method) or, with ``run_order: seed``, seed by seed across the
+    benchmarks, so that a study stopped early holds every benchmark's first seed for every method. The
+    tables keep the profile's order whatever the execution order."""
+    if order not in RUN_ORDERS:
+        raise ValueError(f"run_order must be one of {RUN_ORDERS}, got {order!r}")
+    rank = {id(spec): i for i, spec in enumerate(pending)}
+    seeds = list(dict.fromkeys(spec.seed for spec in pending))
+
+    def key(spec: RunSpec) -> tuple[int, int, int]:
+        begun = RunDirectory(spec.run_dir()).is_run()
+        return (0 if begun else 1, seeds.index(spec.seed) if order == "seed" else 0, rank[id(spec)])
+
+    return sorted(pending, key=key)
+
+
 def recorded_summaries(spec: RunSpec) -> list[IterationSummary]:
     """The per-iteration summaries of a finished run, recomputed from its episode logs (no model, no engine)."""
     layout = RunDirectory(spec.run_dir())
@@ -436,7 +459,7 @@ def run_main(
     specs = profile_specs(prof, backbone_label=bb.label, runs_root=runs_root, cache_dir=out / "cache", judge=judge)
     seconds_path = runs_root / WALL_FILE
     seconds = _read_seconds(seconds_path)
-    pending = [spec for spec in specs if work_left(spec)]
+    pending = execution_order([spec for spec in specs if work_left(spec)], prof.get("run_order", "benchmark"))
     n_profile = len(specs)
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
