@@ -170,6 +170,16 @@ def test_run_order_finishes_begun_runs_first_then_goes_seed_by_seed(tmp_path):
     ]
     by_benchmark = [(s.benchmark, s.seed, s.method) for s in execution_order(specs)]
     assert by_benchmark == [label[3]] + label[:3] + label[4:]
+    # alfworld's seed 1 complete (no longer pending): scienceworld's seed 1 still comes before alfworld's seed 2
+    left = execution_order(specs[2:], "seed", prof["seeds"])
+    assert [(s.benchmark, s.seed, s.method) for s in left][:4] == [
+        ("alfworld", 2, "trajectory_memory"),
+        ("scienceworld", 1, "react"),
+        ("scienceworld", 1, "trajectory_memory"),
+        ("alfworld", 2, "react"),
+    ]
+    # the profile's seed order, not the seeds' values
+    assert [s.seed for s in execution_order(specs[4:], "seed", [2, 1])] == [2, 2, 1, 1]
     with pytest.raises(ValueError, match="run_order must be one of"):
         execution_order(specs, "random")
 
@@ -540,3 +550,25 @@ def test_a_stop_file_lets_the_runs_in_flight_finish_and_starts_no_new_one(tmp_pa
     assert sorted(done) == [0, 1] and not stop.exists()  # honoured once: the next invocation resumes
     _run_side_by_side(_specs(3), 2, _FakeServer(), [], lambda spec: done.append(spec.seed), stop=stop)
     assert sorted(done[2:]) == [0, 1, 2]
+
+
+def test_the_committed_50_step_probe_is_recomputed_without_a_model(tmp_path, monkeypatch):
+    """The evaluation-only probe (train_per_iteration: 0, params/main/cpu_alfworld_steps.yaml): a run without
+    training episodes has no training success, which results.json records as null (NaN made the study end in
+    'Out of range float values are not JSON compliant' after its last run)."""
+    import json
+
+    from antipersist_lib.runner import main_job
+
+    def no_model(self):
+        raise AssertionError("a model was started for complete runs")
+
+    monkeypatch.setattr(main_job.EmbeddedBackbone, "__enter__", no_model)
+    profile = ROOT / "params" / "main" / "cpu_alfworld_steps.yaml"
+    out = main_job.run_main(profile, out=tmp_path, runs=ROOT / "tests" / "fixtures" / "runs" / "cpu_alfworld_steps")
+    assert out["recomputed_only"] and out["runs_reported"] == out["runs_in_profile"] == 2
+    assert {r["run"] for r in out["rows"]} == {"react", "trajectory_memory"}
+    for row in out["rows"]:
+        assert row["train_success"] is None and row["heldout_n"] == 6 and row["mean_steps"] == 50
+    saved = json.loads((tmp_path / "cpu_alfworld_steps" / "results.json").read_text())
+    assert [r["train_success"] for r in saved["rows"]] == [None, None]

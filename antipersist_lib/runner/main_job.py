@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -361,16 +362,17 @@ def profile_specs(
     return specs
 
 
-def execution_order(pending: list[RunSpec], order: str = "benchmark") -> list[RunSpec]:
+def execution_order(pending: list[RunSpec], order: str = "benchmark", seeds: list[int] | None = None) -> list[RunSpec]:
     """The order in which runs with work left are run. Runs already begun come first (a resumed study
     finishes what it started before it opens new run directories); the rest follow the profile's order
     (``"benchmark"``: benchmark, seed, method) or, with ``run_order: seed``, seed by seed across the
     benchmarks, so that a study stopped early holds every benchmark's first seed for every method. The
-    tables keep the profile's order whatever the execution order."""
+    tables keep the profile's order whatever the execution order. ``seeds``: the profile's seeds, in its
+    order (default: ascending); the first benchmark's pending runs may already be past its first seeds."""
     if order not in RUN_ORDERS:
         raise ValueError(f"run_order must be one of {RUN_ORDERS}, got {order!r}")
     rank = {id(spec): i for i, spec in enumerate(pending)}
-    seeds = list(dict.fromkeys(spec.seed for spec in pending))
+    seeds = [int(x) for x in seeds] if seeds is not None else sorted({spec.seed for spec in pending})
 
     def key(spec: RunSpec) -> tuple[int, int, int]:
         begun = RunDirectory(spec.run_dir()).is_run()
@@ -400,7 +402,8 @@ def _row(spec: RunSpec, summaries: list[IterationSummary], backbone: str, second
         "heldout_n": last.heldout_n,
         "mean_calls_per_task": last.mean_calls,
         "mean_steps": last.mean_steps,
-        "train_success": last.train_success,
+        # an evaluation-only run (train_per_iteration: 0) has no training success: null, not NaN (JSON has none)
+        "train_success": None if math.isnan(last.train_success) else last.train_success,
         "seconds": None if seconds is None else round(seconds, 1),
         "run_dir": str(spec.run_dir()),
     }
@@ -459,7 +462,9 @@ def run_main(
     specs = profile_specs(prof, backbone_label=bb.label, runs_root=runs_root, cache_dir=out / "cache", judge=judge)
     seconds_path = runs_root / WALL_FILE
     seconds = _read_seconds(seconds_path)
-    pending = execution_order([spec for spec in specs if work_left(spec)], prof.get("run_order", "benchmark"))
+    pending = execution_order(
+        [spec for spec in specs if work_left(spec)], prof.get("run_order", "benchmark"), prof.get("seeds", [42])
+    )
     n_profile = len(specs)
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
