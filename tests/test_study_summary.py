@@ -141,6 +141,44 @@ def test_the_figure_draws_each_designs_seed_mean_and_every_seed(cpu_summary, mon
         plots.plt.close(fig)
 
 
+def test_the_figure_keeps_negative_scores_and_designs_without_a_run_in_view():
+    """A study in progress: ScienceWorld's ReAct alone, with its -100 failed-task scores (the figure once set
+    the panel's top at 0, so the solved label sat on the title, and gave ReAct the whole panel)."""
+
+    def row(bench, method, seed, score, success=0.0, n=4):
+        return {
+            "benchmark": bench,
+            "run": method,
+            "method": method,
+            "seed": seed,
+            "heldout_score_final": score,
+            "heldout_success_final": success,
+            "heldout_n": n,
+        }
+
+    designs = ["react", "trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"]
+    summary = {
+        "rows": [row("alfworld", m, 1, 0.0) for m in designs] + [row("scienceworld", "react", 1, -36.25)],
+        "runs_reported": 6,
+        "runs_in_profile": 10,
+        "backbone": "Qwen2.5-Coder-1.5B-Instruct (embedded llama.cpp)",
+        "note": "a note",
+    }
+    fig = study_summary.study_figure(summary)
+    try:
+        alf, sci = fig.axes
+        assert len(sci.get_xticks()) == len(alf.get_xticks()) == 5  # one slot per design in both panels
+        assert sci.get_xlim() == pytest.approx((-0.6, 4.6))  # the last slot is not cut off
+        lo, hi = sci.get_ylim()
+        assert lo < -36.25 and hi > 0  # the bar and the label above 0 are inside the axes
+        assert [p.get_height() for p in sci.patches] == pytest.approx([-36.25])
+        assert [t.get_text() for t in sci.texts].count("no run\nyet") == 4
+        assert alf.get_ylim() == pytest.approx((-0.04, 1.2))  # all scores 0: the 0-1 scale, not a sliver
+        assert plots.text_overlaps(fig) == []
+    finally:
+        plots.plt.close(fig)
+
+
 def test_the_block_is_replaced_only_between_its_markers(tmp_path):
     text = f"intro\n{study_summary.BEGIN} old -->\nold table\n{study_summary.END}\noutro\n"
     block = f"{study_summary.BEGIN} new -->\nnew table\n{study_summary.END}\n"

@@ -337,13 +337,27 @@ def study_figure(summary: dict[str, Any]) -> Any:
     width = max(7.0, 4.6 * len(benches))
     fig, axes = plots.plt.subplots(1, len(benches), figsize=(width, 4.4), squeeze=False)
     colors = plots.method_colors(list(results.TABLE1_METHODS))
+    # every panel has a slot for each design in the figure, so a study in progress shows which design has
+    # no run on a benchmark yet instead of shifting the others
+    methods = [m for m in results.TABLE1_METHODS if m in set(points["method"])]
     for ax, bench in zip(axes[0], benches):
         df = points[points["benchmark"] == bench]
-        methods = [m for m in results.TABLE1_METHODS if m in set(df["method"])]
-        tops = []
+        tops, lows = [], []
         for i, m in enumerate(methods):
             mine = df[df["method"] == m]
+            if mine.empty:
+                ax.annotate(
+                    "no run\nyet",
+                    (i, 0.0),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    fontsize=6,
+                    color="0.45",
+                )
+                continue
             mean = float(mine["score"].mean())
+            lows.append(min(mean, float(mine["score"].min())))
             ax.bar(i, mean, color=colors[m], alpha=0.55, width=0.7)
             ax.scatter([i] * len(mine), mine["score"], color=colors[m], edgecolor="black", zorder=3, s=22)
             solved = int(round(float((mine["success"] / 100 * mine["n"]).sum())))
@@ -361,8 +375,14 @@ def study_figure(summary: dict[str, Any]) -> Any:
         ax.tick_params(axis="x", labelsize=7, labelrotation=30)
         ax.set_title(_bench_label(bench), fontsize=9)
         ax.set_ylabel("held-out score (engine's scale)" if ax is axes[0][0] else "", fontsize=8)
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(min(lo, 0.0), max(tops + [hi]) * 1.15 if max(tops + [hi]) > 0 else 1.0)
+        # limits from the data, 0 always inside: room above the highest label (scores can be negative:
+        # ScienceWorld's -100 for a failed task), and a 0-1 axis where every score is 0
+        lo, hi = min(lows + [0.0]), max(tops + [0.0])
+        hi = hi if hi > lo else lo + 1.0
+        span = hi - lo
+        ax.set_ylim(lo - 0.04 * span, hi + 0.2 * span)  # below 0 too: a dot at 0 is not cut in half
+        ax.set_xlim(-0.6, len(methods) - 0.4)  # every slot in view, whichever designs have runs
+        ax.axhline(0.0, color="0.6", linewidth=0.6, zorder=1)
     done, total = summary["runs_reported"], summary["runs_in_profile"]
     model = str(summary["backbone"]).split(" (")[0]
     fig.suptitle(
