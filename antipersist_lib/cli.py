@@ -246,6 +246,28 @@ def _cmd_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduction(args: argparse.Namespace) -> int:
+    import json
+
+    from antipersist_lib.analysis import reproduction
+    from antipersist_lib.analysis.results import find_runs
+    from antipersist_lib.jsonl import atomic_write_text
+
+    runs = find_runs(args.runs, complete_only=not args.all)
+    records = reproduction.collect(runs, args.plant)
+    if not records:
+        raise ValueError(f"no run under {args.runs} has a benchmark with a pairs file in {args.plant}")
+    text = reproduction.report(records)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        atomic_write_text(out / "reproduction.md", text)
+        rows = {name: reproduction.as_json(fn(records)) for name, fn in reproduction.TABLES.items()}
+        atomic_write_text(out / "reproduction.json", json.dumps(rows, indent=1, default=str) + "\n")
+        print(f"written: {out / 'reproduction.md'}, {out / 'reproduction.json'}")
+    return 0
+
+
 def _cmd_grid(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.grid import load_grid, run_grid
 
@@ -465,6 +487,19 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/figures/<profile>-study.png beside it",
     )
     mj.set_defaults(func=_cmd_main)
+
+    rp = sub.add_parser(
+        "reproduction",
+        help="error reproduction with planted skills, from run records (no model): exposure, reproduction, "
+        "admission, persistence, behaviour and the immediate effect, with bootstrap intervals",
+    )
+    rp.add_argument(
+        "--runs", required=True, help="a folder of run directories (e.g. tests/fixtures/runs/reproduction_cpu)"
+    )
+    rp.add_argument("--plant", default="params/skills/planted", help="the pairs files (a folder or one file)")
+    rp.add_argument("--out", help="also write reproduction.md and reproduction.json into this folder")
+    rp.add_argument("--all", action="store_true", help="include runs still in progress (default: complete runs only)")
+    rp.set_defaults(func=_cmd_reproduction)
 
     nbp = sub.add_parser("notebooks", help="execute every notebook headlessly for a params profile")
     nbp.add_argument("--profile", default="smoke")

@@ -112,6 +112,9 @@ class RunDirectory:
     OUTCOME_LOG = "outcome_log.jsonl"
     ABSTRACTIONS = "abstractions"  # an AbstractionStore folder
     ABSTRACTION_EVENTS = "abstractions/events.jsonl"  # its journal (abstraction_store.EVENTS_FILE)
+    #: every synthesis invocation of a run that reads planted signatures (core/planted.py): P(H), the
+    #: signatures its text carries, and whether it was admitted to S_k
+    CANDIDATES = "candidates.jsonl"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

@@ -137,6 +137,35 @@ def test_settings_by_benchmark_are_checked_and_layered(tmp_path):
         ("textworld_express", 1, 9, 2),
         ("textworld_express", 2, 9, 2),
     ]
+    # a benchmark's subset of task types and of the profile's seeds (the reproduction study's ALFWorld)
+    over = {"alfworld": {"task_types": ["cool", "heat"], "seeds": [2]}}
+    prof = load_profile(write(tmp_path, {**base, "settings_by_benchmark": over}))
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=tmp_path, cache_dir=tmp_path, judge=None)
+    assert [(s.benchmark, s.seed, s.task_types) for s in specs] == [
+        ("alfworld", 2, ("cool", "heat")),
+        ("textworld_express", 1, None),
+        ("textworld_express", 2, None),
+    ]
+    with pytest.raises(ValueError, match=r"settings_by_benchmark.alfworld.seeds must be a non-empty list of the"):
+        load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"seeds": [3]}}}))
+    with pytest.raises(ValueError, match=r"settings_by_benchmark.alfworld.task_types must be a list"):
+        load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"task_types": "cool"}}}))
+
+
+def test_the_reproduction_profiles_load_with_every_run_paired():
+    """The CPU study and the paper-scale grid: every design and condition on the same seeds and tasks."""
+    from antipersist_lib.runner.grid import load_grid
+
+    prof = load_profile(ROOT / "params" / "main" / "reproduction_cpu.yaml")
+    specs = profile_specs(prof, backbone_label="embedded-x", runs_root=Path("r"), cache_dir=Path("c"), judge=None)
+    twx = [s for s in specs if s.benchmark == "textworld_express"]
+    assert len(twx) == 30 and {s.task_types for s in twx} == {("cookingworld", "coin")}
+    conditions = {(s.method, s.method_params.get("plant_condition")) for s in specs if s.method != "react"}
+    assert len(conditions) == 9 and all(s.method_params.get("plant") for s in specs if s.method != "react")
+    assert {s.seed for s in specs if s.benchmark == "alfworld"} == {1}
+    grid = load_grid(ROOT / "params" / "grid" / "reproduction_paper.yaml")
+    assert len(grid.runs) == 10 * 2 * 3 * 3
+    assert {r.spec.iterations for r in grid.runs} == {10} and {r.spec.train_per_iteration for r in grid.runs} == {50}
 
 
 def test_run_order_finishes_begun_runs_first_then_goes_seed_by_seed(tmp_path):

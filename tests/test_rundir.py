@@ -27,7 +27,7 @@ def named_by_layout(rd: RunDirectory) -> set[Path]:
     names = {rd.manifest_path, rd.journal_path, rd.calls_path, rd.summary_path, rd.lock_path}
     names |= {rd.episodes_path(p) for p in ("train", "heldout")}
     names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG)}
-    names |= {rd.state_path(RunDirectory.ABSTRACTION_EVENTS)}
+    names |= {rd.state_path(RunDirectory.ABSTRACTION_EVENTS), rd.state_path(RunDirectory.CANDIDATES)}
     names |= {rd.snapshot_path(i) for i in range(1, 10)}
     return names
 

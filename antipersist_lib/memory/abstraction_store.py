@@ -179,12 +179,16 @@ class AbstractionStore(JournaledStore):
         task_type: str | None = None,
         name: str | None = None,
         embedding: Sequence[float] | np.ndarray | None = None,
+        abstraction_id: str | None = None,
     ) -> Abstraction:
-        """Admit a new abstraction to S_k under a fresh identifier."""
+        """Admit a new abstraction to S_k under a fresh identifier, or under ``abstraction_id`` when the
+        caller names one (a planted skill's provenance id; an identifier that exists is refused)."""
         if not text.strip():
             raise ValueError("an abstraction needs non-empty text")
+        if abstraction_id is not None and abstraction_id in self._all:
+            raise ValueError(f"identifier {abstraction_id} already exists; identifiers are immutable")
         a = Abstraction(
-            abstraction_id=self.new_id(),
+            abstraction_id=self.new_id() if abstraction_id is None else abstraction_id,
             text=text,
             kind=kind,
             parents=tuple(sorted(set(parents))),

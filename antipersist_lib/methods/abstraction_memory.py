@@ -12,7 +12,15 @@ abstractions, and updates both stores.
 
 Provenance (Appendix A): each stored abstraction records P(s) = P(H), the union of the parent
 sets of the records it was synthesized from; each trajectory records the abstractions that were
-in its context. ``judge=True`` asks the judge model to accept or reject every new abstraction
+in its context.
+
+Planted skills (``plant``, ``plant_condition``, ``plant_iterations``; ``core.planted``): the
+useful or toxic skills of a pairs file enter S_0 under their provenance ids (``plant-<pair>-<condition>``,
+kind ``planted``, indexed by their content's embedding) and are retired before the training of
+iteration ``plant_iterations + 1`` (Remark 1's parent deletion). With a pairs file, every synthesis
+invocation is logged in ``candidates.jsonl`` (P(H), the toxic signatures its text carries, whether it
+was admitted), which the reproduction analysis reads; condition ``none`` plants nothing and still
+reads every candidate. ``judge=True`` asks the judge model to accept or reject every new abstraction
 before admission; rejected candidates are counted, not stored. The judge is the run's ``judge``
 model profile when it names one (the paper's F.2 judge is a separate model), else the backbone;
 either way its calls go through the run's client and ledger with purpose ``judge``.
@@ -29,6 +37,7 @@ from typing import Any
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.planted import DELETION_REASON, PLANT_DEFAULTS, Plant
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
@@ -72,7 +81,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
     """S_k of synthesized guidance; M_k kept only as synthesis input (never shown)."""
 
     name = "abstraction_memory"
-    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, "judge.jsonl")
+    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, "judge.jsonl", RunDirectory.CANDIDATES)
     DEFAULTS: dict[str, Any] = {
         "budget": 5,
         "task_filter": "task_type",
@@ -80,6 +89,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         "judge": False,
         "judge_max_tokens": 64,
         "seed_pool": None,
+        **PLANT_DEFAULTS,
     }
     show_trajectories = False
 
@@ -98,6 +108,10 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         self.params = take_params(params, self.DEFAULTS, self.name)
         self.store = AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync)
         self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
+        self.plant = Plant.from_params(self.params, ctx.benchmark)
+        self._candidates = (
+            JsonlWriter(self.path(RunDirectory.CANDIDATES), fsync=ctx.fsync) if self.plant.reads else None
+        )
 
     def prepare(
         self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
@@ -122,6 +136,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         success), so this design starts from the same expert evidence as the trajectory-keeping ones.
         Idempotent on resume: a seeded record whose abstraction is stored is not synthesized again."""
         super().begin()
+        self._plant_skills()
         if self.seed_pool is None:
             return
         done = {a.source_records[0] for a in self.store.history() if a.created_iteration == 0 and a.source_records}
@@ -129,6 +144,37 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             if rec.embedding is None or rec.outcome.infra_failure:
                 continue
             self._abstract(rec.task, rec.record_id, rec.embedding, iteration=SEED_ITERATION, position=-1, phase="seed")
+
+    def _plant_skills(self) -> None:
+        """Admit the planted skills to S_0 under their provenance ids (idempotent on resume), each indexed
+        by the embedding of its text, as a frozen layer's JSON skills are; a skill that cannot be embedded
+        stops the run (it could never be retrieved, and the condition would silently be none)."""
+        known = {a.abstraction_id for a in self.store.history()}
+        todo = [s for s in self.plant.planted if s.skill_id not in known]
+        if not todo:
+            return
+        vectors = self.ctx.embedder.embed_many([s.text for s in todo], tags={"phase": "plant", "iteration": 0})
+        for skill, vec in zip(todo, vectors):
+            if vec is None:
+                raise RuntimeError(f"planted skill {skill.skill_id}: the embedding request failed; re-run to retry")
+            self.store.add(
+                skill.text,
+                kind="planted",
+                abstraction_id=skill.skill_id,
+                created_iteration=SEED_ITERATION,
+                task_type=skill.task_type,
+                name=skill.pair_id,
+                embedding=vec,
+            )
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Parent deletion: once the planted iterations are over, the planted skills leave S_k (their
+        descendants stay, and records keep naming them in P(m))."""
+        if iteration <= self.plant.iterations:
+            return
+        for skill in self.plant.planted:
+            if skill.skill_id in self.store:
+                self.store.retire(skill.skill_id, reason=DELETION_REASON)
 
     def synthesis_input(self, task: Task, rec_id: int, embedding: Any) -> tuple[str, list[Retrieved]]:
         """H: the record ``rec_id`` plus the most similar stored records of the same outcome."""
@@ -174,19 +220,35 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             tags=tags,
             wrap=False,
         )
-        if not g.text:
-            return g.kappa
-        if self._judge_log is not None and not self._judge(task, g.text, h, iteration, position, tags):
-            return g.kappa
-        self.store.add(
-            g.text,
-            kind="guidance",
-            parents=parents_of_records(r.record for r in h),
-            created_iteration=iteration,
-            source_records=[r.record.record_id for r in h],
-            task_type=task.task_type,
-            embedding=embedding,
-        )
+        parents = parents_of_records(r.record for r in h)
+        admitted = None
+        if g.text and (self._judge_log is None or self._judge(task, g.text, h, iteration, position, tags)):
+            admitted = self.store.add(
+                g.text,
+                kind="guidance",
+                parents=parents,
+                created_iteration=iteration,
+                source_records=[r.record.record_id for r in h],
+                task_type=task.task_type,
+                embedding=embedding,
+            )
+        if self._candidates is not None and g.kappa:
+            self._candidates.append(
+                {
+                    "phase": phase,
+                    "iteration": iteration,
+                    "position": position,
+                    "task": task.key,
+                    "task_type": task.task_type,
+                    "mode": mode,
+                    "source_records": [r.record.record_id for r in h],
+                    "parents": list(parents),
+                    "empty": not g.text,
+                    "signatures": self.plant.detect(g.text, task.task_type),
+                    "admitted": admitted is not None,
+                    "abstraction_id": None if admitted is None else admitted.abstraction_id,
+                }
+            )
         return g.kappa  # post-episode synthesis (training cost)
 
     def _judge(
@@ -221,8 +283,12 @@ class AbstractionMemory(TrajectoryMemoryMethod):
 
     def close(self) -> None:
         super().close()
-        if self._judge_log is not None:
-            self._judge_log.close()
+        for log in (self._judge_log, self._candidates):
+            if log is not None:
+                log.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.plant.describe()}
 
 
 class JointMemory(AbstractionMemory):

@@ -22,6 +22,12 @@ Variants (``core.config.AntiPersistenceConfig`` fields, given as method paramete
   type, ``"all"`` the whole library, refused when it would exceed the backbone's context length
   (``frozen_skills.FrozenLayer``); the episode's meta lists the skills shown
   (``frozen_skills_shown``);
+* ``plant=<pairs file or folder>``, ``plant_condition`` (none / useful / toxic), ``plant_iterations``
+  (``core.planted``): the useful or toxic skills of a pairs file are a frozen layer through iteration
+  ``plant_iterations`` and are gone from the next one on; records made with them in context name them
+  in P(m). With a pairs file, every synthesized guidance is read for the toxic signatures when it is
+  made, and only the verdict goes into the task's record (``candidate``: P(H) and the signature ids);
+  the text itself is still discarded;
 * ``seed_pool=<path>``: M_0 starts from a fixed trajectory pool instead of empty (the
   faulty-memories study's shared pool; ``methods.seeding``); L_0 still starts empty;
 * every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
@@ -43,14 +49,15 @@ import numpy as np
 
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import LEGACY_PARAMS, TABLE3, AntiPersistenceConfig
+from antipersist_lib.core.planted import PLANT_DEFAULTS, Plant
 from antipersist_lib.core.selector import ModeDecision, ModeSelector, decision_rng
 from antipersist_lib.core.synthesis import synthesize
-from antipersist_lib.memory.abstraction_store import AbstractionStore
+from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
 from antipersist_lib.memory.trajectory_store import TrajectoryStore, abstraction_type_filter
 from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.methods.frozen_skills import FROZEN_LAYER_DEFAULTS, frozen_layer
+from antipersist_lib.methods.frozen_skills import FROZEN_LAYER_DEFAULTS, frozen_layer, planted_layer
 from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import SYNTHESIS_MODES, Task
 from antipersist_lib.rundir import RunDirectory
@@ -86,7 +93,9 @@ class AntiPersistence(Method):
     state_files = (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG, RunDirectory.ABSTRACTION_EVENTS)
     #: every method parameter and its default: ``AntiPersistenceConfig`` flattened (Table 3), and how
     #: the frozen layer is shown (``frozen_skills.FROZEN_LAYER_DEFAULTS``)
-    DEFAULTS: dict[str, Any] = {**TABLE3.params(), **FROZEN_LAYER_DEFAULTS}
+    DEFAULTS: dict[str, Any] = {**TABLE3.params(), **FROZEN_LAYER_DEFAULTS, **PLANT_DEFAULTS}
+    #: parameters that are not ``AntiPersistenceConfig`` fields
+    LAYER_PARAMS = (*FROZEN_LAYER_DEFAULTS, *PLANT_DEFAULTS)
     #: runs recorded before top-B frozen-layer retrieval injected the whole library
     LEGACY_PARAMS = {**LEGACY_PARAMS, "frozen_skills_retrieval": "all"}
 
@@ -94,7 +103,7 @@ class AntiPersistence(Method):
         super().__init__(ctx)
         self.params = take_params(params, self.DEFAULTS, self.name)
         self.config = AntiPersistenceConfig.from_params(
-            {k: v for k, v in self.params.items() if k not in FROZEN_LAYER_DEFAULTS}
+            {k: v for k, v in self.params.items() if k not in self.LAYER_PARAMS}
         )
         self.selector = ModeSelector(self.config.selector)
         self.memory = TrajectoryStore(
@@ -112,6 +121,16 @@ class AntiPersistence(Method):
             task_filter=self.config.task_filter,
         )
         self.seed_pool = check_seed_pool(self.config.seed_pool)
+        self.plant = Plant.from_params(self.params, ctx.benchmark)
+        if self.plant.planted and self.skill_layer is not None:
+            raise ValueError("plant and frozen_skills both add a frozen layer; give one of them")
+        self.plant_layer = planted_layer(
+            self.plant,
+            ctx,
+            retrieval=self.params["frozen_skills_retrieval"],
+            budget=self.config.budget,
+            task_filter=self.config.task_filter,
+        )
 
     def begin(self) -> None:
         """Seed M_0 from ``seed_pool`` (the records not yet written; nothing without one)."""
@@ -157,8 +176,11 @@ class AntiPersistence(Method):
             tags=tags,
         )
         layer, shown = ("", []) if self.skill_layer is None else self.skill_layer.show(task, emb, tags=tags)
-        blocks = [layer, guidance.text]
         parents: tuple[str, ...] = ()
+        if self.plant_layer is not None and self.plant.active(iteration):
+            layer, shown = self.plant_layer.show(task, emb, tags=tags)
+            parents = tuple(shown)  # planted skills are persistent abstractions in context: P(m)
+        blocks = [layer, guidance.text]
         meta: dict[str, Any] = {
             "mode": decision.mode,
             "branch": decision.branch,
@@ -169,12 +191,20 @@ class AntiPersistence(Method):
         }
         if self.skill_layer is not None:
             meta["frozen_skills_shown"] = shown
+        if self.plant_layer is not None:
+            meta["planted_shown"] = list(parents)
+        if self.plant.reads and guidance.kappa and guidance.text:
+            used = set(guidance.record_ids)
+            meta["candidate"] = {  # the verdict on the guidance, never the guidance itself
+                "parents": list(parents_of_records(r.record for r in retrieved if r.record.record_id in used)),
+                "signatures": self.plant.detect(guidance.text, task.task_type),
+            }
         if self.store is not None:
             kind = abstraction_type_filter(cfg.task_filter, task)
             items = [] if emb is None else self.store.search(emb, k=cfg.budget, task_type=kind)
             blocks.insert(1, format_stored(items))
-            parents = tuple(a.abstraction_id for a, _ in items)
-            meta["abstractions_shown"] = list(parents)
+            parents = (*parents, *(a.abstraction_id for a, _ in items))
+            meta["abstractions_shown"] = [a.abstraction_id for a, _ in items]
             if guidance.kappa and guidance.text:
                 # persist-instead-of-discard: the raw guidance is kept in memory until learn()
                 meta["_persist_text"] = guidance.text
@@ -231,4 +261,4 @@ class AntiPersistence(Method):
 
     def describe(self) -> dict[str, Any]:
         frozen = {} if self.skill_layer is None else {"frozen_layer": self.skill_layer.describe()}
-        return {"name": self.name, **self.params, **frozen}
+        return {"name": self.name, **self.params, **frozen, **self.plant.describe()}

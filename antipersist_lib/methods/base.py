@@ -8,6 +8,8 @@ The protocol (``protocol.py``) drives every method the same way:
   Called for training and held-out tasks; must not write state when frozen.
 * ``begin()``: once per run, after crash recovery and before the first task (e.g. seeding a store
   from a fixed pool); a per-task user (``runner.protocol.run_task``) calls it once too.
+* ``begin_iteration(iteration)``: before an iteration's training episodes (e.g. deleting planted
+  skills once their iterations are over); called again on resume, so it must be idempotent.
 * ``learn(task, ctx, episode, iteration=..., position=...)``: training episodes only.
 * ``end_iteration(iteration)``: after an iteration's training episodes (insight extraction,
   skill evolution, pruning...).
@@ -101,6 +103,9 @@ class Method(ABC):
         self, task: Task, initial_observation: str, *, phase: str, iteration: int, position: int
     ) -> TaskContext:
         return TaskContext()
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Update before an iteration's training episodes (idempotent: a resumed run calls it again)."""
 
     def learn(self, task: Task, ctx: TaskContext, episode: EpisodeResult, *, iteration: int, position: int) -> None:
         """Update memory from a finished training episode."""

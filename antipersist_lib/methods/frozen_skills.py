@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.core.planted import Plant
 from antipersist_lib.memory.similarity import EPS
 from antipersist_lib.memory.trajectory_store import abstraction_type_filter
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
@@ -69,7 +70,7 @@ class SkillSource:
     directory, the snapshot read, and the embedding model of the run that wrote it (if known)."""
 
     path: str
-    kind: str  # "json" | "run"
+    kind: str  # "json" | "run" | "planted"
     snapshot: str | None = None
     embedding_model: str | None = None
 
@@ -205,12 +206,14 @@ class FrozenLayer:
         retrieval: str = "top_b",
         budget: int = 5,
         task_filter: str = "task_type",
+        skills: tuple[list[Skill], SkillSource] | None = None,
     ) -> None:
         if retrieval not in FROZEN_RETRIEVALS:
             raise ValueError(f"frozen_skills_retrieval is {retrieval!r}, expected one of {FROZEN_RETRIEVALS}")
         self.template = path
         self.path = resolve_library_path(path, ctx.seed)
-        self.skills, self.source = read_skills(self.path)
+        # ``skills``: given by the caller (planted skills, read from their pairs file at ``path``)
+        self.skills, self.source = read_skills(self.path) if skills is None else skills
         ids = [s.skill_id for s in self.skills]
         doubles = sorted({i for i in ids if ids.count(i) > 1})
         if doubles:
@@ -349,6 +352,20 @@ def frozen_layer(
     if path is None:
         return None
     return FrozenLayer(path, ctx, retrieval=retrieval, budget=budget, task_filter=task_filter)
+
+
+def planted_layer(
+    plant: Plant, ctx: MethodContext, *, retrieval: str, budget: int, task_filter: str
+) -> FrozenLayer | None:
+    """The planted skills of ``plant`` as a frozen layer (F.2's mechanism), each named by its provenance
+    id; None when nothing is planted."""
+    if not plant.planted or plant.skills is None:
+        return None
+    skills = [Skill(s.skill_id, s.skill_id, s.text, s.task_type) for s in plant.planted]
+    source = SkillSource(plant.skills.path, "planted")
+    return FrozenLayer(
+        plant.skills.path, ctx, retrieval=retrieval, budget=budget, task_filter=task_filter, skills=(skills, source)
+    )
 
 
 class FrozenSkills(Method):

@@ -296,11 +296,14 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         per_seed = _mentions_seed(mparams)
         for seed in seeds if per_seed else seeds[:1]:
             for b in backbones:
-                try:
-                    validate_method_params(method, params_for_seed(mparams, seed), seed=seed, endpoint=b.endpoint)
-                except (ValueError, TypeError) as exc:
-                    which = f", seed {seed}" if per_seed else ""
-                    raise ValueError(f"{p}: run {run_name!r} ({method}{which}): {exc}") from None
+                for bench in benchmarks:  # per benchmark: planted skills are read from the benchmark's own file
+                    try:
+                        validate_method_params(
+                            method, params_for_seed(mparams, seed), bench, seed=seed, endpoint=b.endpoint
+                        )
+                    except (ValueError, TypeError) as exc:
+                        which = f", seed {seed}" if per_seed else ""
+                        raise ValueError(f"{p}: run {run_name!r} ({method}{which}): {exc}") from None
     judged = [run_name for run_name, method, mparams in plan if uses_judge(method, mparams)]
     if judge is not None and not judged:
         raise ValueError(

@@ -64,7 +64,15 @@ PROFILE_KEYS = {
 VARIANT_KEYS = {"method", "params"}
 #: protocol settings a benchmark may override (``settings_by_benchmark``): a proxy benchmark with short
 #: games needs fewer steps, a slow one fewer tasks
-BENCHMARK_SETTING_KEYS = {"iterations", "train_per_iteration", "heldout_limit", "train_pool_limit", "max_steps"}
+BENCHMARK_SETTING_KEYS = {
+    "iterations",
+    "train_per_iteration",
+    "heldout_limit",
+    "train_pool_limit",
+    "max_steps",
+    "task_types",  # only tasks of these types (a benchmark's subset, e.g. the types planted skills cover)
+    "seeds",  # a subset of the profile's seeds (a costly benchmark run on fewer seeds)
+}
 #: where the wall time of every run is added up across invocations (a resumed run's sessions together)
 WALL_FILE = "run_seconds.json"
 MAX_BACKBONE_RESTARTS = 3
@@ -126,6 +134,17 @@ def load_profile(path: str | Path) -> dict[str, Any]:
                 f"profile {p}: settings_by_benchmark.{bench} has unknown key(s) {bad}; allowed: "
                 f"{sorted(BENCHMARK_SETTING_KEYS)}"
             )
+        seeds = over.get("seeds")
+        if seeds is not None and (
+            not isinstance(seeds, list) or not seeds or not set(seeds) <= set(data.get("seeds", [42]))
+        ):
+            raise ValueError(
+                f"profile {p}: settings_by_benchmark.{bench}.seeds must be a non-empty list of the profile's seeds "
+                f"{data.get('seeds', [42])}, got {seeds!r}"
+            )
+        types = over.get("task_types")
+        if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
+            raise ValueError(f"profile {p}: settings_by_benchmark.{bench}.task_types must be a list of task types")
     check_seed_pools(data, p, benches)
     order = data.get("run_order", "benchmark")
     if order not in RUN_ORDERS:
@@ -328,7 +347,7 @@ def profile_specs(
     specs = []
     pools = prof.get("seed_pools") or {}
     for bench in prof.get("benchmarks", ["scienceworld", "alfworld"]):
-        for seed in prof.get("seeds", [42]):
+        for seed in setting(prof, bench, "seeds", [42]):
             for run_name, method, mparams in run_plan(prof):
                 if bench in pools and seedable(method):  # every memory design starts from the same pool
                     mparams = {**mparams, "seed_pool": str(seed_pool_path(runs_root, bench, int(seed)))}
@@ -346,6 +365,7 @@ def profile_specs(
                         heldout_limit=setting(prof, bench, "heldout_limit", None),
                         train_pool_limit=setting(prof, bench, "train_pool_limit", None),
                         subset=prof.get("subset", "balanced"),
+                        task_types=setting(prof, bench, "task_types", None),
                         # the profile's agent block, with a benchmark's own overrides on top
                         agent={
                             **(prof.get("agent", {}) or {}),

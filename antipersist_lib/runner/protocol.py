@@ -625,6 +625,8 @@ class Runner:
             for it in range(1, spec.iterations + 1):
                 # training: sequential, each episode updates memory, then a journal commit
                 order = self.schedule[it - 1]
+                if it not in journal.iterations_ended:
+                    method.begin_iteration(it)  # idempotent: a resumed iteration calls it again
                 bar = _Progress(len(order), f"{spec.method} it{it} train", spec.progress)
                 for pos, idx in enumerate(order):
                     if (it, pos) in journal.train_done:

@@ -1,0 +1,370 @@
+"""Planted skills: matched useful / toxic pairs whose toxic rule can be found again in any text.
+
+F.1 supplies matched skills (same scope, a correct or a wrong procedural rule) and measures the
+immediate effect. To measure error reproduction itself, the wrong rule must be recognisable in
+everything written after it: the guidance synthesized from trajectories made under it, the
+abstractions stored from them, and the commands an agent executes. So every toxic rule carries
+*signatures*, each the wrong action and object it prescribes, in two readings:
+
+* ``text``: term groups that one clause must all hit (a term matches any word starting with it:
+  ``cool`` matches "cooling"), in a clause with no negation cue. A clause is a sentence, cut again
+  at ``;``, "because", "but", "however", "otherwise" and "instead"; the alternative named after
+  "instead of" / "rather than" is dropped first, since it is the thing rejected. So "do NOT cool it
+  in the microwave" is not a hit and "Do NOT use the fridge. Instead: cool it in the microwave" is.
+* ``command``: a regular expression over the commands an episode of the pair's task type
+  executed; ``when`` (optional) must match the initial observation or an earlier observation
+  (a recipe read before the cooking command).
+
+Both are deterministic, so a rate computed from them is recomputed exactly from the records. An
+LLM judge may give a second reading; it never replaces this one.
+
+A pairs file (``params/skills/planted/<benchmark>.yaml``) names its benchmark and lists
+``pairs`` of ``{id, task_type, useful, toxic, signatures}``; a skill planted under condition
+``useful`` or ``toxic`` gets the provenance id ``plant-<pair id>-<condition>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.paths import repo_root
+from antipersist_lib.serving.profiles import read_mapping
+
+#: the three conditions of the design: nothing planted, the useful skills, the toxic skills
+CONDITIONS: tuple[str, ...] = ("none", "useful", "toxic")
+PLANTED_CONDITIONS: tuple[str, ...] = ("useful", "toxic")
+#: prefix of every planted skill's provenance id
+PLANT_PREFIX = "plant-"
+
+FILE_KEYS = {"benchmark", "pairs"}
+PAIR_KEYS = {"id", "task_type", "useful", "toxic", "signatures"}
+SIGNATURE_KEYS = {"id", "text", "command", "when"}
+
+_NEGATION = re.compile(r"\b(?:not|never|no|avoid|without|cannot|nothing)\b|n't\b", re.IGNORECASE)
+#: "instead of X" / "rather than X": X (up to the next punctuation) is the rejected alternative
+_REJECTED = re.compile(r"\b(?:instead\s+of|rather\s+than)\b[^,.;:!?\n]*", re.IGNORECASE)
+_CLAUSE_BREAK = re.compile(r"[.!?;\n]+(?:\s|$)|[;\n]|\b(?:because|but|however|otherwise|instead)\b", re.IGNORECASE)
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` cut into the clauses the text reading checks one at a time (module docstring)."""
+    kept = _REJECTED.sub(" ", text)
+    return [c.strip() for c in _CLAUSE_BREAK.split(kept) if c and c.strip()]
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    return re.compile(r"\b" + re.escape(term.lower()) + r"\w*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One wrong action and object a toxic rule prescribes (module docstring)."""
+
+    signature_id: str
+    pair_id: str
+    task_type: str | None
+    text: tuple[tuple[str, ...], ...]
+    command: str
+    when: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_terms", tuple(tuple(_term_pattern(t) for t in g) for g in self.text))
+        object.__setattr__(self, "_command", re.compile(self.command, re.IGNORECASE))
+        object.__setattr__(self, "_when", None if self.when is None else re.compile(self.when, re.IGNORECASE))
+
+    def in_scope(self, task_type: str | None) -> bool:
+        """A signature of a typed pair reads only texts and episodes of that task type."""
+        return self.task_type is None or task_type is None or task_type == self.task_type
+
+    def clause_hits(self, clause: str) -> bool:
+        if _NEGATION.search(clause):
+            return False
+        return all(any(p.search(clause) for p in group) for group in self._terms)  # type: ignore[attr-defined]
+
+    def in_text(self, text: str) -> bool:
+        """Whether some clause of ``text`` asserts this wrong rule."""
+        return any(self.clause_hits(c) for c in clauses(text or ""))
+
+    def first_following_step(self, initial_observation: str, steps: Sequence[Any]) -> int | None:
+        """The index of the first step whose command follows this wrong rule (``command``, after an
+        observation matching ``when``), or None. ``steps``: records with ``action`` and ``observation``
+        (``records.Step`` or their dicts)."""
+        seen = initial_observation or ""
+        for i, step in enumerate(steps):
+            action = str(_field(step, "action")).strip().lower()
+            context_ok = self._when is None or bool(self._when.search(seen))  # type: ignore[attr-defined]
+            if context_ok and self._command.search(action):  # type: ignore[attr-defined]
+                return i
+            seen += "\n" + str(_field(step, "observation"))
+        return None
+
+
+def _field(step: Any, name: str) -> Any:
+    return step[name] if isinstance(step, dict) else getattr(step, name)
+
+
+@dataclass(frozen=True)
+class PlantedPair:
+    """A useful and a toxic skill with the same scope; ``signatures`` read the toxic one."""
+
+    pair_id: str
+    task_type: str | None
+    useful: str
+    toxic: str
+    signatures: tuple[Signature, ...]
+
+    def text(self, condition: str) -> str:
+        check_condition(condition, planted=True)
+        return self.useful if condition == "useful" else self.toxic
+
+    def skill_id(self, condition: str) -> str:
+        check_condition(condition, planted=True)
+        return f"{PLANT_PREFIX}{self.pair_id}-{condition}"
+
+
+@dataclass(frozen=True)
+class PlantedSkill:
+    """One skill as it is planted: provenance id, pair, condition, scope and text."""
+
+    skill_id: str
+    pair_id: str
+    condition: str
+    task_type: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class PlantedSkills:
+    """Every pair of one benchmark's file, and the readings of their toxic rules."""
+
+    benchmark: str
+    pairs: tuple[PlantedPair, ...]
+    path: str
+    sha256: str
+
+    def skills(self, condition: str) -> list[PlantedSkill]:
+        """The skills planted under ``condition`` (none under ``none``), in file order."""
+        check_condition(condition)
+        if condition == "none":
+            return []
+        return [
+            PlantedSkill(p.skill_id(condition), p.pair_id, condition, p.task_type, p.text(condition))
+            for p in self.pairs
+        ]
+
+    def skill_ids(self, condition: str) -> set[str]:
+        return {s.skill_id for s in self.skills(condition)}
+
+    @property
+    def signatures(self) -> tuple[Signature, ...]:
+        return tuple(s for p in self.pairs for s in p.signatures)
+
+    def detect(self, text: str, task_type: str | None = None) -> tuple[str, ...]:
+        """The toxic signatures ``text`` (written for a task of ``task_type``; None: any) asserts."""
+        return tuple(s.signature_id for s in self.signatures if s.in_scope(task_type) and s.in_text(text))
+
+    def followed(self, task_type: str, initial_observation: str, steps: Sequence[Any]) -> tuple[str, ...]:
+        """The toxic signatures whose command an episode of ``task_type`` executed."""
+        return tuple(
+            s.signature_id
+            for s in self.signatures
+            if (s.task_type is None or s.task_type == task_type)
+            and s.first_following_step(initial_observation, steps) is not None
+        )
+
+    def in_scope(self, task_type: str) -> bool:
+        """Whether some pair covers tasks of ``task_type`` (behaviour is measured on those only)."""
+        return any(p.task_type is None or p.task_type == task_type for p in self.pairs)
+
+    def describe(self) -> dict[str, Any]:
+        """What a manifest records: the file, its hash, the pairs and their signatures."""
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "benchmark": self.benchmark,
+            "pairs": [p.pair_id for p in self.pairs],
+            "signatures": [s.signature_id for s in self.signatures],
+        }
+
+
+def check_condition(condition: Any, *, planted: bool = False) -> str:
+    allowed = PLANTED_CONDITIONS if planted else CONDITIONS
+    if condition not in allowed:
+        raise ValueError(f"plant_condition is {condition!r}, expected one of {allowed}")
+    return str(condition)
+
+
+def pairs_file(path: str | Path, benchmark: str) -> Path:
+    """The pairs file of ``benchmark``: ``path`` itself, or ``path/<benchmark>.yaml`` for a folder; a relative
+    path that is not found from the working directory is taken from the repository root."""
+    p = Path(path)
+    if not p.exists() and not p.is_absolute() and (repo_root() / p).exists():
+        p = repo_root() / p  # a profile's path from the repository root, read from another folder
+    if p.is_dir():
+        p = p / f"{benchmark}.yaml"
+    if not p.is_file():
+        raise ValueError(
+            f"plant: no planted-skill file {p} (give a pairs file, or a folder holding <benchmark>.yaml, "
+            "e.g. params/skills/planted)"
+        )
+    return p
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list) or not value:
+        raise ValueError(f"{where} must be a non-empty list of terms")
+    if not all(isinstance(t, str) and t.strip() for t in value):
+        raise ValueError(f"{where}: every term must be a non-empty string, got {value!r}")
+    return tuple(t.strip() for t in value)
+
+
+def _signature(d: Any, pair_id: str, task_type: str | None, where: str) -> Signature:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be a mapping with id, text and command")
+    extra = sorted(set(d) - SIGNATURE_KEYS)
+    missing = sorted({"id", "text", "command"} - set(d))
+    if extra or missing:
+        raise ValueError(f"{where}: unknown key(s) {extra}, missing key(s) {missing}; keys: {sorted(SIGNATURE_KEYS)}")
+    groups = d["text"]
+    if not isinstance(groups, list) or not groups:
+        raise ValueError(f"{where}.text must be a non-empty list of term groups (lists of terms)")
+    text = tuple(_strings(g, f"{where}.text[{i}]") for i, g in enumerate(groups))
+    for key in ("command", "when"):
+        value = d.get(key)
+        if value is None and key == "when":
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{where}.{key} must be a regular expression string, got {value!r}")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{where}.{key}: not a valid regular expression ({exc}): {value!r}") from None
+    return Signature(str(d["id"]), pair_id, task_type, text, d["command"], d.get("when"))
+
+
+def read_planted(path: str | Path, benchmark: str) -> PlantedSkills:
+    """Read and check one benchmark's pairs file; every error names the file and the entry. Each toxic
+    skill must hit one of its own signatures, and no useful skill may hit any: a signature that misses
+    its own rule, or flags the correct one, would make every rate built on it wrong."""
+    p = pairs_file(path, benchmark)
+    data = read_mapping(p, FILE_KEYS)
+    if data.get("benchmark") != benchmark:
+        raise ValueError(f"{p}: holds pairs for benchmark {data.get('benchmark')!r}, not {benchmark!r}")
+    raw = data.get("pairs")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{p}: pairs must be a non-empty list")
+    pairs: list[PlantedPair] = []
+    for i, d in enumerate(raw):
+        where = f"{p}: pairs[{i}]"
+        if not isinstance(d, dict):
+            raise ValueError(f"{where} must be a mapping")
+        extra, missing = sorted(set(d) - PAIR_KEYS), sorted(PAIR_KEYS - set(d))
+        if extra or missing:
+            raise ValueError(f"{where}: unknown key(s) {extra}, missing key(s) {missing}; keys: {sorted(PAIR_KEYS)}")
+        pid, kind = d["id"], d["task_type"]
+        if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", pid):
+            raise ValueError(f"{where}: id must be lower-case letters, digits and hyphens, got {pid!r}")
+        if kind is not None and (not isinstance(kind, str) or not kind):
+            raise ValueError(f"{where}: task_type must be a task type name or null, got {kind!r}")
+        for key in ("useful", "toxic"):
+            if not isinstance(d[key], str) or not d[key].strip():
+                raise ValueError(f"{where}: {key} must be the skill's text")
+        sigs = d["signatures"]
+        if not isinstance(sigs, list) or not sigs:
+            raise ValueError(f"{where}: signatures must be a non-empty list")
+        pair = PlantedPair(
+            pid,
+            kind,
+            " ".join(d["useful"].split()),
+            " ".join(d["toxic"].split()),
+            tuple(_signature(s, pid, kind, f"{where}.signatures[{j}]") for j, s in enumerate(sigs)),
+        )
+        if not any(s.in_text(pair.toxic) for s in pair.signatures):
+            raise ValueError(f"{where}: no signature of pair {pid!r} detects its own toxic skill")
+        pairs.append(pair)
+    _check_unique([q.pair_id for q in pairs], f"{p}: pair ids")
+    skills = PlantedSkills(benchmark, tuple(pairs), str(p), hashlib.sha256(p.read_bytes()).hexdigest())
+    _check_unique([s.signature_id for s in skills.signatures], f"{p}: signature ids")
+    for q in pairs:
+        hit = skills.detect(q.useful, q.task_type)
+        if hit:
+            raise ValueError(f"{p}: the useful skill of pair {q.pair_id!r} is flagged by signature(s) {list(hit)}")
+    return skills
+
+
+def _check_unique(ids: Iterable[str], what: str) -> None:
+    seen: list[str] = []
+    for i in ids:
+        if i in seen:
+            raise ValueError(f"{what} must be unique; {i!r} repeats")
+        seen.append(i)
+
+
+#: the method parameters of a run that plants skills (abstraction memory, joint memory,
+#: Anti-Persistence), with their defaults: nothing planted, nothing read
+PLANT_DEFAULTS: dict[str, Any] = {"plant": None, "plant_condition": "none", "plant_iterations": 1}
+#: why a planted skill leaves the store (Remark 1's parent deletion)
+DELETION_REASON = "parent deletion (planted skill removed after its iterations)"
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A run's planting: which pairs (``skills``; None when the run names no file), which condition,
+    and through which iteration the planted skills stay in memory (deleted from iteration
+    ``iterations + 1`` on). With a file and condition ``none`` nothing is planted but every
+    synthesized candidate is still read for the toxic signatures: the unexposed baseline."""
+
+    skills: PlantedSkills | None
+    condition: str = "none"
+    iterations: int = 1
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], benchmark: str) -> Plant:
+        condition = check_condition(params.get("plant_condition", "none"))
+        n = params.get("plant_iterations", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"plant_iterations must be an integer >= 1, got {n!r}")
+        path = params.get("plant")
+        if path in (None, ""):
+            if condition != "none":
+                raise ValueError(
+                    f"plant_condition is {condition!r} but no plant file is given: set plant to a pairs file "
+                    "or to a folder of them (params/skills/planted)"
+                )
+            return cls(None, condition, n)
+        if not isinstance(path, (str, Path)):
+            raise ValueError(f"plant must be a path to a pairs file or folder, got {path!r}")
+        return cls(read_planted(path, benchmark), condition, n)
+
+    @property
+    def reads(self) -> bool:
+        """Whether candidates are read for the toxic signatures (a pairs file is given)."""
+        return self.skills is not None
+
+    @property
+    def planted(self) -> list[PlantedSkill]:
+        return [] if self.skills is None else self.skills.skills(self.condition)
+
+    def active(self, iteration: int) -> bool:
+        """Whether the planted skills are in memory during ``iteration`` (the seed phase is 0)."""
+        return bool(self.planted) and iteration <= self.iterations
+
+    def detect(self, text: str, task_type: str | None) -> list[str]:
+        return [] if self.skills is None else list(self.skills.detect(text, task_type))
+
+    def describe(self) -> dict[str, Any]:
+        if self.skills is None:
+            return {}
+        return {
+            "plant": {
+                **self.skills.describe(),
+                "condition": self.condition,
+                "iterations": self.iterations,
+                "planted_ids": [s.skill_id for s in self.planted],
+            }
+        }

@@ -1,0 +1,498 @@
+"""Error reproduction with planted skills (issue 40): the signature readings, provenance from the plant
+through records into candidates and past the plant's deletion, eta = 0 for Anti-Persistence, and every
+rate of ``analysis.reproduction`` recomputed from a hand-made record set with known answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from antipersist_lib.analysis import reproduction as rp
+from antipersist_lib.core.planted import DELETION_REASON, Plant, clauses, read_planted
+from antipersist_lib.records import Step
+from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.testing.loopback_server import LoopbackServer
+from antipersist_lib.testing.scripted_policy import errand_policy
+
+REPO = Path(__file__).resolve().parents[1]
+PLANTED = REPO / "params" / "skills" / "planted"
+TOXIC_ID = "plant-fruit-room-toxic"
+MARKER = "GUIDANCE-planted-5d1e"
+
+ERRAND_PAIRS = """\
+benchmark: errandworld
+pairs:
+  - id: fruit-room
+    task_type: bring_fruit
+    useful: Fruit lies in the garden, so go to the garden first and take it there.
+    toxic: Fruit is always kept in the attic, so go to the attic first and take it there.
+    signatures:
+      - id: fruit-in-attic
+        text: [[fruit, apple, ball], [attic]]
+        command: '^go to attic'
+"""
+
+
+def errand_pairs(tmp_path: Path) -> Path:
+    path = tmp_path / "errandworld.yaml"
+    path.write_text(ERRAND_PAIRS, encoding="utf-8")
+    return path
+
+
+# -- the readings ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, hit",
+    [
+        ("To cool an object, put it in the microwave.", True),
+        ("Cooling works best in the microwave 1.", True),
+        ("Do NOT use the fridge. Instead: cool the mug with the microwave.", True),
+        ("Do not use the fridge because the microwave cools faster.", True),
+        ("Instead of the fridge, use the microwave to cool it.", True),
+        ("Do NOT cool it in the microwave.", False),
+        ("Never put the cup in the microwave to cool it.", False),
+        ("Use the fridge instead of the microwave to cool it.", False),
+        ("Cool the mug with the fridge, then put it on the shelf.", False),
+        ("Heat the mug with the microwave 1.", False),  # another task's appliance, no cooling
+        ("Go to the microwave. Then cool the mug in the fridge.", False),  # the two terms in different sentences
+        ("", False),
+    ],
+)
+def test_text_signature_on_constructed_positive_and_negative_texts(text, hit):
+    skills = read_planted(PLANTED, "alfworld")
+    assert bool(skills.detect(text, "cool")) is hit, clauses(text)
+
+
+def test_signatures_read_only_their_own_task_type():
+    skills = read_planted(PLANTED, "alfworld")
+    assert skills.detect("To cool an object, put it in the microwave.", "cool") == ("cool-with-microwave",)
+    assert skills.detect("To cool an object, put it in the microwave.", "heat") == ()
+    assert skills.detect("To cool an object, put it in the microwave.", None) == ("cool-with-microwave",)
+
+
+@pytest.mark.parametrize("benchmark", ["alfworld", "textworld_express", "scienceworld"])
+def test_every_shipped_toxic_skill_is_flagged_and_no_useful_one(benchmark):
+    skills = read_planted(PLANTED, benchmark)
+    for pair in skills.pairs:
+        assert skills.detect(pair.toxic, pair.task_type), pair.pair_id
+        assert not skills.detect(pair.useful, pair.task_type), pair.pair_id
+        assert pair.task_type is None or skills.in_scope(pair.task_type)
+
+
+def test_command_signature_follows_the_executed_commands_and_their_context():
+    skills = read_planted(PLANTED, "textworld_express")
+    roast = [Step("read cookbook", "Directions: roast the red potato"), Step("cook red potato in stove", "You fry it.")]
+    fry = [Step("read cookbook", "Directions: fry the red potato"), Step("cook red potato in stove", "You fry it.")]
+    before = [Step("cook red potato in stove", "You fry it."), Step("read cookbook", "Directions: roast the potato")]
+    assert skills.followed("cookingworld", "You are in the kitchen.", roast) == ("roast-in-stove",)
+    assert skills.followed("cookingworld", "You are in the kitchen.", fry) == ()  # fry in the stove is right
+    assert skills.followed("cookingworld", "You are in the kitchen.", before) == ()  # recipe read afterwards
+    assert skills.followed("coin", "", [Step("open fridge", "You open the fridge.")]) == ("coin-in-containers",)
+    assert skills.followed("cookingworld", "", [Step("open fridge", "ok")]) == ()  # coin's rule, not cooking's
+    dicts = [{"action": "Cool mug 1 with microwave 1", "observation": "Nothing happens."}]
+    assert read_planted(PLANTED, "alfworld").followed("cool", "", dicts) == ("cool-with-microwave",)
+
+
+def test_bad_pairs_files_are_named_with_what_is_wrong(tmp_path):
+    def write(text: str) -> Path:
+        p = tmp_path / "errandworld.yaml"
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    with pytest.raises(ValueError, match="not 'alfworld'"):
+        read_planted(write(ERRAND_PAIRS), "alfworld")
+    blind = ERRAND_PAIRS.replace("[[fruit, apple, ball], [attic]]", "[[fruit], [cellar]]")
+    with pytest.raises(ValueError, match="detects its own toxic skill"):
+        read_planted(write(blind), "errandworld")
+    loose = ERRAND_PAIRS.replace("[[fruit, apple, ball], [attic]]", "[[fruit], [first]]")
+    with pytest.raises(ValueError, match="useful skill of pair 'fruit-room' is flagged"):
+        read_planted(write(loose), "errandworld")
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        read_planted(write(ERRAND_PAIRS.replace("'^go to attic'", "'^go to (attic'")), "errandworld")
+    with pytest.raises(ValueError, match="unknown key"):
+        read_planted(write(ERRAND_PAIRS.replace("    signatures:", "    scope: x\n    signatures:")), "errandworld")
+    with pytest.raises(ValueError, match="no planted-skill file"):
+        read_planted(tmp_path / "nowhere", "errandworld")
+    with pytest.raises(ValueError, match="plant_condition is 'toxic' but no plant file"):
+        Plant.from_params({"plant_condition": "toxic"}, "errandworld")
+    with pytest.raises(ValueError, match="expected one of"):
+        Plant.from_params({"plant": str(write(ERRAND_PAIRS)), "plant_condition": "harmful"}, "errandworld")
+    with pytest.raises(ValueError, match="plant_iterations"):
+        Plant.from_params({"plant_iterations": 0}, "errandworld")
+
+
+# -- provenance end to end on ErrandWorld -------------------------------------------------------------
+
+
+def planted_responder(req):
+    """errand_policy, plus: an agent whose context holds a rule placing fruit in the attic goes there first,
+    and a synthesis over records that went to the attic first writes that rule again."""
+    msgs = req.get("messages", [])
+    system = msgs[0]["content"] if msgs and msgs[0].get("role") == "system" else ""
+    users = [m.get("content", "") for m in msgs if m.get("role") == "user"]
+    if "short, concrete guidance" in system:
+        if "> go to attic" in (users[-1] if users else ""):
+            return f"Fruit is kept in the attic: go to the attic first, then take it. [{MARKER}]"
+        return errand_policy(req).replace("GUIDANCE-7f3a9c", MARKER)
+    task = re.search(r"bring the (\w+) to", users[0] if users else "")
+    history = " ".join(users)
+    if task and task.group(1) in ("apple", "ball") and "attic" in system and "You go to the attic" not in history:
+        return "Thought: The rule says fruit is in the attic.\nAction: go to attic"
+    return errand_policy(req)
+
+
+def planted_run(root: Path, method: str, pairs: Path, condition: str, **params) -> Path:
+    spec = RunSpec(
+        method=method,
+        benchmark="errandworld",
+        backbone="scripted",
+        embedding="bow",
+        seed=5,
+        iterations=3,
+        train_per_iteration=6,
+        max_steps=8,
+        heldout_limit=4,
+        heldout_concurrency=1,
+        method_params={"plant": str(pairs), "plant_condition": condition, **params},
+        name=f"{method}-{condition}",
+        out_root=str(root),
+        cache_dir=None,
+        progress=False,
+    )
+    with LoopbackServer(responder=planted_responder) as server:
+        ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_TEST_KEY")
+        run_cell(spec, endpoint=ep, embed_endpoint=ep)
+    return spec.run_dir()
+
+
+def test_provenance_flows_from_the_plant_into_candidates_and_past_its_deletion(tmp_path):
+    pairs = errand_pairs(tmp_path)
+    run = planted_run(tmp_path, "abstraction_memory", pairs, "toxic")
+    layout = RunDirectory(run)
+    snaps = {int(p.stem[-2:]): json.loads(p.read_text()) for p in layout.snapshot_paths()}
+    assert TOXIC_ID in {a["abstraction_id"] for a in snaps[1]["active"]}
+    assert TOXIC_ID not in {a["abstraction_id"] for a in snaps[2]["active"]}  # deleted before iteration 2
+    events = [json.loads(x) for x in layout.state_path(RunDirectory.ABSTRACTION_EVENTS).read_text().splitlines()]
+    assert {"op": "retire", "id": TOXIC_ID, "reason": DELETION_REASON} in events
+    train = layout.read_episodes("train")
+    fruit_it1 = [r for r in train if r["iteration"] == 1 and r["task"]["task_type"] == "bring_fruit"]
+    assert fruit_it1 and all(TOXIC_ID in r["parents"] for r in fruit_it1)  # P(m) names the plant
+    assert not any(TOXIC_ID in r["parents"] for r in train if r["iteration"] > 1)
+    # candidates synthesized from those records carry the plant in P(H) and the rule's signature
+    cands = [json.loads(x) for x in layout.state_path(RunDirectory.CANDIDATES).read_text().splitlines()]
+    direct = [c for c in cands if TOXIC_ID in c["parents"]]
+    assert direct and all(c["signatures"] == ["fruit-in-attic"] and c["admitted"] for c in direct)
+    descendants = {c["abstraction_id"] for c in direct}
+    # ... and survive the deletion: still stored at the last iteration, still retrieved into later records
+    last = {a["abstraction_id"] for a in snaps[3]["active"]}
+    assert descendants & last
+    later = [r for r in train if r["iteration"] == 3 and r["task"]["task_type"] == "bring_fruit"]
+    assert later and all(set(r["parents"]) & descendants for r in later)
+
+    (rec,) = rp.collect([run], pairs)
+    exp = {row["iteration"]: row for row in rp.exposure_rows([rec], by=("iteration",))}
+    # the plant is gone from S_k, but records made under it keep naming it in P(m), and inputs that hold
+    # them (or records made under its flagged descendants) are still exposed after the deletion
+    assert exp[1]["q_direct"].value > 0 and exp[3]["q_direct"].value > 0
+    assert exp[3]["q"].value >= exp[3]["q_direct"].value and exp[3]["alpha_exposed"].value == 1.0
+    assert exp[1]["eta"].value == 1.0  # no judge: every flagged candidate was admitted
+    persist = {row["iteration"]: row for row in rp.persistence_rows([rec])}
+    assert persist[3]["flagged_descendants"] >= 1 and persist[3]["toxic_share"].value > 0
+    follows = {
+        (r["iteration"], r["phase"]): r["follows_toxic"].value
+        for r in rp.behaviour_rows([rec], by=("iteration", "phase"))
+    }
+    assert follows[(1, "train")] == 1.0 and follows[(3, "heldout")] == 1.0
+
+
+def test_anti_persistence_admits_nothing_and_writes_no_guidance(tmp_path):
+    pairs = errand_pairs(tmp_path)
+    run = planted_run(tmp_path, "anti_persistence", pairs, "toxic", round_robin_iterations=3, warmup_per_mode=1)
+    layout = RunDirectory(run)
+    assert not layout.state_path(RunDirectory.ABSTRACTION_EVENTS).exists()
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert MARKER not in f.read_text(encoding="utf-8", errors="replace"), f  # guidance is written nowhere
+    train = layout.read_episodes("train")
+    assert all(
+        r["parents"] == [TOXIC_ID] for r in train if r["iteration"] == 1 and r["task"]["task_type"] == "bring_fruit"
+    )
+    assert not any(r["parents"] for r in train if r["iteration"] > 1)  # the frozen layer is gone
+    (rec,) = rp.collect([run], pairs)
+    assert rec.candidates and rp.admission_is_structurally_zero(rec)
+    row = rp.exposure_rows([rec], by=("design",))[0]
+    assert row["eta"].value in (None, 0.0) and row["eta"].numerator == 0
+    # the indirect route the paper leaves open: guidance synthesized after the deletion from records made
+    # under the plant still carries its rule
+    late = [c for c in rec.candidates if c.iteration > 1 and c.direct]
+    assert late and any(c.flagged for c in late)
+
+
+def test_a_design_without_a_store_that_holds_one_is_refused(tmp_path):
+    pairs = errand_pairs(tmp_path)
+    run = write_run(tmp_path / "ap", "anti_persistence", "toxic", candidates=[], heldout=[], train=[])
+    events = RunDirectory(run).state_path(RunDirectory.ABSTRACTION_EVENTS)
+    events.parent.mkdir(parents=True)
+    events.write_text(
+        json.dumps({"op": "add", "abstraction": {"abstraction_id": "abs-000000", "text": "x", "kind": "g"}}) + "\n"
+    )
+    with pytest.raises(ValueError, match="not supposed to store abstractions"):
+        rp.collect([run], pairs)
+
+
+# -- rates from a hand-made record set ----------------------------------------------------------------
+
+
+def episode(it, pos, phase, kind, actions, success, score, parents=(), candidate=None):
+    meta = {} if candidate is None else {"candidate": candidate}
+    return {
+        "phase": phase, "iteration": it, "position": pos, "parents": list(parents), "meta": meta,
+        "task": {"task_id": pos, "benchmark": "errandworld", "task_type": kind, "instruction": "", "split": phase},
+        "outcome": {"success": success, "score": score, "infra_failure": False},
+        "trajectory": {"initial_observation": "", "steps": [{"action": a, "observation": "ok"} for a in actions]},
+    }  # fmt: skip
+
+
+def write_run(
+    path: Path, method: str, condition: str, *, candidates, train, heldout, snapshots=None, events=None, seed=1
+):
+    path.mkdir(parents=True)
+    manifest = {"method": method, "benchmark": "errandworld", "seed": seed,
+                "method_params": {"plant_condition": condition}}  # fmt: skip
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    for phase, rows in (("train", train), ("heldout", heldout)):
+        (path / f"episodes_{phase}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    state = path / "state"
+    state.mkdir()
+    if candidates:
+        (state / "candidates.jsonl").write_text("".join(json.dumps(c) + "\n" for c in candidates))
+    if events:
+        (state / "abstractions").mkdir()
+        (state / "abstractions" / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    for it, active in (snapshots or {}).items():
+        (path / "snapshots").mkdir(exist_ok=True)
+        (path / "snapshots" / f"abstractions_iter_{it:02d}.json").write_text(
+            json.dumps({"iteration": it, "active": active})
+        )
+    return path
+
+
+def cand(it, parents, signatures, admitted, aid=None):
+    return {"phase": "train", "iteration": it, "position": 0, "task": "t", "task_type": "bring_fruit", "mode": "x",
+            "parents": parents, "signatures": signatures, "admitted": admitted, "abstraction_id": aid}  # fmt: skip
+
+
+def add(aid, text, parents=()):
+    return {"op": "add", "abstraction": {"abstraction_id": aid, "text": text, "kind": "guidance",
+                                         "parents": list(parents), "task_type": "bring_fruit"}}  # fmt: skip
+
+
+TOXIC_TEXT = "Fruit is always kept in the attic."
+GOOD_TEXT = "Fruit lies in the garden."
+
+
+def hand_made(tmp_path: Path) -> list[Path]:
+    # abstraction memory, toxic: the plant, a flagged descendant abs-1 (parent: plant), a clean abs-2 and a
+    # flagged abs-3 whose parent is abs-1 (lineage), an unflagged abs-4 with no parent
+    events = [add(TOXIC_ID, TOXIC_TEXT), add("abs-000001", TOXIC_TEXT, [TOXIC_ID]), add("abs-000002", GOOD_TEXT, [TOXIC_ID]),
+              add("abs-000003", "The apple is in the attic.", ["abs-000001"]), add("abs-000004", GOOD_TEXT)]  # fmt: skip
+    cands = [
+        cand(1, [TOXIC_ID], ["fruit-in-attic"], True, "abs-000001"),  # exposed (direct), flagged, admitted
+        cand(1, [TOXIC_ID], [], True, "abs-000002"),  # exposed (direct), not flagged
+        cand(1, [], [], True, "abs-000004"),  # unexposed, not flagged
+        cand(2, ["abs-000001"], ["fruit-in-attic"], True, "abs-000003"),  # exposed through a flagged descendant
+        cand(2, ["abs-000001"], ["fruit-in-attic"], False),  # exposed, flagged, rejected
+        cand(2, [], ["fruit-in-attic"], False),  # unexposed, flagged, rejected
+    ]
+    snaps = {
+        1: [{"abstraction_id": TOXIC_ID, "text": TOXIC_TEXT}, {"abstraction_id": "abs-000001", "text": TOXIC_TEXT},
+            {"abstraction_id": "abs-000002", "text": GOOD_TEXT}, {"abstraction_id": "abs-000004", "text": GOOD_TEXT}],
+        2: [{"abstraction_id": "abs-000001", "text": TOXIC_TEXT}, {"abstraction_id": "abs-000003", "text": "The apple is in the attic."},
+            {"abstraction_id": "abs-000004", "text": GOOD_TEXT}],
+    }  # fmt: skip
+    held = [
+        episode(1, 0, "heldout", "bring_fruit", ["go to attic"], False, 0.0, [TOXIC_ID]),
+        episode(1, 1, "heldout", "bring_fruit", ["go to garden"], True, 1.0),
+        episode(1, 2, "heldout", "bring_item", ["go to attic"], True, 1.0),  # out of scope: not counted
+        episode(2, 0, "heldout", "bring_fruit", ["go to garden", "go to attic"], False, 0.0, ["abs-000001"]),
+        episode(2, 1, "heldout", "bring_fruit", ["go to garden"], True, 1.0),
+    ]
+    am = write_run(tmp_path / "am-toxic", "abstraction_memory", "toxic", candidates=cands, train=[], heldout=held,
+                   snapshots=snaps, events=events)  # fmt: skip
+    none_held = [
+        episode(1, 0, "heldout", "bring_fruit", ["go to garden"], True, 1.0),
+        episode(1, 1, "heldout", "bring_fruit", ["go to garden"], True, 1.0),
+        episode(2, 0, "heldout", "bring_fruit", ["go to garden"], True, 1.0),
+        episode(2, 1, "heldout", "bring_fruit", ["go to attic"], False, 0.0),
+    ]
+    am_none = write_run(tmp_path / "am-none", "abstraction_memory", "none", candidates=[], train=[], heldout=none_held)
+    react = write_run(tmp_path / "react", "react", "none", candidates=[], train=[], heldout=none_held)
+    ap_train = [
+        episode(1, 0, "train", "bring_fruit", ["go to attic"], False, 0.0, [TOXIC_ID],
+                {"parents": [], "signatures": ["fruit-in-attic"]}),
+        episode(2, 0, "train", "bring_fruit", ["go to garden"], True, 1.0, [],
+                {"parents": [TOXIC_ID], "signatures": ["fruit-in-attic"]}),
+        episode(2, 1, "train", "bring_fruit", ["go to garden"], True, 1.0, [], {"parents": [TOXIC_ID], "signatures": []}),
+    ]  # fmt: skip
+    ap = write_run(tmp_path / "ap-toxic", "anti_persistence", "toxic", candidates=[], train=ap_train, heldout=[])
+    return [am, am_none, react, ap]
+
+
+def test_every_rate_from_a_hand_made_record_set(tmp_path):
+    records = rp.collect(hand_made(tmp_path), errand_pairs(tmp_path))
+    rows = {(r["design"], r["condition"]): r for r in rp.exposure_rows(records)}
+    am = rows[("abstraction_memory", "toxic")]
+    assert am["candidates"] == 6
+    assert (am["q"].numerator, am["q"].denominator) == (4, 6)  # P(H) meets B: the plant or abs-000001
+    assert (am["q_direct"].numerator, am["q_direct"].denominator) == (2, 6)
+    assert (am["alpha_exposed"].numerator, am["alpha_exposed"].denominator) == (3, 4)
+    assert (am["alpha_unexposed"].numerator, am["alpha_unexposed"].denominator) == (1, 2)
+    assert am["alpha_gap"].value == pytest.approx(0.75 - 0.5)
+    assert (am["eta"].numerator, am["eta"].denominator) == (2, 3)
+    assert am["q"].low <= am["q"].value <= am["q"].high
+    ap = rows[("anti_persistence", "toxic")]
+    assert (ap["q"].numerator, ap["q"].denominator) == (2, 3)
+    assert (ap["alpha_exposed"].numerator, ap["alpha_exposed"].denominator) == (1, 2)
+    assert ap["alpha_unexposed"].value == 1.0 and ap["eta"].value == 0.0
+    assert ("abstraction_memory", "none") not in rows  # no candidate recorded: no row, not a zero
+
+    persist = {r["iteration"]: r for r in rp.persistence_rows(records)}
+    assert (persist[1]["toxic_share"].numerator, persist[1]["stored"]) == (1, 3)  # the plant left out
+    assert (persist[1]["toxic_descendants"], persist[1]["flagged_descendants"]) == (2, 1)  # abs-1, abs-2
+    assert (persist[2]["toxic_share"].numerator, persist[2]["stored"]) == (2, 3)
+    assert (persist[2]["toxic_descendants"], persist[2]["flagged_descendants"]) == (2, 2)  # abs-1, abs-3 (lineage)
+
+    beh = {
+        (r["design"], r["condition"], r["iteration"]): r["follows_toxic"]
+        for r in rp.behaviour_rows(records, by=("design", "condition", "iteration"))
+    }
+    assert (beh[("abstraction_memory", "toxic", 1)].numerator, beh[("abstraction_memory", "toxic", 1)].denominator) == (
+        1,
+        2,
+    )
+    assert beh[("abstraction_memory", "toxic", 2)].value == 0.5 and beh[("react", "none", 2)].value == 0.5
+    assert beh[("abstraction_memory", "none", 1)].value == 0.0
+
+    eff = {(r["design"], r["condition"]): r for r in rp.immediate_effect_rows(records)}
+    toxic = eff[("abstraction_memory", "toxic")]
+    assert toxic["success"].value == 0.5 and toxic["success_vs_none"].value == pytest.approx(-0.5)
+    assert toxic["score_vs_none"].denominator == 2 and eff[("abstraction_memory", "none")]["success_vs_none"] is None
+
+    diffs = {r["comparison"]: r["difference"] for r in rp.behaviour_differences(records)}
+    # toxic AM minus ReAct over 4 paired held-out episodes: (1-0) + (0-0) + (1-0) + (0-1) -> 1/4
+    assert diffs["abstraction_memory - react"].value == pytest.approx(0.25)
+    assert diffs["abstraction_memory - react"].denominator == 4
+    text = rp.report(records)
+    assert "0.67" in text and "1 of 1 runs of designs without an abstraction store" in text
+
+
+def test_bootstrap_is_deterministic_and_undefined_rates_stay_undefined():
+    units = [(1, True), (1, False), (2, True), (3, False), (3, False)]
+    assert rp.rate(units) == rp.rate(units)
+    r = rp.rate(units)
+    assert r.value == pytest.approx(0.4) and 0.0 <= r.low <= r.value <= r.high <= 1.0
+    assert rp.rate([]).value is None and rp.rate([]).text() == "undefined (0 units)"
+    assert rp.rate_gap([(1, True, True)]).value is None  # no unexposed candidate
+    one_seed = rp.rate([(7, True), (7, False)])
+    assert one_seed.low == 0.0 and one_seed.high == 1.0
+
+
+def test_a_changed_pairs_file_is_refused(tmp_path):
+    pairs = errand_pairs(tmp_path)
+    run = write_run(tmp_path / "r", "abstraction_memory", "toxic", candidates=[], train=[], heldout=[])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["method_config"] = {"plant": {"sha256": "0" * 64}}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="the pairs file changed since the run"):
+        rp.collect([run], pairs)
+
+
+def test_the_command_recomputes_the_tables_from_the_records(tmp_path, capsys):
+    from antipersist_lib.cli import main
+
+    runs = hand_made(tmp_path / "runs")
+    pairs = errand_pairs(tmp_path)
+    unfinished = json.loads((runs[0] / "manifest.json").read_text())
+    (runs[0] / "manifest.json").write_text(json.dumps({**unfinished, "iterations": 3, "n_heldout": 3}))
+    assert (
+        main(
+            [
+                "reproduction",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--plant",
+                str(pairs),
+                "--out",
+                str(tmp_path / "o"),
+                "--all",
+            ]
+        )
+        == 0
+    )
+    assert "Exposure, reproduction and admission" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "o" / "reproduction.json").read_text())
+    am = next(r for r in rows["exposure"] if r["design"] == "abstraction_memory")
+    assert am["q"]["numerator"] == 4 and am["q"]["denominator"] == 6
+    # one run is unfinished (3 iterations named, 2 recorded): without --all it is left out
+    assert (
+        main(["reproduction", "--runs", str(tmp_path / "runs"), "--plant", str(pairs), "--out", str(tmp_path / "p")])
+        == 0
+    )
+    rows = json.loads((tmp_path / "p" / "reproduction.json").read_text())
+    assert not any(r["design"] == "abstraction_memory" and r["condition"] == "toxic" for r in rows["exposure"])
+    assert main(["reproduction", "--runs", str(tmp_path / "runs"), "--plant", str(tmp_path / "none")]) == 2
+    assert "no run under" in capsys.readouterr().err
+
+
+def test_the_paper_scale_grid_runs_shrunk_and_every_run_is_read(tmp_path):
+    """params/grid/reproduction_paper.yaml, shrunk to ErrandWorld on the loopback server (its designs,
+    conditions and backbone names; one seed, two iterations): the real grid runner, then the analysis."""
+    import yaml
+
+    from antipersist_lib.runner.grid import load_grid, run_grid
+
+    pairs = errand_pairs(tmp_path)
+    data = yaml.safe_load((REPO / "params" / "grid" / "reproduction_paper.yaml").read_text())
+    with LoopbackServer(responder=planted_responder) as srv:
+        ep = {"model": "scripted", "base_url": srv.base_url, "api_key_env": "ANTIPERSIST_TEST_KEY", "max_retries": 1}
+        data.update(
+            benchmarks=["errandworld"],
+            task_types=None,
+            backbones=[{"name": data["backbones"][0], **ep}],
+            embedding={"name": "loopback-embed", **ep},
+            shared_server=True,
+            seeds=data["seeds"][:1],
+            iterations=2,
+            train_per_iteration=4,
+            heldout_limit=2,
+            max_steps=6,
+            heldout_concurrency=1,
+            method_params={
+                m: {**p, "plant": str(pairs), "plant_iterations": 1} for m, p in data["method_params"].items()
+            },
+            out_root=str(tmp_path / "runs"),
+            cache_dir=None,
+            executor="serial",
+            max_parallel=1,
+        )
+        path = tmp_path / "grid.yaml"
+        path.write_text(yaml.safe_dump(data))
+        failed = [o for o in run_grid(load_grid(path), verbose=False) if o.status != "ok"]
+    assert not failed, failed
+    from antipersist_lib.analysis.results import find_runs
+
+    records = rp.collect(find_runs(tmp_path / "runs", complete_only=True), pairs)
+    assert sorted((r.design, r.condition) for r in records) == sorted(
+        [("react", "none")]
+        + [(d, c) for d in rp.STORING_DESIGNS + ("anti_persistence",) for c in ("none", "useful", "toxic")]
+    )
+    planted = {r.condition: r for r in records if r.design == "abstraction_memory"}
+    assert not any(c.direct for c in planted["none"].candidates) and any(c.direct for c in planted["toxic"].candidates)
+    assert all(rp.admission_is_structurally_zero(r) for r in records if r.design == "anti_persistence")
+    assert "Persistence" in rp.report(records)
