@@ -241,9 +241,38 @@ def _cmd_main(args: argparse.Namespace) -> int:
         command += f" --readme {args.readme}" if args.readme else ""
         for path in study_summary.write_summary(summary, out, command=command, readme=args.readme):
             print(f"study summary (result table, paired statistics, figure): {path}")
+    if summary.get("walkthrough"):
+        _main_walkthrough(summary, out)
     for nb in summary.get("notebooks", []):
         print(f"executed notebook (tables and figures beside it): {nb}")
     return 0
+
+
+def _main_walkthrough(summary: dict, out: Path) -> None:
+    """The profile's ``walkthrough`` benchmark: one held-out task of its Anti-Persistence run, replayed from
+    the run's response cache (the real model's recorded replies, no model started), written beside the tables."""
+    from antipersist_lib.analysis import walkthrough
+
+    bench = summary["walkthrough"]
+    runs = [r for r in summary["rows"] if r["method"] == "anti_persistence" and r["benchmark"] == bench]
+    if not runs:
+        print(f"walkthrough: no anti_persistence run on {bench} in this profile")
+        return
+    try:
+        w = walkthrough.walk_with(
+            "load", runs[0]["run_dir"], cache_dir=out / "cache", work_dir=out / "walkthrough_state", phase="heldout"
+        )
+    except Exception as exc:  # the tables stand; the walkthrough says why it is missing
+        print(f"walkthrough: not written ({type(exc).__name__}: {exc})")
+        return
+    path = out / "walkthrough.md"
+    path.write_text(walkthrough.markdown_report(w), encoding="utf-8")
+    d = w.decision
+    print(
+        f"walkthrough (one held-out task: decision, estimates, guidance, proof of discard): {path}\n"
+        f"  {w.task.key}: mode {d['mode']} by {d['branch']} from {len(w.neighbours)} outcome-log neighbour(s); "
+        f"guidance found in {len(w.discard.files_containing_guidance)} of {w.discard.files_searched} files"
+    )
 
 
 def _cmd_reproduction(args: argparse.Namespace) -> int:

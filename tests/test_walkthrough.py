@@ -126,3 +126,17 @@ def test_a_different_decision_is_named(tmp_path):
     w.recorded_decision = {**w.recorded_decision, "mode": "imitation" if w.decision["mode"] != "imitation" else "none"}
     assert not w.reproduces_recorded_decision
     assert any(d.startswith("mode:") for d in w.decision_differences())
+
+
+def test_the_report_section_shows_decision_estimates_guidance_and_discard(tmp_path):
+    """What `make run` writes as walkthrough.md: the decision and its per-mode numbers, the guidance
+    (from the replay only), the execution, and the proof of discard."""
+    w = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "work", phase="train")
+    text = walkthrough.markdown_report(w)
+    chosen = next(r for r in w.per_mode() if r["chosen"])
+    assert f"mode `{w.decision['mode']}` by branch `local_ucb`" in text and "recorded decision is reproduced" in text
+    assert f"| {chosen['mode']} | {chosen['count']} | {chosen['estimate']:.3f} |" in text
+    assert w.guidance.strip()[:200] in text and f"{len(w.neighbours)} outcome-log entr" in text
+    assert f"occurs in 0 of {w.discard.files_searched} files" in text and "state files changed" in text  # training
+    held = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "w2", phase="heldout")
+    assert "byte-identical before and after" in walkthrough.markdown_report(held)

@@ -369,3 +369,68 @@ def walk_with(
             embedder = Embedder(em.endpoint, ledger=ledger)
             return walk(run_dir, llm=llm, embedder=embedder, work_dir=work_dir, position=position, phase=phase)
     raise ValueError(f"mode must be 'load' (replay the recorded run) or 'run' (embedded backbone), got {mode!r}")
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    return "-" if x is None else (f"{x:.{digits}f}" if isinstance(x, float) else str(x))
+
+
+def markdown_report(w: Walkthrough, *, max_steps_shown: int = 12) -> str:
+    """The walkthrough as a report section: the decision with its estimates, the retrieved records, the
+    guidance, the execution, and the proof of discard (Appendix C's order)."""
+    d = w.decision
+    out = [
+        f"## Walkthrough of one {w.phase} task (Appendix C), replayed from the run's response cache\n",
+        f"Run `{w.run_dir}`, iteration {w.iteration}, position {w.position}: {w.task.key} ({w.task.task_type}).\n",
+        f"Task: {w.task.instruction[:300]}\n",
+        f"**Decision**: mode `{d['mode']}` by branch `{d['branch']}` ({d.get('reason', '')}), from a neighbourhood "
+        f"of {len(w.neighbours)} outcome-log entr{'y' if len(w.neighbours) == 1 else 'ies'}"
+        + (" (the recorded decision is reproduced)" if w.reproduces_recorded_decision else
+           f" (differs from the recorded one: {'; '.join(w.decision_differences())})") + ".\n",
+    ]  # fmt: skip
+    if w.neighbours:
+        out += ["| log entry | similarity | weight | mode | reward |", "|---|---|---|---|---|"]
+        out += [
+            f"| {n['log_index']} | {_num(n['similarity'])} | {_num(n['weight'])} | {n['mode']} | {_num(n['reward'])} |"
+            for n in w.neighbours
+        ]
+        out.append("")
+    out += ["| mode | count | estimate | bonus | score | chosen |", "|---|---|---|---|---|---|"]
+    out += [
+        f"| {r['mode']} | {_num(r['count'])} | {_num(r['estimate'])} | {_num(r['bonus'])} | {_num(r['score'])} | "
+        f"{'yes' if r['chosen'] else ''} |"
+        for r in w.per_mode()
+    ]
+    out.append("")
+    out.append(f"**Retrieved records** ({len(w.retrieved)}):")
+    out += [
+        f"- record {r['record_id']}: {'success' if r['success'] else 'failure'}, {r['steps']} steps: "
+        f"{r['instruction'][:120]}"
+        for r in w.retrieved
+    ] or ["- none"]
+    text = w.guidance.strip()
+    out += [
+        "",
+        f"**Temporary guidance** ({w.synthesis_calls} synthesis call{'s' if w.synthesis_calls != 1 else ''}; "
+        "shown here from the replay, written to no file of the run):",
+        "",
+        "```text",
+        (text[:1500] + (" ..." if len(text) > 1500 else "")) if text else "(none: this mode passes no guidance)",
+        "```",
+        "",
+        f"**Execution**: {len(w.steps)} steps, success {w.outcome.get('success')}, score {_num(w.outcome.get('score'))} "
+        f"(recorded: success {w.recorded_outcome.get('success')}, score {_num(w.recorded_outcome.get('score'))}).",
+    ]
+    out += [f"{i + 1}. `{s['action']}`" for i, s in enumerate(w.steps[:max_steps_shown])]
+    p = w.discard
+    same = p.state_hashes_before == p.state_hashes_after
+    out += [
+        "",
+        "**Proof of discard**: state files "
+        + ("byte-identical before and after" if same else "changed")
+        + f" ({len(p.state_hashes_after)} files); the guidance text occurs in {len(p.files_containing_guidance)} of "
+        f"{p.files_searched} files searched (the run directory and the working copy); the episode record's fields "
+        f"({', '.join(p.record_fields)}) hold no guidance.",
+        "",
+    ]
+    return "\n".join(out)

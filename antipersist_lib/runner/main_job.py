@@ -60,6 +60,7 @@ PROFILE_KEYS = {
     "seed_pools",
     "run_concurrency",
     "judge",
+    "walkthrough",
 }
 VARIANT_KEYS = {"method", "params"}
 #: protocol settings a benchmark may override (``settings_by_benchmark``): a proxy benchmark with short
@@ -146,6 +147,11 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
             raise ValueError(f"profile {p}: settings_by_benchmark.{bench}.task_types must be a list of task types")
     check_seed_pools(data, p, benches)
+    walk = data.get("walkthrough")
+    if walk is not None and (walk not in benches or "anti_persistence" not in {m for _, m, _ in run_plan(data)}):
+        raise ValueError(
+            f"profile {p}: walkthrough must name a benchmark the profile runs Anti-Persistence on, got {walk!r}"
+        )
     order = data.get("run_order", "benchmark")
     if order not in RUN_ORDERS:
         raise ValueError(f"profile {p}: run_order must be one of {RUN_ORDERS}, got {order!r}")
@@ -542,6 +548,8 @@ def run_main(
         "max_steps": {b: setting(prof, b, "max_steps", 4) for b in prof.get("benchmarks", [])},
         "backbone_restarts": restarts,
         "rows": rows,
+        # the benchmark whose Anti-Persistence run the command line walks through (Appendix C), if any
+        "walkthrough": prof.get("walkthrough"),
     }
     atomic_write_json(out / "results.json", summary)
     if not execute_notebooks or report_only:
