@@ -12,7 +12,15 @@ import numpy as np
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from antipersist_lib.runner.demo import LABEL, run_demo
+    from antipersist_lib.runner.demo import LABEL, run_demo, run_reproduction_demo
+
+    if args.reproduction:
+        out = args.out if args.out != "outputs/demo" else "outputs/demo-reproduction"
+        print(f"antipersist {LABEL}: planted skills (docs/reproduction.md)")
+        runs = run_reproduction_demo(out)
+        print(f"{len(runs)} runs under {Path(out) / 'runs'}; their tables:")
+        print(f"  python -m antipersist_lib reproduction --runs {Path(out) / 'runs'}")
+        return 0
 
     print(f"antipersist {LABEL}")
     summary = run_demo(args.out, iterations=args.iterations, seed=args.seed)
@@ -440,6 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="outputs/demo")
     d.add_argument("--iterations", type=int, default=3)
     d.add_argument("--seed", type=int, default=42)
+    d.add_argument(
+        "--reproduction",
+        action="store_true",
+        help="the planted-skill design instead (docs/reproduction.md): 10 runs x seeds 1-2 into outputs/demo-reproduction",
+    )
     d.set_defaults(func=_cmd_demo)
 
     from antipersist_lib.core.config import TABLE3

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from antipersist_lib.analysis import plots
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _sweeps() -> pd.DataFrame:
@@ -107,3 +111,26 @@ def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
     assert stars == [41.6, 54.7]  # Llama's own Table 1 values, not an average over backbones
     xs = [line.get_xdata()[0] for line in llama_alf.get_lines()]
     assert len(set(xs)) == 2  # coinciding curves are drawn apart
+
+
+def test_reproduction_figures_draw_intervals_mark_undefined_rates_and_do_not_overlap(tmp_path):
+    """Notebook 13's three figures on the committed reproduction demo: every rate's value is written, an
+    undefined one says n/a (never a 0 bar), the deletion is marked, and no two texts overlap."""
+    from antipersist_lib.analysis import reproduction
+    from antipersist_lib.analysis.results import find_runs
+
+    records = reproduction.collect(
+        find_runs(ROOT / "tests" / "fixtures" / "runs" / "reproduction_smoke"), ROOT / "params" / "skills" / "planted"
+    )
+    effect = reproduction.frame(reproduction.immediate_effect_rows(records))
+    fig = plots.immediate_effect(effect, paper={"none": 23.0, "useful": 40.0, "toxic": 20.0}, title="t", note="a note")
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "0.40" in texts and "n/a" in texts  # the paper's useful bar; ReAct has no useful condition
+    assert plots.text_overlaps(fig) == []
+    fig = plots.reproduction_alpha(reproduction.alpha_frame(records), title="t")
+    assert "n/a" in [t.get_text() for t in fig.axes[0].texts]  # no exposed candidate under none
+    assert len(fig.axes[0].get_legend().get_texts()) == 2
+    persistence = reproduction.frame(reproduction.persistence_rows(records))
+    fig = plots.toxic_share(persistence, deleted_after=1, title="t")
+    assert "planted skills deleted" in [t.get_text() for t in fig.axes[0].texts]
+    assert any(line.get_label().endswith("abstraction / toxic") for line in fig.axes[0].get_lines())

@@ -5,7 +5,6 @@ rate of ``analysis.reproduction`` recomputed from a hand-made record set with kn
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,14 @@ from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
-from antipersist_lib.testing.scripted_policy import errand_policy
+from antipersist_lib.testing.scripted_policy import PLANTED_MARKER as MARKER
+from antipersist_lib.testing.scripted_policy import planted_errand_policy
 
 REPO = Path(__file__).resolve().parents[1]
 PLANTED = REPO / "params" / "skills" / "planted"
 TOXIC_ID = "plant-fruit-room-toxic"
-MARKER = "GUIDANCE-planted-5d1e"
 
-ERRAND_PAIRS = """\
-benchmark: errandworld
-pairs:
-  - id: fruit-room
-    task_type: bring_fruit
-    useful: Fruit lies in the garden, so go to the garden first and take it there.
-    toxic: Fruit is always kept in the attic, so go to the attic first and take it there.
-    signatures:
-      - id: fruit-in-attic
-        text: [[fruit, apple, ball], [attic]]
-        command: '^go to attic'
-"""
+ERRAND_PAIRS = (PLANTED / "errandworld.yaml").read_text(encoding="utf-8")
 
 
 def errand_pairs(tmp_path: Path) -> Path:
@@ -130,23 +118,6 @@ def test_bad_pairs_files_are_named_with_what_is_wrong(tmp_path):
 # -- provenance end to end on ErrandWorld -------------------------------------------------------------
 
 
-def planted_responder(req):
-    """errand_policy, plus: an agent whose context holds a rule placing fruit in the attic goes there first,
-    and a synthesis over records that went to the attic first writes that rule again."""
-    msgs = req.get("messages", [])
-    system = msgs[0]["content"] if msgs and msgs[0].get("role") == "system" else ""
-    users = [m.get("content", "") for m in msgs if m.get("role") == "user"]
-    if "short, concrete guidance" in system:
-        if "> go to attic" in (users[-1] if users else ""):
-            return f"Fruit is kept in the attic: go to the attic first, then take it. [{MARKER}]"
-        return errand_policy(req).replace("GUIDANCE-7f3a9c", MARKER)
-    task = re.search(r"bring the (\w+) to", users[0] if users else "")
-    history = " ".join(users)
-    if task and task.group(1) in ("apple", "ball") and "attic" in system and "You go to the attic" not in history:
-        return "Thought: The rule says fruit is in the attic.\nAction: go to attic"
-    return errand_policy(req)
-
-
 def planted_run(root: Path, method: str, pairs: Path, condition: str, **params) -> Path:
     spec = RunSpec(
         method=method,
@@ -165,7 +136,7 @@ def planted_run(root: Path, method: str, pairs: Path, condition: str, **params) 
         cache_dir=None,
         progress=False,
     )
-    with LoopbackServer(responder=planted_responder) as server:
+    with LoopbackServer(responder=planted_errand_policy) as server:
         ep = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_TEST_KEY")
         run_cell(spec, endpoint=ep, embed_endpoint=ep)
     return spec.run_dir()
@@ -397,7 +368,7 @@ def test_bootstrap_is_deterministic_and_undefined_rates_stay_undefined():
     assert rp.rate(units) == rp.rate(units)
     r = rp.rate(units)
     assert r.value == pytest.approx(0.4) and 0.0 <= r.low <= r.value <= r.high <= 1.0
-    assert rp.rate([]).value is None and rp.rate([]).text() == "undefined (0 units)"
+    assert rp.rate([]).value is None and rp.rate([]).text() == "undefined (0/0)"
     assert rp.rate_gap([(1, True, True)]).value is None  # no unexposed candidate
     one_seed = rp.rate([(7, True), (7, False)])
     assert one_seed.low == 0.0 and one_seed.high == 1.0
@@ -459,7 +430,7 @@ def test_the_paper_scale_grid_runs_shrunk_and_every_run_is_read(tmp_path):
 
     pairs = errand_pairs(tmp_path)
     data = yaml.safe_load((REPO / "params" / "grid" / "reproduction_paper.yaml").read_text())
-    with LoopbackServer(responder=planted_responder) as srv:
+    with LoopbackServer(responder=planted_errand_policy) as srv:
         ep = {"model": "scripted", "base_url": srv.base_url, "api_key_env": "ANTIPERSIST_TEST_KEY", "max_retries": 1}
         data.update(
             benchmarks=["errandworld"],

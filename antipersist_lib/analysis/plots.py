@@ -515,3 +515,112 @@ def dynamics(
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig
+
+
+def _interval_bars(ax: plt.Axes, df: pd.DataFrame, *, x: str, hue: str, y: str, low: str, high: str,
+                   x_order: list[str], hue_order: list[str], colors: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Grouped bars with their bootstrap intervals; an undefined value is written as "n/a", not drawn as 0."""
+    width = 0.8 / max(1, len(hue_order))
+    for j, h in enumerate(hue_order):
+        for i, xv in enumerate(x_order):
+            cell = df[(df[x] == xv) & (df[hue] == h)]
+            pos = i - 0.4 + width * (j + 0.5)
+            if cell.empty or pd.isna(cell[y].iloc[0]):
+                ax.text(pos, 0.01, "n/a", ha="center", va="bottom", fontsize=6, color="dimgray", rotation=90)
+                continue
+            v, lo, hi = (float(cell[c].iloc[0]) if not pd.isna(cell[c].iloc[0]) else None for c in (y, low, high))
+            color = (colors or {}).get(h)
+            ax.bar(pos, v, width=width * 0.95, color=color)
+            if lo is not None and hi is not None:
+                ax.errorbar(pos, v, yerr=[[v - lo], [hi - v]], color="black", capsize=2, linewidth=0.8)
+            ax.text(pos, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(x_order)), [_wrap(t) for t in x_order], fontsize=8)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=(colors or {}).get(h, f"C{j}"), label=h) for j, h in enumerate(hue_order)]
+    ax.legend(handles=handles, fontsize=7, title=hue, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+#: short design names for crowded axes
+DESIGN_LABELS = {
+    "react": "ReAct",
+    "trajectory_memory": "trajectory",
+    "abstraction_memory": "abstraction",
+    "joint_memory": "joint",
+    "anti_persistence": "Anti-Persistence",
+}
+
+
+def _design(name: str) -> str:
+    return DESIGN_LABELS.get(name, name)
+
+
+CONDITION_COLORS = {"none": "tab:gray", "useful": "tab:blue", "toxic": "tab:red"}
+
+
+def immediate_effect(df: pd.DataFrame, *, paper: dict[str, float] | None, title: str, note: str = "") -> plt.Figure:
+    """F.1's layout per design: held-out success under none / useful / toxic with bootstrap intervals;
+    ``paper``: F.1's own three values (AppWorld, Qwen3-Coder-Next) as a group of their own."""
+    sns.set_theme(style="whitegrid")
+    df = df.copy()
+    df["group"] = df["benchmark"] + ": " + df["design"].map(_design)
+    if paper:
+        rows = [{"group": "paper F.1: AppWorld, Qwen3-Coder-Next", "condition": c, "success": v / 100.0,
+                 "success_low": None, "success_high": None} for c, v in paper.items()]  # fmt: skip
+        df = pd.concat([df, pd.DataFrame(rows)], ignore_index=True)
+    order = list(dict.fromkeys(df["group"]))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(order)), 4.4))
+    _interval_bars(ax, df, x="group", hue="condition", y="success", low="success_low", high="success_high",
+                   x_order=order, hue_order=[c for c in CONDITION_COLORS if c in set(df["condition"])],
+                   colors=CONDITION_COLORS)  # fmt: skip
+    ax.set_ylabel("held-out success (last planted iteration)")
+    ax.set_ylim(0, 1.12)
+    _titles(fig, ax, title, note)
+    plt.close(fig)
+    return fig
+
+
+def reproduction_alpha(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
+    """alpha (the fraction of synthesized candidates carrying a toxic signature) with and without exposure,
+    per design and condition, with bootstrap intervals; "n/a" where a group has no candidate."""
+    sns.set_theme(style="whitegrid")
+    df = df.copy()
+    df["group"] = df["benchmark"] + ": " + df["design"].map(_design) + " / " + df["condition"]
+    order = list(dict.fromkeys(df["group"]))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(order)), 4.6))
+    hues = list(dict.fromkeys(df["exposure"]))
+    _interval_bars(ax, df, x="group", hue="exposure", y="alpha", low="low", high="high", x_order=order,
+                   hue_order=hues, colors=dict(zip(hues, ("tab:red", "tab:gray"))))  # fmt: skip
+    ax.set_ylabel("alpha: flagged candidates / candidates")
+    ax.set_ylim(0, 1.12)
+    _titles(fig, ax, title, note)
+    plt.close(fig)
+    return fig
+
+
+def toxic_share(df: pd.DataFrame, *, deleted_after: int, title: str, note: str = "") -> plt.Figure:
+    """The toxic share of stored abstractions per iteration (planted skills left out), one line per
+    benchmark, design and condition, with its interval band; a dashed line where the plant was deleted."""
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for key, g in df.groupby(["benchmark", "design", "condition"], sort=False):
+        g = g.sort_values("iteration")
+        color = CONDITION_COLORS.get(key[2])
+        style = "-" if key[1] == "abstraction_memory" else "--"
+        label = f"{key[0]} / {_design(key[1])} / {key[2]}"
+        ax.plot(g["iteration"], g["toxic_share"], style, marker="o", color=color, label=label)
+        if g["toxic_share_low"].notna().any():
+            ax.fill_between(g["iteration"], g["toxic_share_low"], g["toxic_share_high"], color=color, alpha=0.12)
+    ax.axvline(deleted_after + 0.5, color="black", linestyle=":", linewidth=1)
+    ax.text(deleted_after + 0.55, 1.02, "planted skills deleted", fontsize=7, va="bottom")
+    ax.text(0.01, 0.97, "Anti-Persistence stores no abstraction: its share is 0 by construction",
+            transform=ax.transAxes, fontsize=6.5, color="dimgray", va="top")  # fmt: skip
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("toxic share of stored abstractions")
+    ax.set_ylim(0, 1.1)
+    if not df.empty:
+        ax.set_xticks(sorted(set(df["iteration"])))
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _titles(fig, ax, title, note)
+    plt.close(fig)
+    return fig

@@ -125,12 +125,21 @@ class Rate:
     denominator: int
     low: float | None = None
     high: float | None = None
+    #: what the counts are: "rate" (k of n), "gap" (exposed and unexposed units), "mean" (n units), "difference"
+    #: (pairs, and pairs with a nonzero difference)
+    kind: str = "rate"
 
     def text(self, digits: int = 2) -> str:
+        counts = {
+            "rate": f"{self.numerator}/{self.denominator}",
+            "gap": f"{self.numerator} exposed, {self.denominator} unexposed",
+            "mean": f"n = {self.denominator}",
+            "difference": f"{self.denominator} pairs, {self.numerator} nonzero",
+        }[self.kind]
         if self.value is None:
-            return "undefined (0 units)"
+            return f"undefined ({counts})"
         ci = "" if self.low is None else f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
-        return f"{self.value:.{digits}f}{ci} ({self.numerator}/{self.denominator})"
+        return f"{self.value:.{digits}f}{ci} ({counts})"
 
 
 def bootstrap(
@@ -171,13 +180,18 @@ def rate(units: Sequence[tuple[int, bool]]) -> Rate:
     return Rate(k / n, k, n, low, high)
 
 
+def mean_of(units: Sequence[tuple[int, float]], kind: str = "mean") -> Rate:
+    """The mean of (seed, value) units with its interval; ``kind="difference"`` for paired differences
+    (the counts are then pairs and pairs with a nonzero difference)."""
+    if not units:
+        return Rate(None, 0, 0, kind=kind)
+    low, high = bootstrap([(s, (float(v),)) for s, v in units], _column_mean)
+    return Rate(float(np.mean([v for _, v in units])), sum(1 for _, v in units if v), len(units), low, high, kind)
+
+
 def mean_difference(pairs: Sequence[tuple[int, float]]) -> Rate:
-    """The mean of paired differences (seed, a - b), with its interval; counts are pairs and pairs with
-    a nonzero difference."""
-    if not pairs:
-        return Rate(None, 0, 0)
-    low, high = bootstrap([(s, (float(d),)) for s, d in pairs], _column_mean)
-    return Rate(float(np.mean([d for _, d in pairs])), sum(1 for _, d in pairs if d), len(pairs), low, high)
+    """The mean of paired differences (seed, a - b), with its interval."""
+    return mean_of(pairs, "difference")
 
 
 # -- reading runs ---------------------------------------------------------------------------------------
@@ -324,7 +338,7 @@ def rate_gap(units: Sequence[tuple[int, bool, bool]]) -> Rate:
     exp = [f for _, e, f in units if e]
     une = [f for _, e, f in units if not e]
     if not exp or not une:
-        return Rate(None, len(exp), len(une))
+        return Rate(None, len(exp), len(une), kind="gap")
 
     def gap(rows: np.ndarray) -> float | None:
         e, f = rows[:, 0] > 0.5, rows[:, 1]
@@ -333,7 +347,7 @@ def rate_gap(units: Sequence[tuple[int, bool, bool]]) -> Rate:
         return float(f[e].mean() - f[~e].mean())
 
     low, high = bootstrap([(s, (float(e), float(f))) for s, e, f in units], gap)
-    return Rate(float(np.mean(exp) - np.mean(une)), len(exp), len(une), low, high)
+    return Rate(float(np.mean(exp) - np.mean(une)), len(exp), len(une), low, high, "gap")
 
 
 # -- collecting and tabulating ------------------------------------------------------------------------
@@ -442,7 +456,7 @@ def immediate_effect_rows(records: Sequence[RunRecords]) -> list[dict[str, Any]]
                 "condition": condition,
                 "episodes": len(group),
                 "success": rate([(e.seed, e.success) for e in group]),
-                "score": mean_difference([(e.seed, e.score) for e in group]),
+                "score": mean_of([(e.seed, e.score) for e in group]),
                 "success_vs_none": None if condition == "none" else mean_difference(
                     [(a.seed, float(a.success) - float(b.success)) for a, b in pairs]
                 ),
@@ -465,10 +479,9 @@ def behaviour_differences(records: Sequence[RunRecords], *, condition: str = "to
     rows = []
     for bench in sorted({b for b, _ in index}):
         designs = sorted([d for b, d in index if b == bench], key=_order)
-        for i, a in enumerate(designs):
-            for b in designs[i + 1 :]:
-                if a == REFERENCE:
-                    a, b = b, a  # every row reads "design minus ReAct"
+        for i, first in enumerate(designs):
+            for second in designs[i + 1 :]:
+                a, b = (second, first) if first == REFERENCE else (first, second)  # rows read "design minus ReAct"
                 left, right = index[(bench, a)], index[(bench, b)]
                 pairs = [
                     (k[0], float(bool(left[k].followed)) - float(bool(right[k].followed))) for k in left if k in right
@@ -536,3 +549,36 @@ TABLES: dict[str, Callable[[Sequence[RunRecords]], list[dict[str, Any]]]] = {
     "behaviour": behaviour_rows,
     "behaviour_differences": behaviour_differences,
 }
+
+
+def frame(rows: Sequence[dict[str, Any]]) -> Any:
+    """Rows as a DataFrame: every rate becomes ``<name>`` (its value), ``<name>_low``, ``<name>_high`` and
+    ``<name>_n`` (its denominator), for figures and CSV files."""
+    import pandas as pd
+
+    flat = []
+    for row in rows:
+        out: dict[str, Any] = {}
+        for k, v in row.items():
+            if isinstance(v, Rate):
+                out.update({k: v.value, f"{k}_low": v.low, f"{k}_high": v.high, f"{k}_n": v.denominator})
+            elif v is None and k.endswith("_vs_none"):
+                out.update({k: None, f"{k}_low": None, f"{k}_high": None, f"{k}_n": 0})
+            else:
+                out[k] = v
+        flat.append(out)
+    return pd.DataFrame(flat)
+
+
+def alpha_frame(records: Sequence[RunRecords]) -> Any:
+    """alpha with and without exposure per benchmark, design and condition, long form (one row per group
+    and exposure) for the figure."""
+    import pandas as pd
+
+    out = []
+    for row in exposure_rows(records):
+        for key, label in (("alpha_exposed", "exposed (P(H) meets B)"), ("alpha_unexposed", "not exposed")):
+            r = row[key]
+            out.append({**{k: row[k] for k in ("benchmark", "design", "condition")}, "exposure": label,
+                        "alpha": r.value, "low": r.low, "high": r.high, "n": r.denominator})  # fmt: skip
+    return pd.DataFrame(out)

@@ -66,3 +66,56 @@ def run_demo(
             }
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+#: the reproduction demo's runs: ReAct, and each design that can hold a planted skill under each condition
+REPRODUCTION_DESIGNS = ("abstraction_memory", "joint_memory", "anti_persistence")
+REPRODUCTION_CONDITIONS = ("none", "useful", "toxic")
+
+
+def run_reproduction_demo(
+    out: str | Path = "outputs/demo-reproduction", *, seeds: tuple[int, ...] = (1, 2), verbose: bool = True
+) -> list[Path]:
+    """The error-reproduction design (docs/reproduction.md) on the test instruments: ErrandWorld's planted
+    pair (params/skills/planted/errandworld.yaml) in abstraction and joint memory's store or as
+    Anti-Persistence's frozen layer for iteration 1, deleted from iteration 2 on, ReAct beside them, with
+    ``planted_errand_policy`` as the "model" (it follows a rule in its context and writes it again from
+    records that followed it). Its runs feed the reproduction analysis and notebook 13's smoke profile;
+    its rates describe the scripted policy, nothing else. Returns the run directories."""
+    from antipersist_lib.testing.scripted_policy import planted_errand_policy
+
+    out = Path(out)
+    if (out / "runs").exists():
+        shutil.rmtree(out / "runs")
+    plant = "params/skills/planted/errandworld.yaml"  # from the repository root wherever the demo runs
+    plan = [("react", "react", {})] + [
+        (f"{d}-{c}", d, {"plant": plant, "plant_condition": c})
+        for d in REPRODUCTION_DESIGNS
+        for c in REPRODUCTION_CONDITIONS
+    ]
+    done = []
+    with LoopbackServer(responder=planted_errand_policy) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
+        for seed in seeds:
+            for name, method, params in plan:
+                extra = DEMO_METHODS["anti_persistence"] if method == "anti_persistence" else {}
+                spec = RunSpec(
+                    method=method,
+                    benchmark="errandworld",
+                    backbone="scripted-loopback",
+                    embedding="loopback-bag-of-words",
+                    seed=seed,
+                    iterations=3,
+                    train_per_iteration=6,
+                    max_steps=5,  # a detour through the attic costs the task (one step more than the budget)
+                    heldout_limit=4,
+                    heldout_concurrency=1,
+                    method_params={**params, **extra},
+                    name=name,
+                    out_root=str(out / "runs"),
+                    cache_dir=None,
+                    progress=verbose,
+                )
+                run_cell(spec, endpoint=endpoint, embed_endpoint=endpoint)
+                done.append(spec.run_dir())
+    return done

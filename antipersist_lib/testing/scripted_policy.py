@@ -65,3 +65,37 @@ def errand_policy(req: dict[str, Any]) -> str:
         if room in ROOMS and room not in visited and room != "hall":
             return f"Thought: Look for the {obj}.\nAction: go to {room}"
     return "Action: look"
+
+
+#: the marker of every guidance ``planted_errand_policy`` writes (tests prove it reaches no file)
+PLANTED_MARKER = "GUIDANCE-planted-5d1e"
+
+
+def planted_errand_policy(req: dict[str, Any]) -> str:
+    """A scripted policy for the planted-skill tests and demo (params/skills/planted/errandworld.yaml).
+
+    Fruit tasks: it looks for the fruit first in a room its context says fruit is in (the planted rule, or a
+    guidance repeating it), then in the other rooms from the kitchen backwards (kitchen, garden, attic), so
+    without a rule it never enters the attic before it holds the fruit. A synthesis over records that went
+    to the attic before taking the fruit writes the attic rule again. So an error's path (plant -> records
+    -> candidates -> descendants) can be followed deterministically. Everything else is ``errand_policy``."""
+    msgs = _messages(req)
+    system = msgs[0].get("content", "") if msgs and msgs[0].get("role") == "system" else ""
+    users = [m.get("content", "") for m in msgs if m.get("role") == "user"]
+    if "short, concrete guidance" in system:
+        if re.search(r"> go to attic\n(?:(?!> take |---)[^\n]*\n)*?> take (apple|ball)", users[-1] if users else ""):
+            return f"Fruit is kept in the attic: go to the attic first, then take it. [{PLANTED_MARKER}]"
+        return errand_policy(req).replace(GUIDANCE_MARKER, PLANTED_MARKER)
+    m = _TASK_RE.search(users[0] if users else "")
+    history = " ".join(users)
+    if not m or m.group(1) not in ("apple", "ball") or f"You take the {m.group(1)}." in history:
+        return errand_policy(req)
+    obj = m.group(1)
+    if re.search(rf"you see: [^.]*\b{obj}\b", users[-1]):
+        return f"Thought: The {obj} is here.\nAction: take {obj}"
+    claimed = [room for room in ("attic", "garden") if re.search(rf"[Ff]ruit[^.\n]*\b{room}\b", system)]
+    visited = set(re.findall(r"You go to the (\w+)\.", history))
+    for room in [*claimed, "kitchen", "garden", "attic"]:
+        if room not in visited:
+            return f"Thought: Look for the {obj} in the {room}.\nAction: go to {room}"
+    return errand_policy(req)
