@@ -582,3 +582,14 @@ def alpha_frame(records: Sequence[RunRecords]) -> Any:
             out.append({**{k: row[k] for k in ("benchmark", "design", "condition")}, "exposure": label,
                         "alpha": r.value, "low": r.low, "high": r.high, "n": r.denominator})  # fmt: skip
     return pd.DataFrame(out)
+
+
+def require_records(records: Sequence[RunRecords], where: Any, in_progress: int = 0) -> Sequence[RunRecords]:
+    """``records``, or a clear error when there are none (a study whose first runs are still being made)."""
+    if not records:
+        extra = f"; {in_progress} run(s) there are still in progress" if in_progress else ""
+        raise ValueError(
+            f"no complete run with planted-skill records under {where}{extra}: run the study first "
+            "(docs/reproduction.md), or read the runs in progress with `python -m antipersist_lib reproduction --all`"
+        )
+    return records
