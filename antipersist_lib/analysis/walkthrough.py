@@ -204,6 +204,28 @@ def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
         RunDirectory(work).state_path(name).write_bytes(b"".join(lines[:keep]))
 
 
+def _with_demonstrations(man: dict[str, Any], task: Task, env: Any, agent: AgentConfig, blocks: list[str]) -> list[str]:
+    """The context exactly as the run built it: a run with in-context demonstrations (agent option
+    ``icl_examples``) put the task's expert demonstrations first, from the replays cached where its manifest
+    says (replayed on the engine again if that cache is gone: no model is involved)."""
+    demos = man.get("demonstrations")
+    if not demos:
+        return blocks
+    from antipersist_lib.core.demonstrations import DemonstrationLibrary, render_block
+    from antipersist_lib.envs.partitions import load_partition
+    from antipersist_lib.paths import repo_root
+
+    folder = Path(demos["cache"])
+    if not folder.is_absolute() and not folder.exists() and (repo_root() / folder).exists():
+        folder = repo_root() / folder
+    library = DemonstrationLibrary(
+        load_partition(man["benchmark"]), int(man["seed"]), int(demos["icl_examples"]), folder.parent.parent
+    )
+    library.prepare(env, [task.task_type])
+    block = render_block(library.for_task(task), agent.icl_max_chars)
+    return [block, *blocks] if block else blocks
+
+
 def walk(
     run_dir: str | Path,
     *,
@@ -262,7 +284,7 @@ def walk(
             env,
             task,
             llm,
-            context_blocks=ctx.blocks,
+            context_blocks=_with_demonstrations(man, task, env, agent, ctx.blocks),
             config=agent,
             initial_observation=obs,
             tags={"phase": phase, "iteration": rec["iteration"], "task": task.key},
