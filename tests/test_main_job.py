@@ -601,3 +601,18 @@ def test_the_committed_50_step_probe_is_recomputed_without_a_model(tmp_path, mon
         assert row["train_success"] is None and row["heldout_n"] == 6 and row["mean_steps"] == 50
     saved = json.loads((tmp_path / "cpu_alfworld_steps" / "results.json").read_text())
     assert [r["train_success"] for r in saved["rows"]] == [None, None]
+
+
+def test_the_walkthrough_must_name_a_benchmark_with_an_anti_persistence_run(tmp_path):
+    base = {"methods": ["react", "anti_persistence"], "benchmarks": ["alfworld", "textworld_express"]}
+    assert load_profile(write(tmp_path, {**base, "walkthrough": "alfworld"}))["walkthrough"] == "alfworld"
+    for bad in ("scienceworld", True):
+        with pytest.raises(ValueError, match="walkthrough must name a benchmark the profile runs Anti-Persistence on"):
+            load_profile(write(tmp_path, {**base, "walkthrough": bad}))
+    with pytest.raises(ValueError, match="walkthrough must name"):
+        load_profile(write(tmp_path, {**base, "methods": ["react"], "walkthrough": "alfworld"}))
+    smoke = load_profile(ROOT / "params" / "main" / "smoke.yaml")
+    specs = profile_specs(smoke, backbone_label="embedded-x", runs_root=tmp_path, cache_dir=tmp_path, judge=None)
+    # two TextWorldExpress training tasks: the first update is never logged, the second is (B.5), so the
+    # walked-through held-out decision reads a non-empty outcome log
+    assert {s.train_per_iteration for s in specs if s.benchmark == smoke["walkthrough"]} == {2}

@@ -140,3 +140,25 @@ def test_the_report_section_shows_decision_estimates_guidance_and_discard(tmp_pa
     assert f"occurs in 0 of {w.discard.files_searched} files" in text and "state files changed" in text  # training
     held = walkthrough.walk_with("load", RUN, cache_dir=CACHE, work_dir=tmp_path / "w2", phase="heldout")
     assert "byte-identical before and after" in walkthrough.markdown_report(held)
+
+
+def test_the_main_job_writes_the_walkthrough_beside_its_tables_or_says_why_not(tmp_path, capsys):
+    """`make run`'s step (cli._main_walkthrough): the profile's walkthrough benchmark names the run; the
+    report is replayed from the main job's cache folder; without that cache the tables stand and the
+    reason is printed."""
+    from antipersist_lib.cli import _main_walkthrough
+
+    summary = {
+        "walkthrough": "alfworld",
+        "rows": [{"method": "anti_persistence", "benchmark": "alfworld", "run_dir": str(RUN)}],
+    }
+    _main_walkthrough(summary, tmp_path)  # no cache under tmp_path yet
+    assert "walkthrough: not written" in capsys.readouterr().out and not (tmp_path / "walkthrough.md").exists()
+    shutil.copytree(CACHE, tmp_path / "cache")
+    _main_walkthrough(summary, tmp_path)
+    out = capsys.readouterr().out
+    assert "walkthrough (one held-out task" in out and "guidance found in 0 of" in out
+    text = (tmp_path / "walkthrough.md").read_text()
+    assert "**Decision**" in text and "**Proof of discard**: state files byte-identical" in text
+    _main_walkthrough({**summary, "walkthrough": "scienceworld"}, tmp_path)
+    assert "no anti_persistence run on scienceworld" in capsys.readouterr().out
