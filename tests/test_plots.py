@@ -134,3 +134,18 @@ def test_reproduction_figures_draw_intervals_mark_undefined_rates_and_do_not_ove
     fig = plots.toxic_share(persistence, deleted_after=1, title="t")
     assert "planted skills deleted" in [t.get_text() for t in fig.axes[0].texts]
     assert any(line.get_label().endswith("abstraction / toxic") for line in fig.axes[0].get_lines())
+
+
+def test_reproduction_figures_say_what_a_study_in_progress_has_not_recorded_yet():
+    empty = pd.DataFrame()
+    for fig, what in (
+        (plots.reproduction_alpha(empty, title="t"), "no synthesized candidate recorded yet"),
+        (plots.toxic_share(empty, deleted_after=1, title="t"), "no stored abstraction recorded yet"),
+        (
+            plots.immediate_effect(empty, paper=None, title="t"),
+            "no held-out episode in a planted skill's scope recorded yet",
+        ),
+    ):
+        assert what in [t.get_text() for t in fig.axes[0].texts]
+    fig = plots.immediate_effect(empty, paper={"none": 23.0, "useful": 40.0, "toxic": 20.0}, title="t")
+    assert "0.40" in [t.get_text() for t in fig.axes[0].texts]  # the paper's F.1 values alone

@@ -558,11 +558,23 @@ def _design(name: str) -> str:
 CONDITION_COLORS = {"none": "tab:gray", "useful": "tab:blue", "toxic": "tab:red"}
 
 
+def _nothing_yet(title: str, note: str, what: str) -> plt.Figure:
+    """A figure saying which runs it is waiting for, where a study has not produced its data yet."""
+    fig, ax = plt.subplots(figsize=(7.0, 2.4))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"no {what} recorded yet", ha="center", va="center", fontsize=10, color="dimgray")
+    _titles(fig, ax, title, note)
+    plt.close(fig)
+    return fig
+
+
 def immediate_effect(df: pd.DataFrame, *, paper: dict[str, float] | None, title: str, note: str = "") -> plt.Figure:
     """F.1's layout per design: held-out success under none / useful / toxic with bootstrap intervals;
     ``paper``: F.1's own three values (AppWorld, Qwen3-Coder-Next) as a group of their own."""
     sns.set_theme(style="whitegrid")
-    df = df.copy()
+    if df.empty and not paper:
+        return _nothing_yet(title, note, "held-out episode in a planted skill's scope")
+    df = df.copy() if not df.empty else pd.DataFrame(columns=["benchmark", "design", "condition", "success"])
     df["group"] = df["benchmark"] + ": " + df["design"].map(_design)
     if paper:
         rows = [{"group": "paper F.1: AppWorld, Qwen3-Coder-Next", "condition": c, "success": v / 100.0,
@@ -584,6 +596,8 @@ def reproduction_alpha(df: pd.DataFrame, *, title: str, note: str = "") -> plt.F
     """alpha (the fraction of synthesized candidates carrying a toxic signature) with and without exposure,
     per design and condition, with bootstrap intervals; "n/a" where a group has no candidate."""
     sns.set_theme(style="whitegrid")
+    if df.empty:
+        return _nothing_yet(title, note, "synthesized candidate")
     df = df.copy()
     df["group"] = df["benchmark"] + ": " + df["design"].map(_design) + " / " + df["condition"]
     order = list(dict.fromkeys(df["group"]))
@@ -602,6 +616,8 @@ def toxic_share(df: pd.DataFrame, *, deleted_after: int, title: str, note: str =
     """The toxic share of stored abstractions per iteration (planted skills left out), one line per
     benchmark, design and condition, with its interval band; a dashed line where the plant was deleted."""
     sns.set_theme(style="whitegrid")
+    if df.empty:
+        return _nothing_yet(title, note, "stored abstraction")
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for key, g in df.groupby(["benchmark", "design", "condition"], sort=False):
         g = g.sort_values("iteration")
