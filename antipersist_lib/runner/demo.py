@@ -31,6 +31,39 @@ DEMO_METHODS: dict[str, dict[str, Any]] = {
 }
 
 
+def _errand_spec(
+    name: str,
+    method: str,
+    params: dict[str, Any],
+    out: Path,
+    *,
+    seed: int,
+    iterations: int,
+    max_steps: int,
+    verbose: bool,
+    heldout_limit: int | None = None,
+    heldout_concurrency: int = 3,
+) -> RunSpec:
+    """One demo run on ErrandWorld behind the loopback server (its scripted policy is the "model")."""
+    return RunSpec(
+        method=method,
+        benchmark="errandworld",
+        backbone="scripted-loopback",
+        embedding="loopback-bag-of-words",
+        seed=seed,
+        iterations=iterations,
+        train_per_iteration=6,
+        max_steps=max_steps,
+        heldout_limit=heldout_limit,
+        heldout_concurrency=heldout_concurrency,
+        method_params=params,
+        name=name,
+        out_root=str(out / "runs"),
+        cache_dir=None,
+        progress=verbose,
+    )
+
+
 def run_demo(
     out: str | Path = "outputs/demo", *, iterations: int = 3, seed: int = 42, verbose: bool = True
 ) -> dict[str, Any]:
@@ -42,21 +75,8 @@ def run_demo(
     with LoopbackServer(responder=errand_policy) as server:
         endpoint = Endpoint(base_url=server.base_url, model="scripted", api_key_env="ANTIPERSIST_DEMO_KEY")
         for method, params in DEMO_METHODS.items():
-            spec = RunSpec(
-                method=method,
-                benchmark="errandworld",
-                backbone="scripted-loopback",
-                embedding="loopback-bag-of-words",
-                seed=seed,
-                iterations=iterations,
-                train_per_iteration=6,
-                max_steps=4,
-                heldout_concurrency=3,
-                method_params=params,
-                name=method,
-                out_root=str(out / "runs"),
-                cache_dir=None,
-                progress=verbose,
+            spec = _errand_spec(
+                method, method, params, out, seed=seed, iterations=iterations, max_steps=4, verbose=verbose
             )
             its = run_cell(spec, endpoint=endpoint, embed_endpoint=endpoint)
             summary["methods"][method] = {
@@ -99,22 +119,17 @@ def run_reproduction_demo(
         for seed in seeds:
             for name, method, params in plan:
                 extra = DEMO_METHODS["anti_persistence"] if method == "anti_persistence" else {}
-                spec = RunSpec(
-                    method=method,
-                    benchmark="errandworld",
-                    backbone="scripted-loopback",
-                    embedding="loopback-bag-of-words",
+                spec = _errand_spec(
+                    name,
+                    method,
+                    {**params, **extra},
+                    out,
                     seed=seed,
                     iterations=3,
-                    train_per_iteration=6,
                     max_steps=5,  # a detour through the attic costs the task (one step more than the budget)
                     heldout_limit=4,
                     heldout_concurrency=1,
-                    method_params={**params, **extra},
-                    name=name,
-                    out_root=str(out / "runs"),
-                    cache_dir=None,
-                    progress=verbose,
+                    verbose=verbose,
                 )
                 run_cell(spec, endpoint=endpoint, embed_endpoint=endpoint)
                 done.append(spec.run_dir())
