@@ -46,6 +46,11 @@ class ContextLengthError(LLMRequestError):
     """The endpoint refused the prompt as longer than the model's context (a 400 that says so)."""
 
 
+class ReasoningBudgetError(LLMRequestError):
+    """A reply with no answer: its tokens went to reasoning, or it was cut at the token limit. Retrying the
+    same request gives the same; the message names the fix (budget, reasoning effort, thinking off)."""
+
+
 class RunLockedError(RuntimeError):
     """Another process holds this run directory."""
 

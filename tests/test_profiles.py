@@ -20,6 +20,10 @@ URL_VARS = (
     "ANTIPERSIST_URL_QWEN3_CODER_NEXT",
     "ANTIPERSIST_URL_GEMMA_4_31B_IT",
     "ANTIPERSIST_URL_QWEN3_EMBEDDING_8B",
+    "ANTIPERSIST_URL_QWEN3_5_4B",
+    "ANTIPERSIST_URL_QWEN3_5_9B",
+    "ANTIPERSIST_URL_QWEN3_5_27B",
+    "ANTIPERSIST_URL_GPT_5_MINI",
 )
 
 
@@ -39,23 +43,51 @@ def write_profile(tmp_path: Path, kind: str, name: str, **fields) -> Path:
 
 
 def test_shipped_profiles_have_their_own_port_variable_and_serve_line():
-    ports = {}
+    """Self-served models (vLLM) each get a port of their own and a ``vllm serve`` line that uses it; hosted
+    APIs an https URL. Every profile has its own base-URL variable and says what the papers say of it."""
+    ports, hosted = {}, {}
     for kind in ("backbones", "embeddings"):
         for path in sorted((ROOT / "params" / kind).glob("*.yaml")):
             data = load_profile(kind, path.stem)
+            assert data["base_url_env"] == "ANTIPERSIST_URL_" + re.sub(r"[^A-Z0-9]", "_", path.stem.upper())
+            if data["base_url"].startswith("https://"):
+                hosted[path.stem] = (
+                    data["base_url"],
+                    data["api_key_env"],
+                    backbone_endpoint(path.stem).request_shape.preset,
+                )
+                continue
             port = int(re.search(r":(\d+)/v1$", data["base_url"]).group(1))
             comment = path.read_text().split("\nname:")[0]
             assert "vllm serve" in comment and f"--port {port}" in comment, (
                 f"{path}: its vllm serve line must use port {port}"
             )
-            assert data["base_url_env"] == "ANTIPERSIST_URL_" + re.sub(r"[^A-Z0-9]", "_", path.stem.upper())
             ports[path.stem] = port
+            if kind == "backbones":
+                assert backbone_endpoint(path.stem).request_shape.preset == "vllm", path
+            assert kind == "embeddings" or data.get("paper"), f"{path}: say what the papers say of the model"
     assert ports == {
         "llama-4-scout": 8000,
         "qwen3-coder-next": 8001,
         "gemma-4-31b-it": 8002,
         "qwen3-embedding-8b": 8003,
+        "qwen3.5-4b": 8010,
+        "qwen3.5-9b": 8011,
+        "qwen3.5-27b": 8012,
     }
+    openai = "https://api.openai.com/v1"
+    assert hosted == {
+        **{
+            m: (openai, "OPENAI_API_KEY", "openai-reasoning")
+            for m in ("gpt-5.4", "gpt-5.4-mini", "gpt-5-mini", "gpt-5-nano", "gpt-5.5")
+        },
+        "gpt-4.1": (openai, "OPENAI_API_KEY", "openai-chat"),
+        "gpt-4o": (openai, "OPENAI_API_KEY", "openai-chat"),
+        "claude-haiku-4.5": ("https://api.anthropic.com/v1", "ANTHROPIC_API_KEY", "anthropic-openai"),
+    }
+    for size in ("4b", "9b", "27b"):  # the faulty-memories paper's no-thinking rollouts
+        shape = backbone_endpoint(f"qwen3.5-{size}").request_shape
+        assert shape.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 def test_url_precedence_own_variable_then_global_then_file(monkeypatch):

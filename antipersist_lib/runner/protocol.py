@@ -104,6 +104,7 @@ IDENTITY_KEYS = (
     "subset",
     "task_types",
     "judge",
+    "request_shape",
 )
 
 
@@ -500,6 +501,8 @@ class Runner:
             "backbone": s.backbone_label,
             **_profile_files(s),
             "endpoint": self.endpoint.describe(),
+            # what the request shape sends unlike the default; absent when nothing, so earlier runs resume
+            **({"request_shape": shaped} if (shaped := self.endpoint.request_shape.identity()) else {}),
             **({"embedded_backbone": self.backbone_info} if self.backbone_info else {}),
             "embedding": s.embedding_label,
             "embedding_endpoint": self.embed_endpoint.describe(),

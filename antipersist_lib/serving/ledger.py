@@ -27,6 +27,9 @@ from antipersist_lib.jsonl import JsonlWriter, read_jsonl
 #: Purposes the kit itself uses; other strings ("reflection", "judge", ...) are allowed.
 KNOWN_PURPOSES: tuple[str, ...] = ("execution", "synthesis", "embedding")
 
+#: the per-call reasoning counts (``CallRecord``), absent from a line when zero
+REASONING_FIELDS = ("reasoning_tokens", "reasoning_chars")
+
 #: Longest string a tag value may be: enough for a task key, too short for a prompt.
 MAX_TAG_CHARS = 200
 #: Error strings are cut to this length so a server that echoes input cannot leak it in bulk.
@@ -54,13 +57,21 @@ class CallRecord:
     error: str | None = None
     tags: dict[str, Any] = field(default_factory=dict)
     timestamp: float = 0.0
+    #: of ``completion_tokens``, those the server reports as reasoning; and the reasoning's length in
+    #: characters (its text is never kept). Written only when non-zero, so other ledgers keep their lines.
+    reasoning_tokens: int = 0
+    reasoning_chars: int = 0
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in REASONING_FIELDS:
+            if not out[key]:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CallRecord:
@@ -77,6 +88,8 @@ class CallRecord:
             error=None if d.get("error") is None else str(d["error"]),
             tags=dict(d.get("tags") or {}),
             timestamp=float(d.get("timestamp", 0.0)),
+            reasoning_tokens=int(d.get("reasoning_tokens", 0)),
+            reasoning_chars=int(d.get("reasoning_chars", 0)),
         )
 
 
@@ -135,6 +148,8 @@ class Ledger:
         ok: bool = True,
         error: str | None = None,
         tags: dict[str, Any] | None = None,
+        reasoning_tokens: int = 0,
+        reasoning_chars: int = 0,
     ) -> CallRecord:
         """Append one call; context tags are merged under explicit ``tags``."""
         merged = _check_tags({**_CONTEXT_TAGS.get(), **(tags or {})})
@@ -154,6 +169,8 @@ class Ledger:
                 error=error,
                 tags=merged,
                 timestamp=time.time(),
+                reasoning_tokens=int(reasoning_tokens),
+                reasoning_chars=int(reasoning_chars),
             )
             self._next_id += 1
             self._records.append(rec)
@@ -191,6 +208,7 @@ class Ledger:
                     "completion_tokens": 0,
                     "total_tokens": 0,
                     "uncached_tokens": 0,
+                    "reasoning_tokens": 0,
                     "latency_s": 0.0,
                 },
             )
@@ -202,6 +220,7 @@ class Ledger:
             t["completion_tokens"] += r.completion_tokens
             t["total_tokens"] += r.total_tokens
             t["uncached_tokens"] += 0 if r.cached else r.total_tokens
+            t["reasoning_tokens"] += r.reasoning_tokens
             t["latency_s"] += r.latency_s
         return out
 

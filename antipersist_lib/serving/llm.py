@@ -28,8 +28,24 @@ from urllib.parse import urlparse
 
 import openai
 
-from antipersist_lib.errors import ContextLengthError, LLMError, LLMRequestError, LLMUnavailableError
+from antipersist_lib.errors import (
+    ContextLengthError,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
+    ReasoningBudgetError,
+)
 from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.request_shape import (
+    DEFAULT_SHAPE,
+    RequestShape,
+    cut_at_stop,
+    reasoning_text_fields,
+    reasoning_tokens_of,
+    sdk_arguments,
+    shape_from,
+    split_reasoning,
+)
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 
 log = logging.getLogger(__name__)
@@ -60,8 +76,12 @@ class Endpoint:
     #: "native": send system messages as they are; "merge": fold the system message into the
     #: first user turn, for chat templates without a system role (Gemma's own template does this)
     system_prompt: str = "native"
+    #: how requests are shaped for this server (``request_shape.PRESETS``); a preset name or a mapping is
+    #: turned into a RequestShape here, so a manifest's ``describe()`` rebuilds the endpoint
+    request_shape: RequestShape = DEFAULT_SHAPE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "request_shape", shape_from(self.request_shape, "Endpoint.request_shape"))
         if self.system_prompt not in ("native", "merge"):
             raise ValueError(f"Endpoint.system_prompt must be 'native' or 'merge', got {self.system_prompt!r}")
         if not self.base_url:
@@ -91,6 +111,7 @@ class Endpoint:
             "backoff_max_s": self.backoff_max_s,
             "context_length": self.context_length,
             "system_prompt": self.system_prompt,
+            "request_shape": self.request_shape.describe(),
         }
 
 
@@ -105,6 +126,9 @@ class ChatReply:
     cached: bool
     retries: int
     finish_reason: str | None
+    #: what went to reasoning (counted, never kept): its tokens as the server reports them, its characters
+    reasoning_tokens: int = 0
+    reasoning_chars: int = 0
 
 
 # -- shared plumbing (also used by embeddings.py) ----------------------------------------------
@@ -205,6 +229,8 @@ def _call_with_retries(
                     last_error=_describe_error(exc),
                 ) from exc
             if not _is_transient(exc):
+                if isinstance(exc, LLMError):
+                    exc.retries = retries
                 raise
             if retries >= max_retries:
                 raise LLMUnavailableError(
@@ -288,34 +314,80 @@ class LLMClient:
         stop: Sequence[str] | str | None,
         top_p: float | None,
         seed: int | None = None,
-    ) -> dict[str, Any]:
-        """Exactly what is sent, minus the model; also the cache key's body."""
-        req: dict[str, Any] = {"messages": messages, "temperature": float(temperature), "max_tokens": int(max_tokens)}
-        if stop is not None:
-            req["stop"] = [stop] if isinstance(stop, str) else list(stop)
-        if top_p is not None:
-            req["top_p"] = float(top_p)
-        if seed is not None or self.seed is not None:
-            req["seed"] = int(seed if seed is not None else self.seed)
-        return req
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(exactly what is sent, minus the model; what was asked for but not sent): the endpoint's request
+        shape decides which fields go (``request_shape.RequestShape.body``); both go into the cache key."""
+        stops = None if stop is None else ([stop] if isinstance(stop, str) else list(stop))
+        return self.endpoint.request_shape.body(
+            messages,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stops,
+            top_p=top_p,
+            seed=seed if seed is not None else self.seed,
+        )
 
-    def _once(self, request: dict[str, Any]) -> dict[str, Any]:
-        resp = self._client.chat.completions.create(model=self.endpoint.model, **request)
+    def _once(self, request: dict[str, Any], unsent: dict[str, Any], purpose: str) -> dict[str, Any]:
+        resp = self._client.chat.completions.create(
+            model=self.endpoint.model, **sdk_arguments(self.endpoint.request_shape, request)
+        )
         try:
             choice = resp.choices[0]
-            content = choice.message.content
+            message = choice.message
+            content = message.content
             finish = choice.finish_reason
         except (AttributeError, IndexError, TypeError) as exc:
             raise _TransientReplyError(f"malformed chat response: {type(resp).__name__}") from exc
-        if not isinstance(content, str) or not content:
-            raise _TransientReplyError("empty reply content")
+        if content is not None and not isinstance(content, str):
+            raise _TransientReplyError("malformed chat response: content is not text")
         usage = getattr(resp, "usage", None)
+        finish = finish if isinstance(finish, str) else None
+        split = split_reasoning(content or "")
+        reasoning_chars = split.reasoning_chars + reasoning_text_fields(message)
+        reasoning_tokens = reasoning_tokens_of(usage)
+        answer = cut_at_stop(split.answer, unsent.get("stop"))
+        if not answer:
+            if finish == "length" or split.unterminated or reasoning_chars or reasoning_tokens:
+                raise self._no_answer(request, purpose, finish, split.unterminated, reasoning_chars, reasoning_tokens)
+            raise _TransientReplyError("empty reply content")
         return {
-            "text": content,
-            "finish_reason": finish if isinstance(finish, str) else None,
+            "text": answer,
+            "finish_reason": finish,
             "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
             "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+            "reasoning_tokens": reasoning_tokens,
+            "reasoning_chars": reasoning_chars,
         }
+
+    def _no_answer(
+        self,
+        request: dict[str, Any],
+        purpose: str,
+        finish: str | None,
+        unterminated: bool,
+        reasoning_chars: int,
+        reasoning_tokens: int,
+    ) -> ReasoningBudgetError:
+        """The permanent error of a reply without an answer, naming the budget and the ways to free it."""
+        shape = self.endpoint.request_shape
+        budget = request.get(shape.token_field)
+        if finish == "length" or unterminated:
+            why = f"it was cut at its completion budget ({shape.token_field}={budget})"
+        else:
+            why = "it ended after its reasoning without writing one"
+        spent = (
+            f"{reasoning_tokens} reasoning tokens" if reasoning_tokens else f"{reasoning_chars} characters of reasoning"
+        )
+        detail = f"no answer ({why}; {spent})"
+        return ReasoningBudgetError(
+            f"{self.endpoint.base_url} (model {self.endpoint.model!r}) returned no answer to the {purpose} request: "
+            f"{why}, after {spent}. This is not retried: the same request gives the same reply. Give it room "
+            f"(the backbone profile's request_shape.reasoning_budget_tokens, now {shape.reasoning_budget_tokens}, "
+            f"is added to every call's budget), lower request_shape.reasoning_effort (now {shape.reasoning_effort!r}), "
+            "or turn thinking off (Qwen3 / Qwen3.5 on vLLM: request_shape.extra_body: "
+            "{chat_template_kwargs: {enable_thinking: false}}).",
+            last_error=detail,
+        )
 
     def chat(
         self,
@@ -330,12 +402,22 @@ class LLMClient:
         seed: int | None = None,
     ) -> ChatReply:
         """One chat call; ``seed`` overrides the client's request seed for this call (a resample must
-        differ from the sample before it, and the response cache keys on the seed)."""
+        differ from the sample before it, and the response cache keys on the seed). ``max_tokens`` is the
+        answer's budget; the request shape adds its reasoning budget on top."""
         plain = _plain_messages(messages)
         if self.endpoint.system_prompt == "merge":
             plain = merge_system(plain)
-        request = self._request(plain, temperature, max_tokens, stop, top_p, seed)
-        key = cache_key({"kind": "chat", "model": self.endpoint.model, **request})
+        request, unsent = self._request(plain, temperature, max_tokens, stop, top_p, seed)
+        shape = self.endpoint.request_shape
+        key = cache_key(
+            {
+                "kind": "chat",
+                "model": self.endpoint.model,
+                **request,
+                **({"unsent": unsent} if unsent else {}),
+                **shape.cache_fields(),
+            }
+        )
         started = time.monotonic()
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -348,12 +430,14 @@ class LLMClient:
                     cached=True,
                     retries=0,
                     finish_reason=hit.get("finish_reason"),
+                    reasoning_tokens=int(hit.get("reasoning_tokens", 0)),
+                    reasoning_chars=int(hit.get("reasoning_chars", 0)),
                 )
                 self._account(purpose, reply, tags)
                 return reply
         try:
             value, retries = _call_with_retries(
-                lambda: self._once(request),
+                lambda: self._once(request, unsent, purpose),
                 endpoint=self.endpoint,
                 purpose=purpose,
                 max_retries=self.endpoint.max_retries,
@@ -380,6 +464,8 @@ class LLMClient:
             cached=False,
             retries=retries,
             finish_reason=value["finish_reason"],
+            reasoning_tokens=value["reasoning_tokens"],
+            reasoning_chars=value["reasoning_chars"],
         )
         self._account(purpose, reply, tags)
         return reply
@@ -393,6 +479,8 @@ class LLMClient:
             latency_s=reply.latency_s,
             cached=reply.cached,
             retries=reply.retries,
+            reasoning_tokens=reply.reasoning_tokens,
+            reasoning_chars=reply.reasoning_chars,
             tags=tags,
         )
 

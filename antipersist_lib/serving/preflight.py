@@ -6,7 +6,8 @@ silently measures ReAct; a dead chat endpoint costs every run of a grid its full
 after another. So before any task, a run (``runner.protocol``), a study (``studies``) and a grid (once per
 distinct endpoint, ``runner.grid``) send each endpoint one small request:
 
-* chat: one user message (``PREFLIGHT_PROMPT``) with ``max_tokens`` = ``PREFLIGHT_MAX_TOKENS``; any
+* chat: one user message (``PREFLIGHT_PROMPT``) with ``PREFLIGHT_MAX_TOKENS`` (in the endpoint's request shape,
+  which adds its reasoning budget); any
   well-formed completion passes, even an empty one (a reasoning model may spend four tokens thinking);
 * embeddings: one short text; the reply must hold one finite, non-empty vector.
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from antipersist_lib.errors import LLMError, LLMUnavailableError
+from antipersist_lib.serving.request_shape import sdk_arguments
 from antipersist_lib.serving.llm import (
     Endpoint,
     _Backoff,
@@ -114,12 +116,15 @@ def _send(endpoint: Endpoint, purpose: str, request: Callable[[Any], str]) -> st
 
 def _check_chat(endpoint: Endpoint) -> str:
     def once(client: Any) -> str:
-        resp = client.chat.completions.create(
-            model=endpoint.model,
-            messages=[{"role": "user", "content": PREFLIGHT_PROMPT}],
-            max_tokens=PREFLIGHT_MAX_TOKENS,
+        body, _ = endpoint.request_shape.body(
+            [{"role": "user", "content": PREFLIGHT_PROMPT}],
             temperature=0.0,
-        )
+            max_tokens=PREFLIGHT_MAX_TOKENS,
+            stop=None,
+            top_p=None,
+            seed=None,
+        )  # shaped like every call of the run (a GPT-5 model refuses max_tokens)
+        resp = client.chat.completions.create(model=endpoint.model, **sdk_arguments(endpoint.request_shape, body))
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
             raise _TransientReplyError("malformed chat response (no choices)")

@@ -46,9 +46,12 @@ ENDPOINT_KEYS = (
     "backoff_base_s",
     "backoff_max_s",
     "system_prompt",
+    "request_shape",
 )
+#: profile keys that describe the model, for people: what the paper says and what it costs (``--plan``)
+INFO_KEYS = ("paper", "price_per_mtok")
 DECODING_KEYS = ("temperature", "top_p")
-PROFILE_KEYS = {"name", "model", "base_url", "base_url_env", *ENDPOINT_KEYS, *DECODING_KEYS}
+PROFILE_KEYS = {"name", "model", "base_url", "base_url_env", *ENDPOINT_KEYS, *DECODING_KEYS, *INFO_KEYS}
 #: the variable that overrides the base URL of every profile of a kind
 GLOBAL_URL_ENV = {"backbones": "ANTIPERSIST_BASE_URL", "embeddings": "ANTIPERSIST_EMBED_BASE_URL"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -114,12 +117,20 @@ def adhoc_label(model: str) -> str:
 
 
 def adhoc_endpoint(
-    base_url: str, model: str, *, api_key_env: str | None = None, context_length: int | None = None
+    base_url: str,
+    model: str,
+    *,
+    api_key_env: str | None = None,
+    context_length: int | None = None,
+    request_shape: str | None = None,
 ) -> Endpoint:
     """An OpenAI-compatible chat endpoint given on the command line, checked like a profile (errors name the
-    flag). ``api_key_env`` is the *name* of the variable holding the key (default ``OPENAI_API_KEY``)."""
+    flag). ``api_key_env`` is the *name* of the variable holding the key (default ``OPENAI_API_KEY``);
+    ``request_shape`` a preset name (``request_shape.PRESETS``)."""
     where = "--base-url/--model"
     data: dict[str, Any] = {"base_url": base_url, "model": model}
+    if request_shape is not None:
+        data["request_shape"] = request_shape
     if api_key_env is not None:
         if not _ENV_NAME.fullmatch(api_key_env):
             raise ValueError(
@@ -172,10 +183,30 @@ def validate_profile(data: dict[str, Any], where: str) -> None:
     if "top_p" in data and not (_number(data["top_p"]) and 0 < data["top_p"] <= 1):
         raise ValueError(f"{where}: field 'top_p' must be a number in (0, 1], got {data['top_p']!r}")
     _check_url(data["base_url"], f"{where}: field 'base_url'")
+    if "paper" in data and not isinstance(data["paper"], str):
+        raise ValueError(f"{where}: field 'paper' must be a string (what the papers say of this model)")
+    if "price_per_mtok" in data:
+        _check_prices(data["price_per_mtok"], where)
     try:  # the ranges (positive timeout, known system_prompt form...) are the Endpoint's own rules
-        Endpoint(base_url=data["base_url"], model=data["model"], **{k: data[k] for k in ENDPOINT_KEYS if k in data})
+        endpoint = Endpoint(
+            base_url=data["base_url"], model=data["model"], **{k: data[k] for k in ENDPOINT_KEYS if k in data}
+        )
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from exc
+    if "temperature" in data:
+        endpoint.request_shape.check_temperature(float(data["temperature"]), f"{where}: field 'temperature'")
+
+
+def _check_prices(prices: Any, where: str) -> None:
+    """``price_per_mtok: {input: USD, output: USD}`` per million tokens, both non-negative numbers."""
+    if not isinstance(prices, dict) or set(prices) != {"input", "output"}:
+        raise ValueError(
+            f"{where}: field 'price_per_mtok' must be a mapping {{input: USD, output: USD}} (per million tokens), "
+            f"got {prices!r}"
+        )
+    for key, value in prices.items():
+        if not _number(value) or value < 0:
+            raise ValueError(f"{where}: price_per_mtok.{key} must be a number >= 0, got {value!r}")
 
 
 def _check_url(url: str, source: str) -> None:
@@ -208,6 +239,13 @@ def add_endpoint_arguments(parser: Any) -> None:
     parser.add_argument(
         "--context-length", dest="context_length", type=int, metavar="N", help="with --base-url: the context length"
     )
+    parser.add_argument(
+        "--request-shape",
+        dest="request_shape",
+        metavar="PRESET",
+        help="with --base-url: how requests are shaped for that server (openai-compatible, vllm, llama-cpp, "
+        "openai-reasoning, openai-chat, anthropic-openai; default openai-compatible)",
+    )
 
 
 def endpoint_from_arguments(args: Any, *, backbone: str | None = None) -> Endpoint | None:
@@ -221,6 +259,7 @@ def endpoint_from_arguments(args: Any, *, backbone: str | None = None) -> Endpoi
             ("--model", "model"),
             ("--api-key-env", "api_key_env"),
             ("--context-length", "context_length"),
+            ("--request-shape", "request_shape"),
         )
         if getattr(args, key, None) is not None
     ]
@@ -238,7 +277,13 @@ def endpoint_from_arguments(args: Any, *, backbone: str | None = None) -> Endpoi
         )
     if not getattr(args, "model", None):
         raise ValueError("--base-url needs --model NAME: the model name the endpoint serves (listed by its /v1/models)")
-    return adhoc_endpoint(base_url, args.model, api_key_env=args.api_key_env, context_length=args.context_length)
+    return adhoc_endpoint(
+        base_url,
+        args.model,
+        api_key_env=args.api_key_env,
+        context_length=args.context_length,
+        request_shape=getattr(args, "request_shape", None),
+    )
 
 
 def load_profile(kind: str, name: str) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from antipersist_lib.testing.api_contracts import ApiContract, ContractReply
+
 Responder = Callable[[dict[str, Any]], str]
 EmbedFn = Callable[[str], Sequence[float]]
 
@@ -244,6 +246,8 @@ class LoopbackServer:
     ``strict_model=True`` answers 404 for a model other than ``model_id``, as vLLM does.
     ``context_tokens``: a chat prompt longer than this (``approx_tokens``) is refused with llama-server's 400
     (``exceed_context_size_error``), as a real server with that context refuses it.
+    ``api``: a server's documented request rules (``testing.api_contracts``): what it refuses, and how it
+    returns the scripted answer (hidden reasoning tokens, ``reasoning_content``, ``<think>`` inline).
     """
 
     def __init__(
@@ -256,7 +260,9 @@ class LoopbackServer:
         model_id: str = "scripted",
         strict_model: bool = False,
         context_tokens: int | None = None,
+        api: ApiContract | None = None,
     ) -> None:
+        self.api = api
         self.responder: Responder = responder or ScriptedResponder(default="OK")
         self.embedder: EmbedFn = embedder or bag_of_words_embedding
         self.faults = faults
@@ -505,13 +511,38 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                     ),
                 )
                 return
+            refused = server.api.refuse(body) if server.api is not None else None
+            if refused is not None:
+                message, param = refused
+                self._send(
+                    400,
+                    {
+                        "error": {
+                            "message": message,
+                            "type": "invalid_request_error",
+                            "param": param,
+                            "code": "unsupported_parameter" if param else None,
+                        }
+                    },
+                )
+                return
             try:
                 content = "" if empty else str(server.responder(body))
             except Exception as exc:  # the responder is test code; surface its failure as a 500
                 self._send(500, _error_body(f"responder failed: {exc!r}", "server_error"))
                 return
-            content, finish = _apply_stop_and_length(content, body.get("stop"), body.get("max_tokens"))
-            completion_tokens = approx_tokens(content)
+            if server.api is not None and not empty:
+                shaped = server.api.reply(body, content)
+            else:
+                cut, why = _apply_stop_and_length(content, body.get("stop"), body.get("max_tokens"))
+                shaped = ContractReply(cut, why, approx_tokens(cut))
+            usage: dict[str, Any] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": shaped.completion_tokens,
+                "total_tokens": prompt_tokens + shaped.completion_tokens,
+            }
+            if shaped.reasoning_tokens:
+                usage["completion_tokens_details"] = {"reasoning_tokens": shaped.reasoning_tokens}
             self._send(
                 200,
                 {
@@ -522,16 +553,12 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": content},
-                            "finish_reason": finish,
+                            "message": {"role": "assistant", "content": shaped.content, **(shaped.extra_message or {})},
+                            "finish_reason": shaped.finish_reason,
                             "logprobs": None,
                         }
                     ],
-                    "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": completion_tokens,
-                        "total_tokens": prompt_tokens + completion_tokens,
-                    },
+                    "usage": usage,
                 },
             )
 
