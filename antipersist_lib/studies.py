@@ -369,12 +369,14 @@ def command_line(
     description: str,
     run: Callable[[str, Path], Any],
     show: Callable[[Any], Any],
+    plan: Callable[..., Any] | None = None,
 ) -> int:
     """``--profile`` / ``--out`` (default ``outputs/<study>/<profile name>``): run or resume the study, print
     ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message, an
     endpoint that does not answer (its preflight) exits 3. ``--base-url URL --model NAME`` (with
     ``--api-key-env``, ``--context-length``) replace the profile's backbone by an ad-hoc chat endpoint,
-    handed to ``run`` as ``backbone=``."""
+    handed to ``run`` as ``backbone=``. ``--plan [--throughput N] [--totals]``: print ``plan(profile, out,
+    throughput=N)`` (an ``analysis.plan.Plan``) and start nothing."""
     import argparse
     import math
     import sys
@@ -388,8 +390,19 @@ def command_line(
     from antipersist_lib.serving.profiles import add_endpoint_arguments, endpoint_from_arguments
 
     add_endpoint_arguments(parser)
+    if plan is not None:
+        parser.add_argument("--plan", action="store_true", help="start nothing: print the calls, tokens and cost")
+        parser.add_argument("--throughput", type=float, metavar="TOKENS_PER_S", help="with --plan: for hours")
+        parser.add_argument("--totals", action="store_true", help="with --plan: the totals only")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else Path("outputs") / study / Path(args.profile).stem
+    if plan is not None and args.plan:
+        try:
+            print(plan(args.profile, out, throughput=args.throughput).render(per_run=not args.totals))
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     t0 = time.monotonic()
     try:
         adhoc = endpoint_from_arguments(args)

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "saturation": "perf.saturation",
     "overhead": "perf.overhead",
     "reload": "perf.reload",
+    "planning": "perf.planning",
     "embedded": "perf.embedded_tokens",
     "servers": "perf.embedded_servers",
 }

@@ -569,7 +569,11 @@ def test_a_stop_file_lets_the_runs_in_flight_finish_and_starts_no_new_one(tmp_pa
     done = []
     lock = threading.Lock()
 
+    both_started = threading.Barrier(2, timeout=30)
+
     def one(spec):
+        if spec.seed in (0, 1):
+            both_started.wait()  # runs 0 and 1 are both in flight, however loaded the machine is
         if spec.seed == 0:
             stop.touch()  # asked while runs 0 and 1 are in flight
         with lock:

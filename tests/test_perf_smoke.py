@@ -24,7 +24,7 @@ def test_quick_suite_writes_a_complete_table(tmp_path, capsys):
         assert set(r) == set(COLUMNS)
         assert isinstance(r["measured"], float) and math.isfinite(r["measured"]), r
     with_target = [r for r in rows if r["target"] is not None]
-    assert {r["benchmark"] for r in with_target} == {"saturation", "overhead", "reload"}
+    assert {r["benchmark"] for r in with_target} == {"saturation", "overhead", "reload", "planning"}
     assert all(isinstance(r["pass"], bool) and r["ratio"] > 0 for r in with_target)
     table = markdown(rows)
     assert table.count("\n") == len(rows) + 2  # header, rule, one line per row

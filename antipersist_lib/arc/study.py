@@ -1360,8 +1360,15 @@ def _show(result: StudyResult) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from antipersist_lib.arc.plan import plan_arc_study
+
     return command_line(
-        argv, study="arc", description="Run an ARC-AGI Stream study profile.", run=run_study, show=_show
+        argv,
+        study="arc",
+        description="Run an ARC-AGI Stream study profile.",
+        run=run_study,
+        show=_show,
+        plan=plan_arc_study,
     )
 
 

@@ -1099,12 +1099,15 @@ def _show(result: StudyResult) -> pd.DataFrame:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from antipersist_lib.consolidation.plan import plan_consolidation_study
+
     return command_line(
         argv,
         study="consolidation",
         description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
         run=run_study,
         show=_show,
+        plan=plan_consolidation_study,
     )
 
 

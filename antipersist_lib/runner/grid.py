@@ -136,6 +136,7 @@ class Grid:
     cpus_per_run: float = 1.0
     out_root: str = "outputs/runs"
     url_env: tuple[str, ...] = ()  # the base-URL variables named by the grid's endpoints
+    notes: list[str] = dataclasses.field(default_factory=list)  # load_grid(plan=True): what is not runnable yet
 
 
 def forwarded_env(grid: Grid) -> dict[str, str]:
@@ -224,9 +225,12 @@ def _list(data: dict[str, Any], key: str, path: Path, default: list[Any] | None 
     return value
 
 
-def load_grid(path: str | os.PathLike[str]) -> Grid:
-    """Read and validate a grid file; every error names the file and the field, before any call."""
+def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
+    """Read and validate a grid file; every error names the file and the field, before any call. ``plan``: for
+    ``--plan``, a benchmark or method part that is not installed yet becomes a note (``Grid.notes``) instead of
+    a refusal, so a user learns what the grid costs before installing everything."""
     p = Path(path)
+    notes: list[str] = []
     data = read_mapping(p, GRID_KEYS)
     methods = data.get("methods") or []
     variants = data.get("variants") or {}
@@ -282,7 +286,12 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
             + ([("judge", judge, [judge.endpoint.base_url])] if judge is not None else []),
         )
     benchmarks = _list(data, "benchmarks", p)
-    _check_benchmarks(p, benchmarks, data)
+    try:
+        _check_benchmarks(p, benchmarks, data)
+    except ValueError as exc:
+        if not plan:
+            raise
+        notes.append(f"not runnable yet (planned anyway): {exc}")
     shared = data.get("method_params") or {}
     plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
     plan += [
@@ -303,7 +312,10 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
                         )
                     except (ValueError, TypeError) as exc:
                         which = f", seed {seed}" if per_seed else ""
-                        raise ValueError(f"{p}: run {run_name!r} ({method}{which}): {exc}") from None
+                        refusal = f"{p}: run {run_name!r} ({method}{which}): {exc}"
+                        if not plan:
+                            raise ValueError(refusal) from None
+                        notes.append(f"not runnable yet (planned anyway): {refusal}")
     judged = [run_name for run_name, method, mparams in plan if uses_judge(method, mparams)]
     if judge is not None and not judged:
         raise ValueError(
@@ -367,6 +379,7 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         cpus_per_run=float(data.get("cpus_per_run", 1.0)),
         out_root=out_root,
         url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb, judge) if n is not None and n.url_env)),
+        notes=notes,
     )
 
 

@@ -465,6 +465,20 @@ def recorded_backbone(specs: list[RunSpec]) -> dict[str, Any]:
     return next(iter(seen.values()))
 
 
+def profile_runs(
+    profile_path: str | Path, *, out: str | Path = "outputs/main", runs: str | Path | None = None
+) -> tuple[dict[str, Any], list[RunSpec], EmbeddedBackbone, NamedEndpoint | None, Path]:
+    """(profile, its runs, the embedded backbone, the judge, the runs' folder) of a main-job profile; starts
+    nothing (``run_main`` runs them, ``--plan`` prices them)."""
+    prof = load_profile(profile_path)
+    folder = Path(out) / Path(profile_path).stem
+    runs_root = Path(runs) if runs is not None else folder / "runs"
+    judge = judge_model(prof, profile_path)
+    bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=folder / "llama_server.log")
+    specs = profile_specs(prof, backbone_label=bb.label, runs_root=runs_root, cache_dir=folder / "cache", judge=judge)
+    return prof, specs, bb, judge, runs_root
+
+
 def run_main(
     profile_path: str | Path = "params/main/smoke.yaml",
     *,
@@ -478,14 +492,10 @@ def run_main(
     already complete (e.g. a committed study), nothing is started: the tables are recomputed from the
     recorded episodes, without a model call. ``report_only``: start nothing whatever is left, and write the
     tables of the runs that are complete (a study in progress, read while it runs elsewhere)."""
-    prof = load_profile(profile_path)
+    prof, specs, bb, judge, runs_root = profile_runs(profile_path, out=out, runs=runs)
     name = Path(profile_path).stem
     out = Path(out) / name
     out.mkdir(parents=True, exist_ok=True)
-    runs_root = Path(runs) if runs is not None else out / "runs"
-    judge = judge_model(prof, profile_path)
-    bb = EmbeddedBackbone.from_options(dict(prof.get("backbone", {}) or {}), log_path=out / "llama_server.log")
-    specs = profile_specs(prof, backbone_label=bb.label, runs_root=runs_root, cache_dir=out / "cache", judge=judge)
     seconds_path = runs_root / WALL_FILE
     seconds = _read_seconds(seconds_path)
     pending = execution_order(

@@ -780,6 +780,28 @@ class Runner:
         return out
 
 
+def run_episode_counts(spec: RunSpec) -> tuple[int, int]:
+    """(training, held-out) episodes per iteration of ``spec``, from its own task lists, starting nothing. A
+    benchmark whose partition file is not built yet is counted from Table 4's split sizes (``--plan`` only)."""
+    from antipersist_lib.envs.partitions import PAPER_COUNTS
+
+    try:
+        partition = load_partition(spec.benchmark)
+    except Exception:  # noqa: BLE001 - a missing or unbuilt partition: Table 4's sizes, or the run's own limits
+        counts = PAPER_COUNTS.get(spec.benchmark)
+        heldout = (
+            spec.heldout_limit if counts is None else min(spec.heldout_limit or counts["heldout"], counts["heldout"])
+        )
+        if heldout is None:
+            raise ValueError(
+                f"{spec.benchmark}: no partition file and no Table 4 size; build the partition or set heldout_limit"
+            ) from None
+        return spec.train_per_iteration, int(heldout)
+    train = limited_tasks(of_types(partition.train, spec.task_types), spec.train_pool_limit, spec.subset)
+    heldout = limited_tasks(of_types(partition.heldout, spec.task_types), spec.heldout_limit, spec.subset)
+    return min(spec.train_per_iteration, len(train)), len(heldout)
+
+
 def of_types(tasks: Sequence[Task], types: Sequence[str] | None) -> list[Task]:
     """The tasks of the given types (all when None), in split order. A type the split does not hold is
     an error naming the types it does hold: a typo must not leave a probe silently empty."""

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from antipersist_lib.errors import LLMError, LLMUnavailableError
-from antipersist_lib.serving.request_shape import sdk_arguments
 from antipersist_lib.serving.llm import (
     Endpoint,
     _Backoff,
@@ -34,6 +33,7 @@ from antipersist_lib.serving.llm import (
     _make_openai_client,
     _TransientReplyError,
 )
+from antipersist_lib.serving.request_shape import sdk_arguments
 
 PREFLIGHT_PROMPT = "Reply with the single word OK."
 PREFLIGHT_EMBED_TEXT = "preflight check"
