@@ -665,6 +665,54 @@ def test_a_seed_bank_built_by_one_backbone_is_continued_by_another(tmp_path, poo
     assert list(more["updates"]) == [per_pass, 2 * per_pass] and more["examples_seen"].eq([6, 12]).all()
 
 
+def test_banks_built_by_one_model_are_evaluated_by_each_evaluation_backbone(tmp_path, pool_run):
+    """G.1: gpt-5-nano consolidates, three Qwen3.5 sizes act. Here: the study's model builds, two other
+    loopback models each evaluate every bank and get their own no-memory row; none of them consolidates."""
+    with (
+        LoopbackServer(responder=responder) as main,
+        LoopbackServer(responder=errand_policy, model_id="actor-a") as a,
+        LoopbackServer(responder=errand_policy, model_id="actor-b") as b,
+    ):
+        actors = []
+        for name, srv in (("actor-a", a), ("actor-b", b)):
+            path = tmp_path / f"{name}.yaml"
+            path.write_text(yaml.safe_dump({"model": name, "base_url": srv.base_url, "context_length": 100000}))
+            actors.append(str(path))
+        prof = write_profile(
+            tmp_path / "acting.yaml",
+            pool={"runs": [str(pool_run)]},
+            builders=["dc"],
+            builder_options={"common": {"max_tokens": 64}},
+            regimes={"static_all": {}},
+            evaluation={"backbones": actors, "seeds": [1], "heldout_limit": 1, "max_steps": 4},
+            methods=None,
+        )
+        res = study.run_study(prof, tmp_path / "out", endpoint=endpoint(main), embed_endpoint=endpoint(main))
+        assert _dc_requests(main) == 1 and _dc_requests(a) == _dc_requests(b) == 0  # only the study's model builds
+        agent_turns = {
+            name: [
+                r
+                for r in srv.requests_for("/v1/chat/completions")
+                if "Commands:" in r["body"]["messages"][0]["content"]
+            ]
+            for name, srv in (("main", main), ("actor-a", a), ("actor-b", b))
+        }
+        assert agent_turns["main"] == [] and agent_turns["actor-a"] and agent_turns["actor-b"]
+        assert {r["body"]["model"] for r in agent_turns["actor-b"]} == {"actor-b"}
+    rows = res.frame
+    assert sorted(zip(rows["backbone"], rows["builder"])) == [
+        ("actor-a", "dc"),
+        ("actor-a", "react"),
+        ("actor-b", "dc"),
+        ("actor-b", "react"),
+    ]
+    m = study.load_manifest(res.out)
+    assert set(m["evaluation_backbones"]) == {"actor-a", "actor-b"}
+    assert m["evaluation_backbones"]["actor-a"]["model"] == "actor-a"
+    with pytest.raises(study.StudyProfileError, match="names a backbone twice"):
+        study.load_study_profile(write_profile(tmp_path / "twice.yaml", evaluation={"backbones": [actors[0]] * 2}))
+
+
 def _all_profile(tmp_path: Path, pool_run: Path, overflow: str) -> Path:
     return write_profile(
         tmp_path / f"{overflow}.yaml",

@@ -87,18 +87,21 @@ def test_the_paper_grid_plan_counts_its_runs_and_episodes_and_starts_nothing(cap
 def test_rates_prefer_runs_of_the_same_setting_then_the_paper_then_other_models(tmp_path):
     write_run(tmp_path / "a", benchmark="alfworld", method="react", backbone="llama-4-scout", episodes=4,
               calls=[("execution", 100, 10, True)] * 20 + [("embedding", 5, 0, True)] * 7 + [("execution", 0, 0, False)])  # fmt: skip
-    write_run(tmp_path / "b", benchmark="webshop", method="expel", backbone="tiny", episodes=2,
+    write_run(tmp_path / "b", benchmark="textworld_express", method="expel", backbone="tiny", episodes=2,
               calls=[("execution", 50, 5, True)] * 6 + [("reflection", 200, 20, True)] * 2)  # fmt: skip
     rates = Rates(recorded_runs([tmp_path]))
     measured = rates.calls_per_episode("alfworld", "react", "llama-4-scout", 50)
     assert measured.value == 5.0 and measured.source.startswith("measured")  # 20 ok chat calls / 4 episodes
     paper = rates.calls_per_episode("alfworld", "joint_memory", "llama-4-scout", 50)
     assert "Table 6 (joint_memory" in paper.source
-    other = rates.calls_per_episode("webshop", "expel", "my-model", 30)
+    cells = [c.mean for c in table6() if c.benchmark == "webshop"]  # another model on a paper benchmark
+    bench = rates.calls_per_episode("webshop", "react", "my-model", 30)
+    assert bench.value == pytest.approx(sum(cells) / len(cells)) and "over the paper's backbones" in bench.source
+    other = rates.calls_per_episode("textworld_express", "expel", "my-model", 30)  # not a paper benchmark
     assert other.value == 4.0 and "another model" in other.source
     assumed = rates.calls_per_episode("appworld", "react", "my-model", 30)
     assert assumed.value == 30 and assumed.source.startswith("assumed")
-    prompt, completion = rates.tokens_per_call("webshop", "react", "x")
+    prompt, completion = rates.tokens_per_call("textworld_express", "react", "x")
     assert prompt.value == pytest.approx((6 * 50 + 2 * 200) / 8) and completion.value == pytest.approx(70 / 8)
     assert RecordedRun.read(tmp_path / "nothing") is None
 

@@ -6,8 +6,8 @@ actual numbers beside that plan afterwards. Every number says where it came from
 
 * calls per episode: the ledgers of existing runs of the same benchmark, method and backbone; else the
   paper's Table 6 (calls per held-out task) for that method, backbone and benchmark; else Table 6's mean over
-  its four methods for that backbone and benchmark; else existing runs of the same benchmark and method on
-  another model; else one call per step of the episode budget (an upper bound for ReAct-like agents);
+  its four methods for that backbone and benchmark; else Table 6's mean over the paper's backbones for the
+  benchmark; else existing runs of the same benchmark and method on another model; else one call per step of the episode budget (an upper bound for ReAct-like agents);
 * tokens per call: existing runs of the same benchmark and method and backbone, then of the same benchmark
   and method, then of the same benchmark; else ``ASSUMED_TOKENS`` (the kit's stated guess);
 * cost: the backbone profile's ``price_per_mtok``; time: the tokens over the throughput the user gives.
@@ -34,6 +34,8 @@ from antipersist_lib.rundir import RunDirectory
 ASSUMED_TOKENS = (3000, 80)
 #: purposes that are not chat calls
 NOT_CHAT = frozenset({"embedding"})
+#: the methods Table 6 reports
+TABLE6_METHODS = frozenset(c.method for c in table6())
 #: the paper's backbones as Table 6 names them, by profile name
 PAPER_BACKBONE = {
     "llama-4-scout": "llama-4-scout",
@@ -148,6 +150,12 @@ class Rates:
             return Estimate(
                 mean, f"Table 6 mean of its {len(cells)} methods ({paper_bb}, {benchmark}): {method} not in it"
             )
+        on_bench = [
+            c for c in table6() if c.benchmark == benchmark and (c.method == method or method not in TABLE6_METHODS)
+        ]
+        if on_bench:
+            mean = statistics.fmean(c.mean for c in on_bench)
+            return Estimate(mean, f"Table 6 mean over the paper's backbones ({benchmark}): no record of {backbone}")
         other = self._pooled(lambda r: (r.benchmark, r.method) == (benchmark, method))
         if other:
             models = sorted({r.backbone for r in self.runs if (r.benchmark, r.method) == (benchmark, method)})

@@ -112,19 +112,22 @@ def plan_consolidation_study(profile_path: str | Path, out: Path, *, throughput:
     _, heldout = run_episode_counts(probe)
     rows = []
 
+    acting = list(profile.eval_backbones) or [profile.backbone]
+
     def evaluation(label: str, method: str, n_runs: int, episodes_each: int) -> None:
-        rows.append(
-            plan_run(
-                label=label,
-                benchmark=profile.benchmark,
-                method=method,
-                backbone=profile.backbone,
-                episodes=n_runs * episodes_each,
-                max_steps=profile.max_steps,
-                rates=rates,
-                price=price,
+        for backbone in acting:
+            rows.append(
+                plan_run(
+                    label=label if len(acting) == 1 else f"{label} by {backbone}",
+                    benchmark=profile.benchmark,
+                    method=method,
+                    backbone=backbone,
+                    episodes=n_runs * episodes_each,
+                    max_steps=profile.max_steps,
+                    rates=rates,
+                    price=price if backbone == profile.backbone else backbone_price(backbone),
+                )
             )
-        )
 
     seeds = len(profile.seeds)
     if profile.no_memory:
@@ -152,7 +155,10 @@ def plan_consolidation_study(profile_path: str | Path, out: Path, *, throughput:
         evaluation(f"evaluate {build.key}", "consolidated_memory", _evaluated(profile, build, updates) * seeds, heldout)
     for mrow in profile.methods:
         evaluation(f"method {mrow.name}", mrow.method, seeds, mrow.training_episodes + mrow.iterations * heldout)
-    notes = [f"pool: {pool_source}; held-out set: {heldout} episodes per evaluation; {seeds} seed(s)"]
+    notes = [
+        f"pool: {pool_source}; held-out set: {heldout} episodes per evaluation; {seeds} seed(s); "
+        f"consolidated by {profile.backbone}, evaluated by {', '.join(acting)}"
+    ]
     if profile.task_switch is not None or profile.surgery is not None:
         notes.append("not counted: task switching and surgery (their calls depend on the banks the study builds)")
     return Plan(f"consolidation {profile_path}", rows, throughput, notes)

@@ -90,6 +90,7 @@ STAGE_KEYS = {"count", "rule", "per_type_limit"}
 CONTEXT_KEYS = {"overflow", "reserve_tokens"}
 EVALUATION_KEYS = {
     "seeds",
+    "backbones",
     "heldout_limit",
     "max_steps",
     "agent",
@@ -262,6 +263,9 @@ class StudyProfile:
     task_switch: TaskSwitchSpec | None = None
     surgery: SurgerySpec | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    #: the backbone profiles that act on every bank (``evaluation.backbones``; G.1: three Qwen3.5 sizes evaluate
+    #: what gpt-5-nano consolidated); empty: the study's own backbone consolidates and acts
+    eval_backbones: tuple[str, ...] = ()
 
     def regime(self, name: str) -> RegimeSpec:
         for r in self.regimes:
@@ -285,6 +289,29 @@ class StudyProfile:
 
 def _valid_builder(name: str) -> bool:
     return name in BUILDER_NAMES or FS_PATTERN.fullmatch(name) is not None
+
+
+def _eval_backbones(value: Any, path: Any) -> tuple[str, ...]:
+    """``evaluation.backbones``: distinct backbone profiles (names or files), each loadable now."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise fail(path, f"'evaluation.backbones' must be a non-empty list of backbone profile names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise fail(path, f"'evaluation.backbones' names a backbone twice: {value!r}")
+    from antipersist_lib.serving.profiles import load_profile
+
+    for name in value:
+        if name == "embedded":
+            raise fail(
+                path,
+                "'evaluation.backbones' takes backbone profiles; the embedded default acts as the study's backbone",
+            )
+        try:
+            load_profile("backbones", name)
+        except ValueError as exc:
+            raise fail(path, f"'evaluation.backbones': {exc}") from None
+    return tuple(value)
 
 
 def _pool_spec(data: dict[str, Any], path: Any) -> PoolSpec:
@@ -602,6 +629,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
         raise fail(path, f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
     agent = check_mapping(evaluation.get("agent"), "evaluation.agent", set(AGENT_KEYS), path)
+    eval_backbones = _eval_backbones(evaluation.get("backbones"), path)
     bench_opts = check_mapping(data.get("benchmark_options"), "benchmark_options", None, path)
     profile = StudyProfile(
         path=str(path),
@@ -638,6 +666,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         task_switch=_task_switch(data.get("task_switch"), builders, path),
         surgery=_surgery(data.get("surgery"), regimes, builders, path),
         raw=data,
+        eval_backbones=eval_backbones,
     )
     for b in builders:  # the builders' own checks of their options, with the key named
         try:

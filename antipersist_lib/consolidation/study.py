@@ -395,11 +395,14 @@ def _evaluate(
     train_pool_limit: int | None = None,
     task_types: Sequence[str] | None = None,
     heldout_limit: int | None = None,
+    evaluator: Evaluator | None = None,
 ) -> dict[str, Any]:
+    """One protocol run of the held-out set by ``evaluator`` (default: the study's backbone)."""
+    evaluator = evaluator or Evaluator(models.label, models.endpoint)
     spec = RunSpec(
         method=method,
         benchmark=profile.benchmark,
-        backbone=models.label,
+        backbone=evaluator.label,
         embedding=models.embed_label,
         seed=int(seed),
         iterations=iterations,
@@ -421,7 +424,7 @@ def _evaluate(
     summaries = with_restarts(
         models,
         f"run {name} seed {seed}",
-        lambda: run_cell(spec, endpoint=models.endpoint, embed_endpoint=models.embed_endpoint),
+        lambda: run_cell(spec, endpoint=evaluator.endpoint, embed_endpoint=models.embed_endpoint),
     )
     last = summaries[-1]
     held = [r for r in RunDirectory(spec.run_dir()).read_episodes("heldout") if r.get("iteration") == last.iteration]
@@ -436,6 +439,23 @@ def _evaluate(
         "mean_calls": _finite(last.mean_calls),
         "run_dir": relative_to(spec.run_dir(), out),
     }
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """A model that acts on the banks: its label (the rows' ``backbone``) and endpoint."""
+
+    label: str
+    endpoint: Endpoint
+
+
+def evaluators(profile: StudyProfile, models: StudyModels) -> list[Evaluator]:
+    """The study's backbone, or the profile's ``evaluation.backbones`` (each bank is evaluated by each)."""
+    if not profile.eval_backbones:
+        return [Evaluator(models.label, models.endpoint)]
+    from antipersist_lib.serving.profiles import backbone_endpoint, profile_label
+
+    return [Evaluator(profile_label(name), backbone_endpoint(name)) for name in profile.eval_backbones]
 
 
 def _finite(x: Any) -> float | None:
@@ -517,11 +537,22 @@ def run_study(
                 + " (finished parts are reloaded, not redone)",
                 flush=True,
             )
+            acting = evaluators(profile, models)
             if profile.no_memory:
-                for seed in profile.seeds:
-                    res = _evaluate(profile, models, out, method=NO_MEMORY, method_params={}, name=NO_MEMORY, seed=seed)
-                    rows.append({**base, **_no_memory_fields(), **res})
-                    _progress(rows[-1])
+                for ev in acting:
+                    for seed in profile.seeds:
+                        res = _evaluate(
+                            profile,
+                            models,
+                            out,
+                            method=NO_MEMORY,
+                            method_params={},
+                            name=NO_MEMORY,
+                            seed=seed,
+                            evaluator=ev,
+                        )
+                        rows.append({**base, "backbone": ev.label, **_no_memory_fields(), **res})
+                        _progress(rows[-1])
             for index, build in enumerate(all_builds, 1):
                 b0 = time.monotonic()
                 build_llm = regime_llms.get(build.regime.backbone or "", llm)
@@ -565,49 +596,64 @@ def run_study(
                     flush=True,
                 )
                 for info in chosen:
-                    memory_params, fit = _fitted_memory(profile, models, build, snaps, info)
-                    builds_info[-1]["evaluation_context"][str(info.step)] = fit
-                    for seed in profile.seeds:
-                        res = _evaluate(
-                            profile,
-                            models,
-                            out,
-                            method="consolidated_memory",
-                            method_params=memory_params,
-                            name=_run_name(build.builder, r.name, info.step),
-                            seed=seed,
+                    for ev in acting:
+                        own = ev.label == models.label
+                        memory_params, fit = _fitted_memory(
+                            profile, ev.endpoint, build, snaps, info, None if own else ev.label
                         )
-                        rows.append(
-                            {**base, **_build_fields(build, info), "memory_dropped": fit["dropped_entries"], **res}
+                        builds_info[-1]["evaluation_context"][str(info.step) if own else f"{info.step} {ev.label}"] = (
+                            fit
                         )
-                        _progress(rows[-1], f"bank {index} of {len(all_builds)}")
+                        for seed in profile.seeds:
+                            res = _evaluate(
+                                profile,
+                                models,
+                                out,
+                                method="consolidated_memory",
+                                method_params=memory_params,
+                                name=_run_name(build.builder, r.name, info.step),
+                                seed=seed,
+                                evaluator=ev,
+                            )
+                            rows.append(
+                                {
+                                    **base,
+                                    "backbone": ev.label,
+                                    **_build_fields(build, info),
+                                    "memory_dropped": fit["dropped_entries"],
+                                    **res,
+                                }
+                            )
+                            _progress(rows[-1], f"bank {index} of {len(all_builds)}")
             if profile.surgery is not None:
                 surgery_rows = _run_surgery(profile, models, out)
                 manifest_extra["surgery"] = {"rows": len(surgery_rows), "file": SURGERY_RESULTS}
             if profile.task_switch is not None:
                 switch_rows = _run_task_switch(profile, models, out, pool, llm, embedder)
                 manifest_extra["task_switch"] = {"rows": len(switch_rows), "file": SWITCH_RESULTS}
-            method_evals = len(profile.methods) * len(profile.seeds)
+            method_evals = len(profile.methods) * len(profile.seeds) * len(acting)
             for mrow in profile.methods:
                 params = dict(mrow.params)
                 if mrow.seed_pool:
                     params["seed_pool"] = str(out / POOL_FILE)
-                for seed in profile.seeds:
-                    res = _evaluate(
-                        profile,
-                        models,
-                        out,
-                        method=mrow.method,
-                        method_params=params,
-                        name=f"{METHOD_REGIME}--{mrow.name}",
-                        seed=seed,
-                        iterations=mrow.iterations,
-                        train_per_iteration=mrow.train_per_iteration,
-                        train_pool_limit=mrow.train_pool_limit,
-                    )
-                    rows.append({**base, **_method_fields(mrow, len(pool)), **res})
-                    done = sum(1 for row in rows if row["regime"] == METHOD_REGIME)
-                    _progress(rows[-1], f"method evaluation {done} of {method_evals}")
+                for ev in acting:
+                    for seed in profile.seeds:
+                        res = _evaluate(
+                            profile,
+                            models,
+                            out,
+                            method=mrow.method,
+                            method_params=params,
+                            name=f"{METHOD_REGIME}--{mrow.name}",
+                            seed=seed,
+                            iterations=mrow.iterations,
+                            train_per_iteration=mrow.train_per_iteration,
+                            train_pool_limit=mrow.train_pool_limit,
+                            evaluator=ev,
+                        )
+                        rows.append({**base, "backbone": ev.label, **_method_fields(mrow, len(pool)), **res})
+                        done = sum(1 for row in rows if row["regime"] == METHOD_REGIME)
+                        _progress(rows[-1], f"method evaluation {done} of {method_evals}")
             frame = _write_results(out, rows, models.note)
             manifest = _manifest(profile, models, fingerprint, started, status="complete", regime_llms=regime_llms)
             manifest.update(
@@ -808,24 +854,25 @@ def _check_regime_backbone(name: str, client: LLMClient, out: Path) -> None:
 
 
 def _fitted_memory(
-    profile: StudyProfile, models: StudyModels, build: Build, snaps: Path, info: StepInfo
+    profile: StudyProfile, endpoint: Endpoint, build: Build, snaps: Path, info: StepInfo, label: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The evaluated memory's method parameters after the context check (``context.fit_bank``): the snapshot
-    step itself, or (``truncate_oldest`` past the budget) a bank file of the newest entries that fit, written
-    beside the build as ``fitted/step<N>.json``; and the check's record."""
+    """The evaluated memory's method parameters after the context check (``context.fit_bank``) against the
+    acting model's context: the snapshot step itself, or (``truncate_oldest`` past the budget) a bank file of the
+    newest entries that fit, written beside the build as ``fitted/step<N>.json`` (``fitted/<label>/`` for an
+    evaluation backbone other than the study's); and the check's record."""
     bank = load_bank(snaps, info.step)
     fitted = fit_bank(
         bank,
-        context_length=models.endpoint.context_length,
+        context_length=endpoint.context_length,
         spec=profile.context,
         builder=build.builder,
         regime=build.regime.name,
         step=info.step,
-        model=models.endpoint.model,
+        model=endpoint.model,
     )
     if not fitted.truncated:
         return {"memory": str(snaps), "step": info.step}, fitted.record
-    path = snaps.parent / FITTED_DIR / f"step{info.step}.json"
+    path = snaps.parent / FITTED_DIR / (label or "") / f"step{info.step}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     fitted.bank.save(path)
     return {"memory": str(path)}, fitted.record
@@ -950,6 +997,12 @@ def _manifest(
                 if r.backbone is not None and r.backbone in (regime_llms or {})
             },
             "prompt_hashes": {"consolidation": consolidation, "all": all_prompt_hashes()},
+            # the models that act on the banks when they are not the study's backbone (evaluation.backbones)
+            **(
+                {"evaluation_backbones": {ev.label: ev.endpoint.describe() for ev in evaluators(profile, models)}}
+                if profile.eval_backbones
+                else {}
+            ),
             "started_at": started,
         }
     )
