@@ -366,3 +366,24 @@ def test_a_run_on_a_no_thinking_qwen35_profile_never_lets_the_model_think(tmp_pa
     assert not any(c.get("reasoning_chars") for c in calls)
     man = json.loads((run_dir / "manifest.json").read_text())
     assert man["request_shape"]["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
+
+
+def test_the_admission_judge_reads_its_verdict_after_the_think_block(tmp_path):
+    """F.2's judge answers ACCEPT after thinking REJECT: the kit admits, since only the answer is read."""
+    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.testing.scripted_policy import errand_policy
+
+    def answer(req: dict[str, Any]) -> str:
+        asked = req["messages"][-1]["content"]
+        return "ACCEPT\nIt is consistent." if "ACCEPT or REJECT" in asked else errand_policy(req)
+
+    contract = VLLMContract(thinker=lambda r: "REJECT. This skill is wrong, REJECT it.")
+    with LoopbackServer(responder=answer, api=contract) as srv:
+        spec = RunSpec(method="abstraction_memory", benchmark="errandworld", backbone="loopback", embedding="bow",
+                       seed=1, iterations=1, train_per_iteration=3, max_steps=4, heldout_limit=1,
+                       heldout_concurrency=1, method_params={"judge": True}, out_root=str(tmp_path / "runs"),
+                       cache_dir=None, progress=False)  # fmt: skip
+        ep, _ = client(srv, "vllm")
+        run_cell(spec, endpoint=ep.endpoint, embed_endpoint=ep.endpoint)
+    verdicts = [json.loads(x) for x in (spec.run_dir() / "state" / "judge.jsonl").read_text().splitlines()]
+    assert verdicts and all(v["accepted"] for v in verdicts)
