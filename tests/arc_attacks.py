@@ -349,21 +349,8 @@ def attacks(cfg: dict) -> dict[str, tuple[str, list[str]]]:
 
 
 def _sandbox_processes() -> list[str]:
-    """Command lines of live processes that belong to a sandbox (the runner's marker or bubblewrap)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X") and (sandbox.RUNNER_MARKER in cmd or cmd.startswith("bwrap ")):
-            found.append(f"{entry} {state} {cmd[:120]}")
-    return found
+    """Command lines of live processes of this grader's sandboxes (the runner and bubblewrap)."""
+    return sandbox.sandbox_processes()
 
 
 def _digest(paths: list[str]) -> dict[str, str]:

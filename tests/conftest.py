@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.testing.loopback_server import LoopbackServer
+
+# every sandbox this session grades (here and in its subprocesses) carries this token (arc/sandbox.py)
+os.environ.setdefault("ANTIPERSIST_SANDBOX_OWNER", f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 #: where the shared ALFWorld archive lies beside a checkout (and beside CI's clone)
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alfworld"
@@ -71,21 +75,10 @@ def alfworld_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sandbox_processes() -> list[str]:
-    """Live processes of an ARC sandbox (bubblewrap and the runner both carry the runner's marker)."""
-    from antipersist_lib.arc.sandbox import RUNNER_MARKER
+    """Live processes of this session's ARC sandboxes (a study or another suite grading beside it is not ours)."""
+    from antipersist_lib.arc.sandbox import sandbox_processes
 
-    found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path("/proc", entry, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
-        if RUNNER_MARKER in cmd and stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X"):
-            found.append(f"pid {entry}: {cmd[:100]}")
-    return found
+    return sandbox_processes()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -542,3 +542,28 @@ def test_a_sandbox_that_cannot_start_is_an_infrastructure_error_and_leaks_no_des
         with pytest.raises(InfrastructureError, match="could not start the ARC sandbox.*Argument list too long"):
             grade(FLIP_CODE, FLIP, limits=limits)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_leftover_checks_count_only_their_own_graders_sandboxes():
+    """A study grading beside the suite is not the suite's leftover: processes are told apart by owner token."""
+    import json as _json
+    import subprocess
+    import sys
+    import time
+
+    from antipersist_lib.arc.sandbox import RUNNER_MARKER, owner_token, sandbox_processes
+
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", RUNNER_MARKER, _json.dumps({"owner": "someone-else"})]
+    )
+    try:
+        for _ in range(50):
+            if sandbox_processes("someone-else"):
+                break
+            time.sleep(0.05)
+        assert any(str(other.pid) in p for p in sandbox_processes("someone-else"))
+        assert not any(str(other.pid) in p for p in sandbox_processes())  # not this session's
+        assert owner_token().startswith("pytest-")  # conftest gives the session its own token
+    finally:
+        other.kill()
+        other.wait()

@@ -127,6 +127,20 @@ def test_transient_faults_are_retried_and_counted(serve: Any, faults: list[str])
     assert rec.ok and rec.retries == len(faults) and rec.completion_tokens == 1
 
 
+def test_every_retry_is_visible_at_the_default_log_level(serve: Any, caplog: Any) -> None:
+    """A waiting run says why: each retry is a WARNING naming the endpoint, the error and the next wait."""
+    import logging
+
+    srv = serve(responder=lambda r: "done", faults=FaultPlan.scripted(["503", "500"]))
+    client = LLMClient(endpoint(srv, max_retries=6), ledger=Ledger(), sleep=lambda s: None, seed=0)
+    with caplog.at_level(logging.WARNING):
+        client.chat(MSGS, purpose="execution")
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 2
+    assert srv.base_url in lines[0] and "HTTP 503" in lines[0] and "retry 1 of 6 in" in lines[0]
+    assert "HTTP 500" in lines[1] and "retry 2 of 6" in lines[1]
+
+
 def test_timeout_is_retried(serve: Any) -> None:
     srv = serve(responder=lambda r: "late but fine", faults=FaultPlan.scripted(["timeout"], hang_s=6.0))
     client = LLMClient(endpoint(srv, timeout_s=0.5), ledger=Ledger())

@@ -24,6 +24,7 @@ from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.records import EpisodeOutcome, Step, Trajectory
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.preflight import PREFLIGHT_PROMPT
 from antipersist_lib.serving.request_shape import (
     DEFAULT_SHAPE,
     PRESETS,
@@ -31,7 +32,6 @@ from antipersist_lib.serving.request_shape import (
     shape_from,
     split_reasoning,
 )
-from antipersist_lib.serving.preflight import PREFLIGHT_PROMPT
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 from antipersist_lib.testing.api_contracts import (
     AnthropicCompatContract,

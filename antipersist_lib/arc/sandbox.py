@@ -68,6 +68,35 @@ UNISOLATED_WARNING = (
 
 #: an argument of every runner process, so a process list can tell leftover sandbox processes apart
 RUNNER_MARKER = "antipersist-arc-sandbox"
+#: whose grades a sandbox process belongs to: a token child processes inherit (the test suite sets one per
+#: session), else this process's id; it is in every runner's command line, so leftovers can be told apart
+#: from another grader's (a study, a second suite) running on the same machine
+OWNER_ENV = "ANTIPERSIST_SANDBOX_OWNER"
+
+
+def owner_token() -> str:
+    return os.environ.get(OWNER_ENV) or f"pid{os.getpid()}"
+
+
+def sandbox_processes(owner: str | None = None) -> list[str]:
+    """Live processes (not zombies) of the sandboxes graded for ``owner`` (default: ``owner_token()``): the
+    runner and bubblewrap, whose command lines carry the marker and the owner token."""
+    tag = json.dumps({"owner": owner or owner_token()})[1:-1]
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X") and RUNNER_MARKER in cmd and tag in cmd:
+            found.append(f"{entry} {state} {cmd[:120]}")
+    return found
+
 
 Grid = list[list[int]]
 
@@ -698,6 +727,7 @@ def _run_child(job: bytes, limits: SandboxLimits, workdir: str | None) -> _Child
         "max_open_files": limits.max_open_files,
         "max_processes": limits.max_processes,
         "guards": limits.in_process_guards,
+        "owner": owner_token(),  # read by no one inside: it names the grader to leftover checks
     }
     kernel = limits.isolation == "kernel"
     home = SANDBOX_TMP if kernel else workdir

@@ -243,10 +243,12 @@ def _call_with_retries(
                 ) from exc
             wait = backoff.delay(retries)
             retries += 1
-            log.debug(
-                "%s call to %s failed (%s); retry %d/%d in %.2fs",
+            # at WARNING, so a user sees why a run waits (a stopped server otherwise looks like a silent hang)
+            log.warning(
+                "%s call to %s (model %s) failed: %s; retry %d of %d in %.1f s",
                 purpose,
                 endpoint.base_url,
+                endpoint.model,
                 _describe_error(exc),
                 retries,
                 max_retries,
