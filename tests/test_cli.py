@@ -441,3 +441,18 @@ def test_llama_info_reports_the_installed_builds_features_within_its_baseline(ca
     assert main(["llama", "info"]) == 0
     out = capsys.readouterr().out
     assert "beyond the baseline: nothing" in out and "this CPU:   runs it" in out and "GGML_NATIVE=OFF" in out
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`python -m antipersist_lib grid ... --plan | head -1`: the output is cut, the command ends quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "antipersist_lib", "grid", "params/grid/paper.yaml", "--plan"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader goes away before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

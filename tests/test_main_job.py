@@ -570,12 +570,14 @@ def test_a_stop_file_lets_the_runs_in_flight_finish_and_starts_no_new_one(tmp_pa
     lock = threading.Lock()
 
     both_started = threading.Barrier(2, timeout=30)
+    stop_asked = threading.Barrier(2, timeout=30)
 
     def one(spec):
         if spec.seed in (0, 1):
             both_started.wait()  # runs 0 and 1 are both in flight, however loaded the machine is
-        if spec.seed == 0:
-            stop.touch()  # asked while runs 0 and 1 are in flight
+            if spec.seed == 0:
+                stop.touch()  # asked while runs 0 and 1 are in flight
+            stop_asked.wait()  # neither ends before the stop file exists (else a third run could start first)
         with lock:
             done.append(spec.seed)
 

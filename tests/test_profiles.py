@@ -223,7 +223,7 @@ def test_an_adhoc_endpoint_is_checked_like_a_profile_and_labelled_by_its_model()
     ep = adhoc_endpoint("http://10.0.0.5:8000/v1", "Qwen/Qwen3-8B", api_key_env="MY_KEY", context_length=32768)
     assert (ep.base_url, ep.model) == ("http://10.0.0.5:8000/v1", "Qwen/Qwen3-8B")
     assert (ep.api_key_env, ep.context_length) == ("MY_KEY", 32768)
-    assert adhoc_endpoint("http://h/v1", "m").api_key_env == "OPENAI_API_KEY"
+    assert adhoc_endpoint("http://h/v1", "m").api_key_env == ""  # no key unless the user names its variable
     assert adhoc_label("Qwen/Qwen3-8B") == "Qwen_Qwen3-8B" and adhoc_label("Llama-3.1-8B") == "Llama-3.1-8B"
     assert not is_profile_path(adhoc_label("odd.yaml")) and not is_profile_path(adhoc_label("a/b"))
     for kw, message in (
@@ -257,3 +257,27 @@ def test_endpoint_flags_conflicts_are_refused():
         endpoint_from_arguments(parser.parse_args(["--context-length", "9"]))
     with pytest.raises(ValueError, match="--base-url needs --model"):
         endpoint_from_arguments(parser.parse_args(["--base-url", "http://h/v1"]))
+
+
+def test_a_key_is_sent_only_where_a_profile_or_flag_names_its_variable(monkeypatch):
+    """An OPENAI_API_KEY in the environment must not reach a --base-url server nobody named a key for."""
+    import hashlib
+
+    from antipersist_lib.serving.ledger import Ledger
+    from antipersist_lib.serving.llm import LLMClient
+    from antipersist_lib.serving.profiles import adhoc_endpoint
+    from antipersist_lib.testing.loopback_server import ROUTE_CHAT, LoopbackServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-openai-key")
+    monkeypatch.setenv("MY_KEY", "sk-for-this-server")
+    with LoopbackServer(responder=lambda r: "OK") as srv:
+        for kw in ({}, {"api_key_env": "MY_KEY"}):
+            ep = adhoc_endpoint(srv.base_url, "scripted", **kw)
+            LLMClient(ep, ledger=Ledger()).chat([{"role": "user", "content": "hi"}], purpose="doctor", max_tokens=2)
+        sent = [r["bearer_sha256"] for r in srv.requests_for(ROUTE_CHAT)]
+
+    def fingerprint(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    assert sent == [fingerprint("EMPTY"), fingerprint("sk-for-this-server")]
+    assert fingerprint("sk-real-openai-key") not in sent

@@ -293,13 +293,13 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
             raise
         notes.append(f"not runnable yet (planned anyway): {exc}")
     shared = data.get("method_params") or {}
-    plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
-    plan += [
+    run_plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
+    run_plan += [
         (n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})})
         for n, v in variants.items()
     ]
     seeds = _list(data, "seeds", p, [42])
-    for run_name, method, mparams in plan:
+    for run_name, method, mparams in run_plan:
         # a {seed} path (a frozen layer per seed) is checked for every seed, and a frozen layer's size against
         # every backbone's context length
         per_seed = _mentions_seed(mparams)
@@ -316,7 +316,7 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                         if not plan:
                             raise ValueError(refusal) from None
                         notes.append(f"not runnable yet (planned anyway): {refusal}")
-    judged = [run_name for run_name, method, mparams in plan if uses_judge(method, mparams)]
+    judged = [run_name for run_name, method, mparams in run_plan if uses_judge(method, mparams)]
     if judge is not None and not judged:
         raise ValueError(
             f"{p}: judge names {judge.name!r}, but no run of the grid calls a judge "
@@ -329,7 +329,7 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
     counters: dict[str, int] = {}
     for bname, ep in ((b.name, b.endpoint) for b in backbones):
         for bench in benchmarks:
-            for run_name, method, mparams in plan:
+            for run_name, method, mparams in run_plan:
                 for seed in seeds:
                     spec = RunSpec.from_dict(
                         {

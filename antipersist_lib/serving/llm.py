@@ -63,11 +63,12 @@ class _TransientReplyError(Exception):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a model is served. Holds the *name* of the API-key variable, never the key."""
+    """Where a model is served. Holds the *name* of the API-key variable, never the key; with none named
+    (``api_key_env`` empty, the default) no key is sent, so a key reaches only a server its profile names it for."""
 
     base_url: str
     model: str
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = ""
     timeout_s: float = 120.0
     max_retries: int = 6
     backoff_base_s: float = 1.0
@@ -96,8 +97,8 @@ class Endpoint:
             raise ValueError("Endpoint backoff times must be >= 0")
 
     def api_key(self) -> str:
-        """Read at call time; "EMPTY" when unset, which vLLM and llama.cpp accept."""
-        return os.environ.get(self.api_key_env) or "EMPTY"
+        """Read at call time; "EMPTY" when no variable is named or it is unset, which vLLM and llama.cpp accept."""
+        return (os.environ.get(self.api_key_env) if self.api_key_env else None) or "EMPTY"
 
     def describe(self) -> dict[str, Any]:
         """Manifest form: everything needed to reproduce the setup, and no secret."""
@@ -223,8 +224,14 @@ def _call_with_retries(
             if isinstance(exc, openai.APIStatusError) and not _is_transient(exc):
                 raise LLMRequestError(
                     f"{endpoint.base_url} (model {endpoint.model!r}) rejected the {purpose} request: "
-                    f"{_describe_error(exc)}. This is not retried: check the model name, API key "
-                    f"variable {endpoint.api_key_env!r} and request parameters.",
+                    f"{_describe_error(exc)}. This is not retried: check the model name, "
+                    + (
+                        f"the API key variable {endpoint.api_key_env!r}"
+                        if endpoint.api_key_env
+                        else "the API key (none is sent: name its variable with the profile's api_key_env or "
+                        "--api-key-env)"
+                    )
+                    + ", and the request parameters (the profile's request_shape).",
                     retries=retries,
                     last_error=_describe_error(exc),
                 ) from exc

@@ -125,7 +125,8 @@ def adhoc_endpoint(
     request_shape: str | None = None,
 ) -> Endpoint:
     """An OpenAI-compatible chat endpoint given on the command line, checked like a profile (errors name the
-    flag). ``api_key_env`` is the *name* of the variable holding the key (default ``OPENAI_API_KEY``);
+    flag). ``api_key_env`` is the *name* of the variable holding the key (default: none, so no key is sent
+    to a URL the user did not name a key for);
     ``request_shape`` a preset name (``request_shape.PRESETS``)."""
     where = "--base-url/--model"
     data: dict[str, Any] = {"base_url": base_url, "model": model}
@@ -233,7 +234,7 @@ def add_endpoint_arguments(parser: Any) -> None:
         "--api-key-env",
         dest="api_key_env",
         metavar="VAR",
-        help="with --base-url: the environment variable that holds the API key (default OPENAI_API_KEY; "
+        help="with --base-url: the environment variable that holds the API key (default: none, no key is sent; "
         "only its name is recorded)",
     )
     parser.add_argument(
