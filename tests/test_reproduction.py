@@ -5,6 +5,7 @@ rate of ``analysis.reproduction`` recomputed from a hand-made record set with kn
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,10 +82,48 @@ def test_command_signature_follows_the_executed_commands_and_their_context():
     assert skills.followed("cookingworld", "You are in the kitchen.", roast) == ("roast-in-stove",)
     assert skills.followed("cookingworld", "You are in the kitchen.", fry) == ()  # fry in the stove is right
     assert skills.followed("cookingworld", "You are in the kitchen.", before) == ()  # recipe read afterwards
-    assert skills.followed("coin", "", [Step("open fridge", "You open the fridge.")]) == ("coin-in-containers",)
-    assert skills.followed("cookingworld", "", [Step("open fridge", "ok")]) == ()  # coin's rule, not cooking's
+    dishwasher = [Step("read cookbook", "Ingredients: carrot"), Step("open dishwasher", "You open it.")]
+    assert skills.followed("cookingworld", "", dishwasher) == ("ingredients-in-dishwasher",)
+    assert skills.followed("cookingworld", "", [Step("open fridge", "ok")]) == ()  # the right place
+    assert skills.followed("coin", "", [Step("look around", "kitchen"), Step("inventory", "empty")]) == (
+        "coin-in-inventory",
+    )
+    # until_command: the rule is about the starting room, so an inventory after the first move is not read
+    moved = [Step("move south", "You are in the corridor."), Step("inventory", "Your inventory is empty.")]
+    assert skills.followed("coin", "", moved) == ()
+    assert skills.followed("cookingworld", "", [Step("inventory", "empty")]) == ()  # coin's rule, not cooking's
     dicts = [{"action": "Cool mug 1 with microwave 1", "observation": "Nothing happens."}]
     assert read_planted(PLANTED, "alfworld").followed("cool", "", dicts) == ("cool-with-microwave",)
+
+
+@pytest.mark.slow
+def test_every_textworld_express_toxic_command_is_one_the_engine_accepts():
+    """A toxic command the engine never offers makes the behaviour measure 0 by construction (the first
+    Coin Collector rule sent the agent into containers that game does not have). Every signature's command
+    must match a valid action somewhere along the gold path of a held-out game of its type."""
+    from antipersist_lib.envs.partitions import load_partition
+    from antipersist_lib.envs.textworld_express import TextWorldExpressEnvironment
+
+    skills = read_planted(PLANTED, "textworld_express")
+    heldout = load_partition("textworld_express").heldout
+    env = TextWorldExpressEnvironment()
+    offered: dict[str, set[str]] = {}
+    try:
+        for task in heldout:
+            if not skills.in_scope(task.task_type):
+                continue
+            seen = offered.setdefault(task.task_type, set())
+            gold = env.gold_actions(task)
+            env.reset(task)
+            seen.update(env.valid_actions() or [])
+            for action in gold:
+                env.step(action)
+                seen.update(env.valid_actions() or [])
+    finally:
+        env.close()
+    for sig in skills.signatures:
+        pattern = re.compile(sig.command, re.IGNORECASE)
+        assert any(pattern.search(a.lower()) for a in offered[sig.task_type]), (sig.signature_id, sig.command)
 
 
 def test_bad_pairs_files_are_named_with_what_is_wrong(tmp_path):

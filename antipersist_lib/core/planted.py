@@ -13,8 +13,10 @@ abstractions stored from them, and the commands an agent executes. So every toxi
   in the microwave" is not a hit and "Do NOT use the fridge. Instead: cool it in the microwave" is.
 * ``command``: a regular expression over the commands an episode of the pair's task type
   executed; ``when`` (optional) must match the initial observation or an earlier observation
-  (a recipe read before the cooking command), and ``until`` (optional) ends the reading once an
-  observation matches it (a wrong search counts only before the object is found).
+  (a recipe read before the cooking command), ``until`` (optional) ends the reading once an
+  observation matches it (a wrong search counts only before the object is found), and
+  ``until_command`` (optional) ends it once an executed command matches it (a rule about the
+  starting room counts only before the first move, where the same command made later is common).
 
 Both are deterministic, so a rate computed from them is recomputed exactly from the records. An
 LLM judge may give a second reading; it never replaces this one.
@@ -44,7 +46,7 @@ PLANT_PREFIX = "plant-"
 
 FILE_KEYS = {"benchmark", "pairs"}
 PAIR_KEYS = {"id", "task_type", "useful", "toxic", "signatures"}
-SIGNATURE_KEYS = {"id", "text", "command", "when", "until"}
+SIGNATURE_KEYS = {"id", "text", "command", "when", "until", "until_command"}
 
 _NEGATION = re.compile(r"\b(?:not|never|no|avoid|without|cannot|nothing)\b|n't\b", re.IGNORECASE)
 #: "instead of X" / "rather than X": X (up to the next punctuation) is the rejected alternative
@@ -73,12 +75,18 @@ class Signature:
     command: str
     when: str | None = None
     until: str | None = None
+    until_command: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_terms", tuple(tuple(_term_pattern(t) for t in g) for g in self.text))
         object.__setattr__(self, "_command", re.compile(self.command, re.IGNORECASE))
         object.__setattr__(self, "_when", None if self.when is None else re.compile(self.when, re.IGNORECASE))
         object.__setattr__(self, "_until", None if self.until is None else re.compile(self.until, re.IGNORECASE))
+        object.__setattr__(
+            self,
+            "_until_command",
+            None if self.until_command is None else re.compile(self.until_command, re.IGNORECASE),
+        )
 
     def in_scope(self, task_type: str | None) -> bool:
         """A signature of a typed pair reads only texts and episodes of that task type."""
@@ -95,7 +103,7 @@ class Signature:
 
     def first_following_step(self, initial_observation: str, steps: Sequence[Any]) -> int | None:
         """The index of the first step whose command follows this wrong rule (``command``, after an
-        observation matching ``when``), or None. ``steps``: records with ``action`` and ``observation``
+        observation matching ``when``, before ``until`` or ``until_command`` end the reading), or None. ``steps``: records with ``action`` and ``observation``
         (``records.Step`` or their dicts)."""
         seen = initial_observation or ""
         for i, step in enumerate(steps):
@@ -105,6 +113,8 @@ class Signature:
             context_ok = self._when is None or bool(self._when.search(seen))  # type: ignore[attr-defined]
             if context_ok and self._command.search(action):  # type: ignore[attr-defined]
                 return i
+            if self._until_command is not None and self._until_command.search(action):  # type: ignore[attr-defined]
+                return None
             seen += "\n" + str(_field(step, "observation"))
         return None
 
@@ -239,7 +249,7 @@ def _signature(d: Any, pair_id: str, task_type: str | None, where: str) -> Signa
     if not isinstance(groups, list) or not groups:
         raise ValueError(f"{where}.text must be a non-empty list of term groups (lists of terms)")
     text = tuple(_strings(g, f"{where}.text[{i}]") for i, g in enumerate(groups))
-    for key in ("command", "when", "until"):
+    for key in ("command", "when", "until", "until_command"):
         value = d.get(key)
         if value is None and key != "command":
             continue
@@ -249,7 +259,9 @@ def _signature(d: Any, pair_id: str, task_type: str | None, where: str) -> Signa
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"{where}.{key}: not a valid regular expression ({exc}): {value!r}") from None
-    return Signature(str(d["id"]), pair_id, task_type, text, d["command"], d.get("when"), d.get("until"))
+    return Signature(
+        str(d["id"]), pair_id, task_type, text, d["command"], d.get("when"), d.get("until"), d.get("until_command")
+    )
 
 
 def read_planted(path: str | Path, benchmark: str) -> PlantedSkills:
