@@ -211,8 +211,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
             mp[k] = yaml.safe_load(v)
         settings["method_params"] = mp
+    if args.no_cache and args.cache_dir:
+        raise ValueError("--no-cache and --cache-dir contradict each other: give one")
     if args.no_cache:
         settings["cache_dir"] = None
+    elif args.cache_dir:
+        settings["cache_dir"] = args.cache_dir
+    elif "cache_dir" not in settings:  # beside the runs it serves, wherever --out-root puts them
+        settings["cache_dir"] = str(Path(settings.get("out_root") or RunSpec.out_root) / "cache")
     spec = RunSpec.from_dict(settings)
     if spec.benchmark == "appworld":  # before the run directory exists: a missing install records nothing
         from antipersist_lib.envs.appworld import require_appworld
@@ -652,7 +658,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out-root", dest="out_root")
     r.add_argument("--name", help="run folder name (default: method + hash of its parameters)")
     r.add_argument("--method-param", action="append", metavar="NAME=VALUE", help="method hyperparameter (repeatable)")
-    r.add_argument("--no-cache", action="store_true", help="disable the response cache")
+    r.add_argument(
+        "--cache-dir",
+        dest="cache_dir",
+        metavar="DIR",
+        help="the response cache (replies filed per model and per server, docs/protocol.md#the-response-cache); "
+        "default: <out-root>/cache",
+    )
+    r.add_argument("--no-cache", action="store_true", help="call the model for every request and keep no reply")
     r.set_defaults(func=_cmd_run)
 
     g = sub.add_parser(

@@ -53,14 +53,62 @@ def _exclusive(fd: int) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+#: where bytes that no reader can use (a torn final line, a malformed line) are kept, beside their file
+TORN_SUFFIX = ".torn"
+
+
+def set_aside(path: Path, data: bytes) -> Path:
+    """Append ``data`` (the bytes of damaged lines) to ``<path>.torn``: out of the readers' way, not destroyed."""
+    aside = path.with_name(path.name + TORN_SUFFIX)
+    with open(aside, "ab") as fh:
+        fh.write(data if data.endswith(b"\n") else data + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return aside
+
+
+def set_aside_malformed(path: str | os.PathLike[str]) -> int:
+    """Move every line of ``path`` that readers would skip (torn, invalid UTF-8 or JSON) into ``<path>.torn``,
+    rewriting the file atomically with the good lines in order; returns how many were moved. Run once on a
+    file that is not journaled (held-out episodes, the call ledger) when a run resumes, so one crash's
+    fragment is warned about once, not on every later read."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    good: list[bytes] = []
+    bad: list[bytes] = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            ok = raw.endswith(b"\n")
+            if ok and raw.strip():
+                try:
+                    _loads(raw.strip())
+                except (ValueError, RecursionError):
+                    ok = False
+            (good if ok else bad).append(raw)
+    if not bad:
+        return 0
+    set_aside(path, b"".join(b if b.endswith(b"\n") else b + b"\n" for b in bad))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "wb") as fh:
+        fh.writelines(good)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    log.warning(
+        "%s: set %d damaged line(s) aside in %s%s (once; readers skipped them)", path, len(bad), path.name, TORN_SUFFIX
+    )
+    return len(bad)
+
+
 class JsonlWriter:
     """Appends records to one JSONL file; safe for threads of one process and for processes.
 
-    On open, a file whose last byte is not a newline (a torn write from a crash) is first
-    terminated with a newline, so the fragment stays a separate malformed line that readers
-    skip instead of being glued to the next record. Each append and that check hold an exclusive
+    On open, a file whose last byte is not a newline (a torn write from a crash) first has the
+    fragment moved into ``<file>.torn`` (``set_aside``), so it is neither glued to the next record
+    nor left for every later reader to warn about. Each append and that check hold an exclusive
     ``flock`` on the file: otherwise a writer opening the file while another process is in the
-    middle of a large append would see its half-written line as torn and add a stray newline.
+    middle of a large append would see its half-written line as torn.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -78,10 +126,24 @@ class JsonlWriter:
             return
         with open(self.path, "rb") as fh:
             fh.seek(size - 1)
-            last = fh.read(1)
-        if last != b"\n":
-            log.warning("%s: last line was torn (no newline); terminating it", self.path)
-            os.write(self._fd, b"\n")
+            if fh.read(1) == b"\n":
+                return
+            start = size
+            while start > 0:  # back to the byte after the last newline (lines are small: read in blocks)
+                fh.seek(max(0, start - 65536))
+                block = fh.read(start - max(0, start - 65536))
+                cut = block.rfind(b"\n")
+                if cut >= 0:
+                    start = start - len(block) + cut + 1
+                    break
+                start -= len(block)
+            fh.seek(start)
+            fragment = fh.read()
+        aside = set_aside(self.path, fragment)
+        os.ftruncate(self._fd, start)
+        log.warning(
+            "%s: its last line was torn (%d bytes, no newline): set aside in %s", self.path, len(fragment), aside.name
+        )
 
     def append(self, obj: Any) -> None:
         data = dumps_line(obj)

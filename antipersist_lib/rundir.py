@@ -257,7 +257,11 @@ class OpenRun:
                     "Use another output directory or run name, or delete the old run."
                 )
             old.setdefault("resumed", []).append(
-                {k: manifest.get(k) for k in ("versions", "git_commit", "started_at") if k in manifest}
+                {
+                    k: manifest.get(k)
+                    for k in ("versions", "git_commit", "started_at", "cache_identity")
+                    if k in manifest
+                }
             )
             atomic_write_json(path, old)
             return True

@@ -83,7 +83,7 @@ def test_complete_json_without_newline_is_still_treated_as_torn(tmp_path):
     assert values(p) == [{"i": 0}]
 
 
-def test_reopening_writer_terminates_torn_fragment(tmp_path, caplog):
+def test_reopening_writer_sets_the_torn_fragment_aside(tmp_path, caplog):
     p = tmp_path / "crash.jsonl"
     with JsonlWriter(p) as w:
         w.append({"i": 0})
@@ -93,8 +93,8 @@ def test_reopening_writer_terminates_torn_fragment(tmp_path, caplog):
         with JsonlWriter(p) as w:
             w.append({"i": 2})
     assert any("torn" in r.getMessage() for r in caplog.records)
-    raw = p.read_bytes()
-    assert raw == b'{"i":0}\n{"i": 1, "partial\n{"i":2}\n'
+    assert p.read_bytes() == b'{"i":0}\n{"i":2}\n'  # readers never meet the fragment again
+    assert (tmp_path / "crash.jsonl.torn").read_bytes() == b'{"i": 1, "partial\n'  # kept, not destroyed
     assert values(p) == [{"i": 0}, {"i": 2}]
 
 

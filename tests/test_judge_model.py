@@ -113,7 +113,7 @@ def test_without_a_judge_profile_the_backbone_judges_and_says_so(tmp_path):
 
 
 def test_manifest_urls_carry_no_secret():
-    from antipersist_lib.serving.profiles import url_without_secrets
+    from antipersist_lib.serving.llm import url_without_secrets
 
     assert (
         url_without_secrets("https://user:key@api.example.com:8443/v1?api_key=k#x") == "https://api.example.com:8443/v1"

@@ -14,8 +14,8 @@ import pytest
 
 from antipersist_lib.errors import LLMRequestError, LLMUnavailableError
 from antipersist_lib.serving.ledger import CallRecord, Ledger, current_tags
-from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient
-from antipersist_lib.serving.response_cache import ResponseCache, cache_key
+from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient, server_identity
+from antipersist_lib.serving.response_cache import SERVER_FILE, ResponseCache, cache_key
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
 
 MSGS = [
@@ -255,9 +255,9 @@ def test_cache_hit_makes_no_request_and_is_marked(serve: Any, tmp_path: Path) ->
     cache = ResponseCache(tmp_path / "cache")
     client = LLMClient(endpoint(srv), ledger=ledger, cache=cache, seed=1)
     a = client.chat(MSGS, purpose="execution")
-    before = srv.request_count
+    before = len(chat_requests(srv))
     b = client.chat(MSGS, purpose="execution")
-    assert srv.request_count == before == 1
+    assert len(chat_requests(srv)) == before == 1
     assert (a.text, a.cached) == ("first answer", False)
     assert (b.text, b.cached, b.retries) == ("first answer", True, 0)
     assert b.prompt_tokens == a.prompt_tokens and b.completion_tokens == a.completion_tokens
@@ -265,7 +265,7 @@ def test_cache_hit_makes_no_request_and_is_marked(serve: Any, tmp_path: Path) ->
     assert ledger.totals()["execution"]["uncached_tokens"] == a.prompt_tokens + a.completion_tokens
     # a fresh client on the same cache dir (a resumed run) also replays without HTTP
     replay = LLMClient(endpoint(srv), ledger=Ledger(), cache=ResponseCache(tmp_path / "cache"), seed=1)
-    assert replay.chat(MSGS, purpose="execution").text == "first answer" and srv.request_count == 1
+    assert replay.chat(MSGS, purpose="execution").text == "first answer" and len(chat_requests(srv)) == 1
 
 
 def test_seed_and_decoding_parameters_are_part_of_the_key(serve: Any, tmp_path: Path) -> None:
@@ -277,8 +277,8 @@ def test_seed_and_decoding_parameters_are_part_of_the_key(serve: Any, tmp_path: 
     assert two.chat(MSGS, purpose="execution").text == "s2"
     assert one.chat(MSGS, purpose="execution", temperature=1.0).text == "hot"
     assert one.chat(MSGS, purpose="execution", max_tokens=5).text == "short"
-    assert srv.request_count == 4
-    assert one.chat(MSGS, purpose="execution").text == "s1" and srv.request_count == 4
+    assert len(chat_requests(srv)) == 4
+    assert one.chat(MSGS, purpose="execution").text == "s1" and len(chat_requests(srv)) == 4
     base = {"kind": "chat", "model": "m", "messages": MSGS, "temperature": 0.0, "seed": 1}
     assert cache_key(base) != cache_key({**base, "seed": 2})
     assert cache_key(base) == cache_key(dict(reversed(list(base.items()))))  # order-insensitive
@@ -293,9 +293,9 @@ def test_corrupt_cache_file_is_a_miss_and_gets_rewritten(serve: Any, tmp_path: P
     assert entry.parent.name == entry.stem[:2] and len(entry.stem) == 64
     entry.write_text('{"text": "trunc', encoding="utf-8")
     reply = client.chat(MSGS, purpose="execution")
-    assert reply.text == "again" and not reply.cached and srv.request_count == 2
+    assert reply.text == "again" and not reply.cached and len(chat_requests(srv)) == 2
     assert json.loads(entry.read_text(encoding="utf-8"))["text"] == "again"
-    assert cache.get(entry.stem)["text"] == "again"
+    assert client.cache.get(entry.stem)["text"] == "again"
 
 
 def test_failed_calls_are_not_cached(serve: Any, tmp_path: Path) -> None:
@@ -438,3 +438,40 @@ def test_endpoint_validation() -> None:
         Endpoint(base_url="http://x/v1", model="m", max_retries=-1)
     with pytest.raises(ValueError):
         LLMClient(Endpoint(base_url="http://127.0.0.1:9/v1", model="m"), ledger=Ledger()).chat([], purpose="execution")
+
+
+# -- the cache knows its server ----------------------------------------------------------------------
+
+
+def test_two_servers_with_one_model_name_never_share_replies(tmp_path: Path) -> None:
+    """Issue 42: a second server behind the same ``--model`` got the first one's replies from the cache."""
+    with LoopbackServer(responder=lambda r: "from A") as a, LoopbackServer(responder=lambda r: "from B") as b:
+        first = LLMClient(endpoint(a), ledger=Ledger(), cache=ResponseCache(tmp_path), seed=1)
+        second = LLMClient(endpoint(b), ledger=Ledger(), cache=ResponseCache(tmp_path), seed=1)
+        assert first.chat(MSGS, purpose="execution").text == "from A"
+        reply = second.chat(MSGS, purpose="execution")
+        assert (reply.text, reply.cached) == ("from B", False) and len(chat_requests(b)) == 1
+        again = LLMClient(endpoint(a), ledger=Ledger(), cache=ResponseCache(tmp_path), seed=1)
+        assert again.chat(MSGS, purpose="execution").cached  # the same server still replays
+        urls = {a.base_url, b.base_url}
+    folders = sorted(p.parent for p in tmp_path.rglob(SERVER_FILE))
+    assert len(folders) == 2
+    said = {json.loads((f / SERVER_FILE).read_text())["base_url"] for f in folders}
+    assert said == urls
+
+
+def test_what_the_server_reports_of_its_model_is_part_of_its_identity(tmp_path: Path) -> None:
+    """New weights behind an unchanged name and URL: vLLM reports them in /v1/models (root), so the cache
+    files the new server's replies apart; an embedded server's identity is its model file, not its port."""
+    with LoopbackServer(responder=lambda r: "old weights") as srv:
+        ep = endpoint(srv)
+        old = server_identity(ep, LLMClient(ep, ledger=Ledger())._client)
+        assert old["served"]["id"] == "scripted" and old["base_url"] == srv.base_url
+        srv.model_root = "/models/new-checkpoint"
+        new = server_identity(ep, LLMClient(ep, ledger=Ledger())._client)
+        assert new["served"]["root"] == "/models/new-checkpoint" and new != old
+    gone = server_identity(ep, LLMClient(ep, ledger=Ledger())._client)  # nothing answers: the URL alone
+    assert gone == {"model": "scripted", "base_url": ep.base_url, "served": None}
+    one = server_identity(Endpoint("http://127.0.0.1:1/v1", "m", server_id="embedded llama-server: m sha256 ab"))
+    two = server_identity(Endpoint("http://127.0.0.1:2/v1", "m", server_id="embedded llama-server: m sha256 ab"))
+    assert one == two == {"model": "m", "server": "embedded llama-server: m sha256 ab"}

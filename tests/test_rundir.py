@@ -143,8 +143,9 @@ def test_read_only_needs_an_existing_file_and_opening_for_writing_repairs_it(tmp
     assert not (tmp_path / "nowhere").exists()
     files = _fill(tmp_path)
     TrajectoryStore(files["traj"], fsync=False).close()
-    # a writer terminates the torn line (kept, skipped on reading) so the next append starts a line of its own
-    assert files["traj"].read_bytes().endswith(b'{"torn": \n')
+    # a writer sets the torn line aside (kept beside the file) so the next append starts a line of its own
+    assert files["traj"].read_bytes().endswith(b"\n") and b'{"torn": ' not in files["traj"].read_bytes()
+    assert files["traj"].with_name(files["traj"].name + ".torn").read_bytes() == b'{"torn": \n'
 
 
 def test_frozen_stores_refuse_writes_until_unfrozen(tmp_path):

@@ -37,7 +37,6 @@ from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
-from antipersist_lib.serving.response_cache import ResponseCache
 
 #: branches whose audit carries per-mode estimates, most informative first
 BRANCH_PREFERENCE = ("local_ucb", "global_best", "epsilon", "warmup", "round_robin", "fixed", "random", "no_embedding")
@@ -171,8 +170,9 @@ def replay_clients(
     run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None
 ) -> tuple[LLMClient, Embedder]:
     """Clients with the run's own endpoint settings (so cache keys match) but an unreachable
-    address: every answer must come from the response cache under ``cache_dir``."""
-    from antipersist_lib.runner.protocol import _slug
+    address: every answer must come from the response cache under ``cache_dir``, in the folders of the
+    servers the run recorded (``protocol.replay_cache``)."""
+    from antipersist_lib.runner.protocol import _slug, replay_cache
 
     man = RunDirectory(run_dir).read_manifest()
     ledger = ledger or Ledger()
@@ -185,8 +185,8 @@ def replay_clients(
                 f"no response cache for model {ep.model!r} under {cache_root} "
                 "(replay needs the cache the run wrote; use a live endpoint instead)"
             )
-    llm = LLMClient(chat, ledger=ledger, cache=ResponseCache(cache_root / _slug(chat.model)), seed=int(man["seed"]))
-    embedder = Embedder(emb, ledger=ledger, cache=ResponseCache(cache_root / _slug(emb.model)))
+    llm = LLMClient(chat, ledger=ledger, cache=replay_cache(cache_root, man, "backbone"), seed=int(man["seed"]))
+    embedder = Embedder(emb, ledger=ledger, cache=replay_cache(cache_root, man, "embedding"))
     return llm, embedder
 
 

@@ -33,7 +33,7 @@ from antipersist_lib.envs.base import Environment
 from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.errors import BenchmarkUnavailableError
-from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
+from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, set_aside_malformed
 from antipersist_lib.methods import METHODS, make_method, method_class, params_as_recorded, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
 from antipersist_lib.records import (
@@ -47,9 +47,10 @@ from antipersist_lib.records import (
     limited_tasks,
 )
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.repair import repair_committed
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
-from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.llm import Endpoint, LLMClient, server_identity
 from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.versions import git_commit, package_versions
 
@@ -312,11 +313,29 @@ def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: li
     )
 
 
-class _Progress:
-    """A tqdm bar when tqdm is installed and progress is on; silent otherwise."""
+#: how often a progress bar's activity line is refreshed while an episode runs (episodes take minutes)
+ACTIVITY_REFRESH_S = 5.0
 
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+
+def ledger_activity(ledger: Ledger) -> Callable[[], str]:
+    """A progress bar's activity line: the model calls this invocation made, how many the response cache
+    answered, and how long ago the last one ended (a stalled server shows as a growing age)."""
+
+    def line() -> str:
+        calls, cached, last = ledger.since_open()
+        age = "" if last is None else f", last {time.time() - last:.0f} s ago"
+        return f"{calls} calls ({cached} cached){age}"
+
+    return line
+
+
+class _Progress:
+    """A tqdm bar when tqdm is installed and progress is on; silent otherwise. With ``activity``, a thread
+    refreshes the bar's postfix every ``ACTIVITY_REFRESH_S``, so the line moves while an episode runs."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, activity: Callable[[], str] | None = None) -> None:
         self.bar = None
+        self._stop = threading.Event()
         if enabled:
             try:
                 from tqdm.auto import tqdm
@@ -324,12 +343,25 @@ class _Progress:
                 self.bar = tqdm(total=total, desc=desc, leave=False)
             except ImportError:
                 pass
+        if self.bar is not None and activity is not None:
+            threading.Thread(target=self._refresh, args=(activity,), name="progress", daemon=True).start()
+
+    def _refresh(self, activity: Callable[[], str]) -> None:
+        while not self._stop.wait(ACTIVITY_REFRESH_S):
+            bar = self.bar
+            if bar is None:
+                return
+            try:
+                bar.set_postfix_str(activity(), refresh=True)
+            except Exception:  # a closed bar: stop quietly
+                return
 
     def update(self, n: int = 1) -> None:
         if self.bar is not None:
             self.bar.update(n)
 
     def close(self) -> None:
+        self._stop.set()
         if self.bar is not None:
             self.bar.close()
 
@@ -471,7 +503,11 @@ class Runner:
     # -- setup ------------------------------------------------------------------------------
 
     def _manifest(
-        self, env: Environment, method: Method, demonstrations: DemonstrationLibrary | None = None
+        self,
+        env: Environment,
+        method: Method,
+        demonstrations: DemonstrationLibrary | None = None,
+        servers: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         s = self.spec
         agent = dataclasses.asdict(self.agent_config)
@@ -479,6 +515,8 @@ class Runner:
             agent = {k: v for k, v in agent.items() if k not in ICL_KEYS}
         agent = {k: v for k, v in agent.items() if not (k in AID_DEFAULTS and v == AID_DEFAULTS[k])}
         extra = {"demonstrations": demonstrations.describe()} if demonstrations is not None else {}
+        if servers:  # the servers the response cache files replies under (replay_cache reads them back)
+            extra["cache_identity"] = servers
         return {
             "kit": "antipersist",
             "method": s.method,
@@ -542,7 +580,7 @@ class Runner:
         """``judge`` (identity: the judge profile's label, only when one is named, so runs made before the
         option resume unchanged) and ``judge_model`` (which model judged: profile, model, base URL without
         secrets, and whether it is the backbone), for a method that judges; nothing otherwise."""
-        from antipersist_lib.serving.profiles import url_without_secrets
+        from antipersist_lib.serving.llm import url_without_secrets
 
         s = self.spec
         if not uses_judge(s.method, s.method_params):
@@ -585,7 +623,11 @@ class Runner:
             state_paths = [layout.state_path(f) for f in method_class(spec.method).state_files] + [
                 layout.episodes_path("train")
             ]
+            # a committed line damaged since its commit is rebuilt (or named) before the cut back to the commit
+            repair_committed(layout, state_paths, journal.last_state)
             rd.recover(state_paths, journal.last_state)
+            for unjournaled in (layout.episodes_path("heldout"), layout.calls_path):
+                set_aside_malformed(unjournaled)  # a crash's fragment is set aside once, not warned about forever
             ledger = Ledger(layout.calls_path)
             cache = ResponseCache(Path(spec.cache_dir) / _slug(self.endpoint.model)) if spec.cache_dir else None
             embed_cache = (
@@ -614,10 +656,19 @@ class Runner:
                 # building demonstrations replays expert paths for minutes: fail fast on a dead endpoint first
                 self._check_before_start(train_env)
             demos = self._demonstrations(layout, train_env)
-            resumed = rd.check_or_write_manifest(self._manifest(train_env, method, demos), IDENTITY_KEYS)
+            # the servers the cache files this invocation's replies under (a run with nothing left asks none)
+            servers = {
+                role: ident
+                for role, client in (("backbone", llm), ("embedding", embedder), ("judge", judge_llm))
+                if self.work_left() and client is not None and (ident := client.cache_identity()) is not None
+            }
+            resumed = rd.check_or_write_manifest(self._manifest(train_env, method, demos, servers), IDENTITY_KEYS)
             if check and not self.agent_config.icl_examples:
                 self._check_before_start(train_env)  # before method.begin and the first task
             method.begin()
+            work = self.work_left()
+            if spec.progress and work:
+                print(self._start_header(rd.path, resumed, len(journal.train_done), llm.cache, check), flush=True)
             if resumed:
                 self.on_event("resume", {"run_dir": str(rd.path), "train_done": len(journal.train_done)})
             train_writer = JsonlWriter(layout.episodes_path("train"), fsync=self.fsync)
@@ -630,7 +681,7 @@ class Runner:
                 order = self.schedule[it - 1]
                 if it not in journal.iterations_ended:
                     method.begin_iteration(it)  # idempotent: a resumed iteration calls it again
-                bar = _Progress(len(order), f"{spec.method} it{it} train", spec.progress)
+                bar = _Progress(len(order), f"{spec.method} it{it} train", spec.progress, ledger_activity(ledger))
                 for pos, idx in enumerate(order):
                     if (it, pos) in journal.train_done:
                         bar.update()
@@ -663,7 +714,7 @@ class Runner:
                 method.freeze()
                 try:
                     todo = [(j, t) for j, t in enumerate(self.heldout) if (it, j) not in held_finished]
-                    self._evaluate(method, todo, it, held_writer, held_finished, envs, demos)
+                    self._evaluate(method, todo, it, held_writer, held_finished, envs, demos, ledger_activity(ledger))
                 finally:
                     method.unfreeze()
                 summary = self._summaries(layout)
@@ -679,6 +730,10 @@ class Runner:
                     )
             train_writer.close()
             held_writer.close()
+            if spec.progress and work:
+                calls, cached, _ = ledger.since_open()
+                where = f" from {llm.cache.root}" if llm.cache is not None else " (the response cache is off)"
+                print(f"[{self._label()}] this invocation: {calls} model calls, {cached} replayed{where}", flush=True)
             ledger.close()
             return summaries
         finally:
@@ -691,6 +746,27 @@ class Runner:
                     pass
             rd.close()
 
+    def _label(self) -> str:
+        s = self.spec
+        return f"{s.benchmark}/{s.backbone_label}/{s.run_name}/seed{s.seed}"
+
+    def _start_header(
+        self, run_dir: Path, resumed: bool, train_done: int, cache: ResponseCache | None, checked: bool
+    ) -> str:
+        """What a run says before its first task: where it writes, what it talks to, what it will do."""
+        s = self.spec
+        n_train = sum(len(o) for o in self.schedule)
+        state = f"resuming ({train_done} of {n_train} training episodes done)" if resumed else "new"
+        lines = [
+            f"[{self._label()}] {state}: {run_dir}",
+            f"  backbone {self.endpoint.model} at {self.endpoint.base_url}"
+            + (" (answered the preflight)" if checked else " (not checked here)"),
+            f"  {s.iterations} iteration(s) of {s.train_per_iteration} training task(s) from a pool of "
+            f"{len(self.train_pool)}, {len(self.heldout)} held-out task(s) after each, at most {s.max_steps} steps",
+            "  response cache: " + (str(cache.root) if cache is not None else "off"),
+        ]
+        return "\n".join(lines)
+
     def _evaluate(
         self,
         method: Method,
@@ -700,6 +776,7 @@ class Runner:
         finished: set[tuple[int, int]],
         envs: list[Environment],
         demonstrations: DemonstrationLibrary | None = None,
+        activity: Callable[[], str] | None = None,
     ) -> None:
         if not todo:
             return
@@ -726,7 +803,7 @@ class Runner:
                 demonstrations=demonstrations,
             )
 
-        bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress)
+        bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress, activity)
         workers = min(self.spec.heldout_concurrency, len(todo))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heldout") as pool:
             futures = [pool.submit(one, j, t) for j, t in todo]
@@ -859,6 +936,46 @@ def _finite(d: dict[str, Any]) -> dict[str, Any]:
 
 def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+
+
+#: the manifest's endpoint record of each role a replay reads from the cache
+_MANIFEST_ENDPOINTS = {"backbone": "endpoint", "embedding": "embedding_endpoint"}
+
+
+def recorded_servers(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    """The server identities a recorded run's ``role`` ("backbone" or "embedding") filed its cached replies
+    under, first invocation first: the manifest's ``cache_identity`` and those of its ``resumed`` entries.
+    For a run recorded before identities: the one its embedded server has (fixed by the model file,
+    whatever the port), else its base URL alone."""
+    from antipersist_lib.serving.embedded import EMBEDDER_SERVER_ID, embedded_server_id
+    from antipersist_lib.serving.profiles import EMBEDDED
+
+    found: list[dict[str, Any]] = []
+    for entry in [manifest, *(manifest.get("resumed") or [])]:
+        ident = (entry.get("cache_identity") or {}).get(role)
+        if ident and ident not in found:
+            found.append(dict(ident))
+    if found:
+        return found
+    ep = manifest[_MANIFEST_ENDPOINTS[role]]
+    server_id = ep.get("server_id")
+    info = manifest.get("embedded_backbone") or {}
+    if not server_id and role == "backbone" and info.get("model"):
+        m = info["model"]
+        server_id = embedded_server_id(info["server"], m["name"], m["sha256"], m["chat_template"])
+    if not server_id and role == "embedding" and manifest.get("embedding") == EMBEDDED:
+        server_id = EMBEDDER_SERVER_ID
+    return [server_identity(Endpoint(**{**ep, "server_id": server_id}))]
+
+
+def replay_cache(cache_root: str | Path, manifest: dict[str, Any], role: str) -> ResponseCache:
+    """The response cache of a recorded run's ``role``, for a replay whose client cannot reach (or ask) the
+    server: ``<cache_root>/<model>/<server>/`` of the first invocation's server, reading those of later
+    invocations after it (a run resumed against another server)."""
+    ep = manifest[_MANIFEST_ENDPOINTS[role]]
+    root = ResponseCache(Path(cache_root) / _slug(ep["model"]))
+    first, *later = (root.for_server(s) for s in recorded_servers(manifest, role))
+    return ResponseCache(first.root, server=first.server, also_read=[c.root for c in later])
 
 
 def run_cell(spec: RunSpec, **kw: Any) -> list[IterationSummary]:

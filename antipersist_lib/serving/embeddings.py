@@ -25,6 +25,7 @@ from antipersist_lib.serving.llm import (
     _Backoff,
     _call_with_retries,
     _make_openai_client,
+    _ServerScopedCache,
     _TransientReplyError,
 )
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
@@ -59,7 +60,7 @@ def _valid_vector(values: Any, expected_dim: int | None) -> list[float]:
     return vec
 
 
-class Embedder:
+class Embedder(_ServerScopedCache):
     """Embeds texts through ``POST /v1/embeddings``; None (with a warning) on failure.
 
     ``expected_dim`` guards against a silently swapped embedding model mid-run. Each
@@ -80,11 +81,11 @@ class Embedder:
     ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
-        self.cache = cache
         self.max_retries = endpoint.max_retries if max_retries is None else int(max_retries)
         self.expected_dim = expected_dim
         self._backoff = _Backoff(endpoint.backoff_base_s, endpoint.backoff_max_s, seed, sleep)
         self._client = _make_openai_client(endpoint)
+        self._init_cache(cache)
 
     def _key(self, text: str) -> str:
         return cache_key({"kind": "embedding", "model": self.endpoint.model, "input": text})
@@ -128,8 +129,9 @@ class Embedder:
             return out
         started = time.monotonic()
         missing: list[int] = []
+        cache = self.cache
         for i, text in enumerate(texts):
-            hit = self.cache.get(self._key(text)) if self.cache is not None else None
+            hit = cache.get(self._key(text)) if cache is not None else None
             try:
                 if hit is not None:
                     out[i] = np.asarray(_valid_vector(hit.get("embedding"), self.expected_dim), dtype=np.float64)
@@ -175,8 +177,8 @@ class Embedder:
             return out
         for i, vec in zip(missing, vectors):
             out[i] = np.asarray(vec, dtype=np.float64)
-            if self.cache is not None:
-                self.cache.put(self._key(texts[i]), {"embedding": vec})
+            if cache is not None:
+                cache.put(self._key(texts[i]), {"embedding": vec})
         self.ledger.record(
             "embedding",
             self.endpoint.model,

@@ -133,6 +133,7 @@ class Ledger:
                 except (KeyError, TypeError, ValueError, OverflowError):
                     continue  # a foreign or damaged line; read_jsonl already skips torn ones
         self._next_id = max((r.call_id for r in self._records), default=0) + 1
+        self._opened_with = len(self._records)  # what a resumed run had before this invocation
         self._writer = JsonlWriter(self.path, fsync=fsync) if self.path is not None else None
 
     def record(
@@ -177,6 +178,13 @@ class Ledger:
             if self._writer is not None:
                 self._writer.append(rec.to_dict())
         return rec
+
+    def since_open(self) -> tuple[int, int, float | None]:
+        """(calls, calls answered from the response cache, time of the last call) recorded since this
+        ledger was opened: one invocation's share of a resumed run, for progress and closing lines."""
+        with self._lock:
+            mine = self._records[self._opened_with :]
+            return len(mine), sum(r.cached for r in mine), (mine[-1].timestamp if mine else None)
 
     @property
     def records(self) -> list[CallRecord]:

@@ -80,6 +80,10 @@ class Endpoint:
     #: how requests are shaped for this server (``request_shape.PRESETS``); a preset name or a mapping is
     #: turned into a RequestShape here, so a manifest's ``describe()`` rebuilds the endpoint
     request_shape: RequestShape = DEFAULT_SHAPE
+    #: what answers here when the URL cannot say it: the kit's embedded servers name their model file (their
+    #: port changes at every start). None: the base URL and what the server reports of its model say it
+    #: (``server_identity``), which is what keeps two servers' replies apart in the response cache
+    server_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "request_shape", shape_from(self.request_shape, "Endpoint.request_shape"))
@@ -113,6 +117,8 @@ class Endpoint:
             "context_length": self.context_length,
             "system_prompt": self.system_prompt,
             "request_shape": self.request_shape.describe(),
+            # only when set, so a manifest written before the field rebuilds the same endpoint
+            **({"server_id": self.server_id} if self.server_id else {}),
         }
 
 
@@ -292,7 +298,78 @@ def _plain_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
-class LLMClient:
+def url_without_secrets(url: str) -> str:
+    """``url`` without user, password, query or fragment, for manifests and cache identities: profiles refuse
+    credentials in URLs, and this keeps a key that slipped into a query string off disk too."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    netloc = host + (f":{parsed.port}" if parsed.port else "")
+    return parsed._replace(netloc=netloc, query="", fragment="").geturl()
+
+
+#: fields of a ``/v1/models`` entry that say what is served (vLLM: the weights' ``root`` and ``max_model_len``;
+#: llama.cpp: ``meta``, the file's size and parameter count); ``created`` is left out, since vLLM stamps it
+#: with the time of the listing itself
+SERVED_FIELDS = ("id", "root", "parent", "owned_by", "max_model_len", "meta")
+#: how long the one listing that reads a server's identity may take (a port that never answers costs no more)
+IDENTITY_TIMEOUT_S = 10.0
+
+
+def server_identity(endpoint: Endpoint, client: Any = None) -> dict[str, Any]:
+    """What answers at ``endpoint``, as the response cache keys on it: the endpoint's ``server_id`` where it
+    names one (the embedded servers); otherwise the base URL without secrets and the server's own entry for
+    the model in ``/v1/models`` (read once, ``IDENTITY_TIMEOUT_S``, no retry; ``served`` is None when the
+    listing fails or does not name the model, so such a server is told apart by its URL alone)."""
+    if endpoint.server_id:
+        return {"model": endpoint.model, "server": endpoint.server_id}
+    served: dict[str, Any] | None = None
+    if client is not None:
+        try:
+            page = client.with_options(timeout=IDENTITY_TIMEOUT_S, max_retries=0).models.list()
+            for entry in getattr(page, "data", None) or []:
+                if str(getattr(entry, "id", "")) == endpoint.model:
+                    data = entry.model_dump() if hasattr(entry, "model_dump") else dict(vars(entry))
+                    served = {k: data[k] for k in SERVED_FIELDS if data.get(k) is not None}
+                    break
+        except Exception as exc:  # any failure only makes the identity coarser, never wrong
+            log.info("%s: no model listing for the cache identity (%s)", endpoint.base_url, _describe_error(exc))
+    return {"model": endpoint.model, "base_url": url_without_secrets(endpoint.base_url), "served": served}
+
+
+class _ServerScopedCache:
+    """The response cache of a client, scoped to its server on first use (``ResponseCache.for_server``)."""
+
+    endpoint: Endpoint
+    _client: Any
+
+    def _init_cache(self, cache: ResponseCache | None) -> None:
+        self._cache_root = cache
+        self._scoped: ResponseCache | None = None
+        self._scope_lock = threading.Lock()
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The cache folder of this client's server (None without a cache); the identity is read once."""
+        if self._cache_root is None or not self._cache_root.enabled:
+            return self._cache_root
+        with self._scope_lock:
+            if self._scoped is None:
+                self._scoped = self._cache_root.for_server(server_identity(self.endpoint, self._client))
+            return self._scoped
+
+    @cache.setter
+    def cache(self, value: ResponseCache | None) -> None:
+        self._init_cache(value)
+
+    def cache_identity(self) -> dict[str, Any] | None:
+        """The server identity this client's cache entries are filed under (for the manifest), or None."""
+        cache = self.cache
+        return None if cache is None else cache.server
+
+
+class LLMClient(_ServerScopedCache):
     """Chat completions with retries, an optional response cache and a ledger entry per call.
 
     Thread-safe: the SDK client, the cache (atomic files) and the ledger all tolerate
@@ -310,10 +387,10 @@ class LLMClient:
     ) -> None:
         self.endpoint = endpoint
         self.ledger = ledger
-        self.cache = cache
         self.seed = seed
         self._backoff = _Backoff(endpoint.backoff_base_s, endpoint.backoff_max_s, seed, sleep)
         self._client = _make_openai_client(endpoint)
+        self._init_cache(cache)
 
     def _request(
         self,
@@ -428,8 +505,9 @@ class LLMClient:
             }
         )
         started = time.monotonic()
-        if self.cache is not None:
-            hit = self.cache.get(key)
+        cache = self.cache
+        if cache is not None:
+            hit = cache.get(key)
             if hit is not None and isinstance(hit.get("text"), str) and hit["text"]:
                 reply = ChatReply(
                     text=hit["text"],
@@ -463,8 +541,8 @@ class LLMClient:
                 tags=tags,
             )
             raise
-        if self.cache is not None:
-            self.cache.put(key, value)
+        if cache is not None:
+            cache.put(key, value)
         reply = ChatReply(
             text=value["text"],
             prompt_tokens=value["prompt_tokens"],

@@ -365,17 +365,6 @@ def named_endpoint(entry: Any, kind: str, where: str) -> NamedEndpoint:
     raise ValueError(f"{where}: expected a profile name or a mapping, got {type(entry).__name__}")
 
 
-def url_without_secrets(url: str) -> str:
-    """``url`` without user, password, query or fragment, for manifests: profiles refuse credentials
-    in URLs, and this keeps a key that slipped into a query string off disk too."""
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
-    if ":" in host:  # an IPv6 address
-        host = f"[{host}]"
-    netloc = host + (f":{parsed.port}" if parsed.port else "")
-    return parsed._replace(netloc=netloc, query="", fragment="").geturl()
-
-
 def backbone_endpoint(name: str) -> Endpoint:
     return endpoint_from_profile(load_profile("backbones", name), "backbones")
 

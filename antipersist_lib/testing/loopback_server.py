@@ -244,6 +244,7 @@ class LoopbackServer:
 
     ``latency_s`` is slept on every request (before any fault), for saturation benchmarks.
     ``strict_model=True`` answers 404 for a model other than ``model_id``, as vLLM does.
+    ``model_root``: what ``/v1/models`` reports as the model's ``root`` (vLLM: the weights' path), when set.
     ``context_tokens``: a chat prompt longer than this (``approx_tokens``) is refused with llama-server's 400
     (``exceed_context_size_error``), as a real server with that context refuses it.
     ``api``: a server's documented request rules (``testing.api_contracts``): what it refuses, and how it
@@ -258,6 +259,7 @@ class LoopbackServer:
         latency_s: float = 0.0,
         *,
         model_id: str = "scripted",
+        model_root: str | None = None,
         strict_model: bool = False,
         context_tokens: int | None = None,
         api: ApiContract | None = None,
@@ -268,6 +270,7 @@ class LoopbackServer:
         self.faults = faults
         self.latency_s = latency_s
         self.model_id = model_id
+        self.model_root = model_root
         self.strict_model = strict_model
         self.context_tokens = context_tokens
         self.requests: list[dict[str, Any]] = []
@@ -484,8 +487,10 @@ def _make_handler(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
         # -- routes ------------------------------------------------------------------------
 
         def _models(self, *, empty: bool) -> dict[str, Any]:
-            data = [] if empty else [{"id": server.model_id, "object": "model", "created": 0, "owned_by": "loopback"}]
-            return {"object": "list", "data": data}
+            entry = {"id": server.model_id, "object": "model", "created": int(time.time()), "owned_by": "loopback"}
+            if server.model_root is not None:
+                entry["root"] = server.model_root
+            return {"object": "list", "data": [] if empty else [entry]}
 
         def _check_model(self, body: Mapping[str, Any]) -> bool:
             model = body.get("model")
