@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -46,9 +47,10 @@ def _cmd_select(args: argparse.Namespace) -> int:
             iteration=args.iteration,
             position=args.position,
             embedding=emb,
-            cache_dir=args.cache,
+            cache_dir=args.cache or _recorded_cache_dir(args.run),
         )
         print(json.dumps(audit.to_dict(), indent=2))
+        print(audit.verdict(), file=sys.stderr)  # the one line to read; stdout stays JSON for tools
         if not audit.reproduces:
             print(f"error: the re-derived decision differs from the recorded one: {audit.differences}", file=sys.stderr)
         return 0 if audit.reproduces else 1
@@ -77,7 +79,16 @@ def _cmd_select(args: argparse.Namespace) -> int:
         log, emb, iteration=args.iteration, position=args.position, seed=seed, phase=args.phase, config=cfg
     )
     print(json.dumps(decision.to_dict(), indent=2))
+    print(f"decision: mode {decision.mode} by {decision.branch} ({len(log)} log entries, seed {seed})", file=sys.stderr)
     return 0
+
+
+def _recorded_cache_dir(run: str) -> str | None:
+    """The response cache a run recorded in its manifest (``cache_dir``), when it still exists."""
+    from antipersist_lib.rundir import RunDirectory
+
+    recorded = RunDirectory(run).read_manifest().get("cache_dir")
+    return recorded if recorded and Path(recorded).is_dir() else None
 
 
 def _read_embedding(path: str) -> np.ndarray:
@@ -393,10 +404,22 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--totals", action="store_true", help="with --plan: the totals only, not every run")
 
 
-def _cmd_notebooks(args: argparse.Namespace) -> int:
-    from antipersist_lib.runner.notebooks_runner import execute_all
+def _notebook_names() -> list[str]:
+    from antipersist_lib.runner.notebooks_runner import notebook_paths
 
-    for e in execute_all(args.profile, only=args.only or None):
+    return [nb.stem for nb in notebook_paths()]
+
+
+def _cmd_notebooks(args: argparse.Namespace) -> int:
+    from antipersist_lib.runner.notebooks_runner import execute_all, execute_on_runs
+
+    if args.out and not args.runs:
+        raise ValueError("--out goes with --runs (a profile's own data writes to outputs/<notebook>/<profile>/)")
+    if args.runs:
+        executed = execute_on_runs(args.runs, profile=args.profile, only=args.only or None, out=args.out)
+    else:
+        executed = execute_all(args.profile, only=args.only or None)
+    for e in executed:
         print(f"{e.notebook}: {e.seconds:.1f} s -> {e.output.parent}")
     return 0
 
@@ -499,17 +522,37 @@ def _cmd_llama(args: argparse.Namespace) -> int:
     return 0 if not extra and not missing else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from antipersist_lib.serving.profiles import add_endpoint_arguments
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in ``--help`` (unless its help already says it), so no one has to read the code."""
 
-    p = argparse.ArgumentParser(prog="antipersist", description=__doc__)
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or isinstance(action, argparse._HelpAction)
+        ):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from antipersist_lib.serving.profiles import add_endpoint_arguments, available
+
+    p = argparse.ArgumentParser(prog="antipersist", description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="log warnings and info")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=functools.partial(argparse.ArgumentParser, formatter_class=_HelpFormatter),
+    )
 
     d = sub.add_parser("demo", help="run the pipeline demo (scripted loopback policy, test world)")
-    d.add_argument("--out", default="outputs/demo")
-    d.add_argument("--iterations", type=int, default=3)
-    d.add_argument("--seed", type=int, default=42)
+    d.add_argument("--out", default="outputs/demo", help="where the demo's runs and summary go")
+    d.add_argument("--iterations", type=int, default=3, help="iterations per run")
+    d.add_argument("--seed", type=int, default=42, help="the runs' seed")
     d.add_argument(
         "--reproduction",
         action="store_true",
@@ -535,7 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
         "its recorded configuration and seed",
     )
     s.add_argument(
-        "--cache", help="with --run and --phase heldout: the run's response cache (answers the embedding request)"
+        "--cache",
+        help="with --run and --phase heldout: the run's response cache (answers the embedding request); "
+        "default: the cache_dir its manifest records",
     )
     s.add_argument("--log", help="outcome_log.jsonl to decide from (read-only)")
     s.add_argument("--embedding", help="JSON file holding the task embedding (list of numbers)")
@@ -572,8 +617,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_select)
 
     mj = sub.add_parser("main", help="the README's main job: a smoke experiment on the embedded default")
-    mj.add_argument("--profile", default="params/main/smoke.yaml")
-    mj.add_argument("--out", default="outputs/main")
+    mj.add_argument(
+        "--profile",
+        default="params/main/smoke.yaml",
+        help="a main-job profile (params/main/: smoke, cpu, reproduction_cpu, ...)",
+    )
+    mj.add_argument(
+        "--out", default="outputs/main", help="the job's folder: <out>/<profile>/ holds runs, cache, reports"
+    )
     mj.add_argument(
         "--runs",
         help="where the run directories are (default: <out>/<profile>/runs); a folder of complete runs, "
@@ -606,9 +657,35 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--all", action="store_true", help="include runs still in progress (default: complete runs only)")
     rp.set_defaults(func=_cmd_reproduction)
 
-    nbp = sub.add_parser("notebooks", help="execute every notebook headlessly for a params profile")
-    nbp.add_argument("--profile", default="smoke")
-    nbp.add_argument("--only", action="append", help="notebook name without .ipynb (repeatable)")
+    nbp = sub.add_parser(
+        "notebooks",
+        help="execute every notebook headlessly for a params profile",
+        description="Execute notebooks with papermill. A profile's own data (smoke: the committed fixtures) writes to "
+        "outputs/<notebook>/<profile>/; --runs points the notebooks that load run directories at your own "
+        "(mode load), and their outputs go to --out, never over a profile's.",
+    )
+    nbp.add_argument(
+        "--profile",
+        default="smoke",
+        help="params/<notebook>/<profile>.yaml: smoke (fixtures, no model), cpu (the committed CPU study), paper",
+    )
+    nbp.add_argument(
+        "--only",
+        action="append",
+        help=f"notebook name without .ipynb (repeatable); default: all ({', '.join(_notebook_names())})",
+    )
+    nbp.add_argument(
+        "--runs",
+        metavar="PATH",
+        help="a folder of run directories (e.g. outputs/runs or outputs/main/smoke/runs) for the notebooks that "
+        "load runs; the others are skipped",
+    )
+    nbp.add_argument(
+        "--out",
+        metavar="DIR",
+        help="with --runs: where the executed notebooks go, one folder each (default: "
+        "outputs/notebooks/<the runs folder's path, / as _>)",
+    )
     nbp.set_defaults(func=_cmd_notebooks)
 
     dr = sub.add_parser("doctor", help="check Java, benchmark data, models and endpoints; print fixes")
@@ -626,36 +703,73 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dr.set_defaults(func=_cmd_doctor)
 
-    r = sub.add_parser("run", help="run (or resume) one (method, backbone, benchmark, seed) cell")
+    from antipersist_lib.envs import BENCHMARKS
+    from antipersist_lib.methods import METHODS
+    from antipersist_lib.runner.protocol import RunSpec
+
+    r = sub.add_parser(
+        "run",
+        help="run (or resume) one (method, backbone, benchmark, seed) cell",
+        description="Run one cell of the protocol, or resume it: the same command again continues where it stopped "
+        "(docs/protocol.md). Every flag may instead come from a --params file; a flag given wins.",
+    )
     r.add_argument("--params", help="YAML file of run settings (command-line flags override it)")
-    r.add_argument("--method")
-    r.add_argument("--benchmark")
+    r.add_argument("--method", choices=tuple(METHODS), help="the memory design (docs/methods.md)")
+    r.add_argument("--benchmark", choices=BENCHMARKS, help="the benchmark, on its own engine (docs/benchmarks.md)")
     r.add_argument(
-        "--backbone", help="profile name in params/backbones, or a profile file (ends in .yaml or holds a '/')"
+        "--backbone",
+        help="profile name in params/backbones, or a profile file (ends in .yaml or holds a '/'); profiles: "
+        + ", ".join(available("backbones")),
     )
     add_endpoint_arguments(r)
     r.add_argument(
         "--embedding",
-        help="profile name in params/embeddings, a profile file, or 'embedded' (the in-process MiniLM embedder)",
+        help="profile name in params/embeddings, a profile file, or 'embedded' (the in-process MiniLM embedder); "
+        f"profiles: {', '.join(available('embeddings'))} (default {RunSpec.embedding})",
     )
     r.add_argument(
         "--judge",
         help="the LLM judge's model for a method that judges (abstraction_memory with judge=true): a backbone "
         "profile name or file; default: the backbone judges",
     )
-    r.add_argument("--seed", type=int)
-    r.add_argument("--iterations", type=int)
-    r.add_argument("--train-per-iteration", dest="train_per_iteration", type=int)
-    r.add_argument("--max-steps", dest="max_steps", type=int)
-    r.add_argument("--heldout-concurrency", dest="heldout_concurrency", type=int)
-    r.add_argument("--heldout-limit", dest="heldout_limit", type=int)
-    r.add_argument("--train-pool-limit", dest="train_pool_limit", type=int)
+    r.add_argument("--seed", type=int, help=f"the run seed (default {RunSpec.seed})")
+    r.add_argument(
+        "--iterations",
+        type=int,
+        help=f"K, iterations of training then held-out evaluation (default {RunSpec.iterations})",
+    )
+    r.add_argument(
+        "--train-per-iteration",
+        dest="train_per_iteration",
+        type=int,
+        help=f"training tasks per iteration (default {RunSpec.train_per_iteration})",
+    )
+    r.add_argument("--max-steps", dest="max_steps", type=int, help=f"steps per episode (default {RunSpec.max_steps})")
+    r.add_argument(
+        "--heldout-concurrency",
+        dest="heldout_concurrency",
+        type=int,
+        help=f"held-out episodes at once (default {RunSpec.heldout_concurrency})",
+    )
+    r.add_argument(
+        "--heldout-limit", dest="heldout_limit", type=int, help="evaluate only N held-out tasks (default: all)"
+    )
+    r.add_argument(
+        "--train-pool-limit",
+        dest="train_pool_limit",
+        type=int,
+        help="draw training tasks from N of the pool only (default: the whole pool)",
+    )
     r.add_argument(
         "--subset",
         choices=["balanced", "first"],
         help="how the limits pick their tasks: task types in turn (balanced, the default) or the split's first N",
     )
-    r.add_argument("--out-root", dest="out_root")
+    r.add_argument(
+        "--out-root",
+        dest="out_root",
+        help=f"where run folders go: <out-root>/<benchmark>/<backbone>/<name>/seed<N> (default {RunSpec.out_root})",
+    )
     r.add_argument("--name", help="run folder name (default: method + hash of its parameters)")
     r.add_argument("--method-param", action="append", metavar="NAME=VALUE", help="method hyperparameter (repeatable)")
     r.add_argument(

@@ -261,3 +261,19 @@ def test_a_context_refusal_is_named_with_its_fix_and_not_retried(make_clients):
     from antipersist_lib.serving.llm import exceeds_context
 
     assert not exceeds_context(ValueError("context size"))
+
+
+def test_the_docs_list_every_agent_field_as_the_code_defines_it():
+    """docs/protocol.md's agent table is AgentConfig's own metadata (issue 42: it documented 6 of 13 fields)."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from antipersist_lib.core.agent import agent_fields_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "protocol.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- agent-fields:begin[^>]*-->\n(.*?)\n<!-- agent-fields:end -->", doc, re.S)
+    assert block is not None and block.group(1) == agent_fields_table()
+    named = set(re.findall(r"^\| `(\w+)` \|", block.group(1), re.M))
+    assert named == {f.name for f in dataclasses.fields(AgentConfig)} - {"max_steps"}
+    assert all(f.metadata.get("doc") for f in dataclasses.fields(AgentConfig))

@@ -140,11 +140,16 @@ def test_select_rederives_every_recorded_decision_of_a_run(tmp_path, capsys):
                 "--position",
                 str(rec["position"]),
             ]
-            if phase == "heldout":
-                args += ["--cache", str(tmp_path / "cache")]
+            # held-out decisions need the task embedding from the run's response cache, which the manifest names
+            assert json.loads((run / "manifest.json").read_text())["cache_dir"] == str((tmp_path / "cache").resolve())
             assert main(args) == 0, capsys.readouterr().err
-            audit = json.loads(capsys.readouterr().out)
+            captured = capsys.readouterr()
+            audit = json.loads(captured.out)
             assert audit["reproduces"] and audit["recomputed"]["mode"] == rec["meta"]["mode"]
+            assert captured.err == f"reproduces: {phase} iteration {rec['iteration']}, position {rec['position']} " + (
+                f"({audit['log_entries']} log entries): mode {rec['meta']['mode']} by {rec['meta']['branch']}, "
+                "as recorded\n"
+            )
             branches.add(audit["recorded"]["branch"])
     assert {"round_robin", "epsilon", "local_ucb"} <= branches
     assert {p.name: p.read_bytes() for p in (run / "state").iterdir() if p.is_file()} == state
@@ -161,7 +166,7 @@ def test_select_run_reports_a_decision_that_does_not_reproduce(tmp_path, capsys)
         ["select", "--run", str(run), "--iteration", str(target["iteration"]), "--position", str(target["position"])]
     )
     captured = capsys.readouterr()
-    assert code == 1 and "epsilon_draw" in captured.err
+    assert code == 1 and "epsilon_draw" in captured.err and captured.err.startswith("DIFFERS: train iteration")
 
 
 def test_tasks_command_lists_the_partition(capsys):

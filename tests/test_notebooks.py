@@ -180,3 +180,29 @@ def test_setup_without_runs_root_loads_and_prints_nothing(tmp_path, capsys):
 def test_setup_run_mode_needs_a_profile(tmp_path):
     with pytest.raises(ValueError, match="mode 'run' needs run_profile"):
         notebook.setup("run", output_dir="o", runs_root="x", root=tmp_path)
+
+
+@pytest.mark.slow
+def test_notebooks_on_your_own_runs_write_beside_them_and_never_over_a_profile(tmp_path, capsys):
+    """Issue 42: `notebooks --only 01_main_results` replaced make run's tables with the fixtures'; --runs points
+    the run-loading notebooks at a user's runs and writes into a folder of their own."""
+    import shutil
+
+    from antipersist_lib.cli import main
+    from antipersist_lib.runner.notebooks_runner import default_runs_output
+
+    mine = tmp_path / "my_runs"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "smoke", mine)
+    profile_out = ROOT / "outputs" / "01_main_results" / "smoke"
+    before = {p: p.stat().st_mtime_ns for p in profile_out.rglob("*")} if profile_out.exists() else {}
+    assert main(["notebooks", "--runs", str(mine), "--only", "01_main_results", "--out", str(tmp_path / "nb")]) == 0
+    executed = tmp_path / "nb" / "01_main_results" / "01_main_results.ipynb"
+    assert executed.exists() and str(mine) in executed.read_text()  # it read the user's runs
+    assert list((tmp_path / "nb" / "01_main_results").glob("*.csv"))
+    after = {p: p.stat().st_mtime_ns for p in profile_out.rglob("*")} if profile_out.exists() else {}
+    assert after == before  # the profile's own outputs were not touched
+    assert default_runs_output("outputs/runs", ROOT) == ROOT / "outputs" / "notebooks" / "outputs_runs"
+    capsys.readouterr()
+    assert main(["notebooks", "--runs", str(mine), "--only", "09_arc_stream"]) == 2
+    assert "do not load run directories" in capsys.readouterr().err
+    assert main(["notebooks", "--out", str(tmp_path)]) == 2 and "--out goes with --runs" in capsys.readouterr().err

@@ -54,6 +54,14 @@ class DecisionAudit:
     def reproduces(self) -> bool:
         return not self.differences
 
+    def verdict(self) -> str:
+        """One line: whether the decision reproduces, and what it was."""
+        where = f"{self.phase} iteration {self.iteration}, position {self.position} ({self.log_entries} log entries)"
+        rec = self.recorded
+        if self.reproduces:
+            return f"reproduces: {where}: mode {rec.get('mode')} by {rec.get('branch')}, as recorded"
+        return f"DIFFERS: {where}: recorded {rec.get('mode')} by {rec.get('branch')}; differing: {self.differences}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir,
@@ -151,8 +159,8 @@ def audit_decision(
     elif embedding is None:
         if cache_dir is None:
             raise ValueError(
-                "a held-out decision needs the task embedding: give cache_dir (the run's response cache) "
-                "or an embedding"
+                "a held-out decision needs the task embedding: give the run's response cache (select --cache DIR; "
+                "the run's manifest names it as cache_dir when the run recorded one) or an embedding (--embedding FILE)"
             )
         from antipersist_lib.analysis.walkthrough import replay_clients
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from antipersist_lib.core import prompts
@@ -46,41 +46,64 @@ THINK_OBSERVATION = "OK."
 REPEAT_RULES = ("no_op", "revisit")
 
 
+def _doc(default: Any, doc: str, shown: str | None = None) -> Any:
+    """A field whose meaning (and, where words say it better, its default) lives beside it: ``agent_fields_table``
+    renders them for docs/protocol.md, and a test keeps the two equal."""
+    return field(default=default, metadata={"doc": doc, "default": shown})
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """The acting LLM's settings. Decoding (temperature, top_p) belongs to the backbone: a backbone
     profile sets it (``params/backbones/*.yaml``), a run's ``agent:`` block may override it, and
-    the manifest records what was used. ``top_p=None`` sends no top_p (the server's default)."""
+    the manifest records what was used. ``top_p=None`` sends no top_p (the server's default). The
+    small-model aids (``show_valid_actions`` to ``resample_unlisted``) are all off in the paper's setting
+    (docs/choices.md, "Small local models")."""
 
-    max_steps: int = 50
-    max_tokens: int = 1024  # per action (Table 3)
-    temperature: float = 0.0
-    history_turns: int | None = None  # keep only the last N turns in the prompt (None = all)
-    top_p: float | None = None
-    # in-context demonstrations (core/demonstrations.py): expert replays of training tasks of the
-    # task's type shown in the system prompt; 0 = none (the paper's setting, it shows none)
-    icl_examples: int = 0
-    icl_max_chars: int = DEFAULT_ICL_MAX_CHARS  # character budget of all demonstrations together
-    # small-model aids (docs/choices.md, "Small local models"); both off in the paper's setting:
-    # list up to N of the engine's currently valid commands under the latest observation only (earlier
-    # turns keep their plain observation, so the prompt grows by one list, not one per step); 0 = off
-    show_valid_actions: int = 0
-    # stop generating where the model starts writing the environment's next "Observation:" itself
-    stop_at_observation: bool = False
-    # when the parsed command repeats the previous one and that one changed nothing (invalid, or the same
-    # observation twice), ask again up to N times at repeat_temperature with a new seed each time; 0 = off
-    resample_repeats: int = 0
-    repeat_temperature: float = 0.7
-    # what counts as a repeat to re-ask: "no_op" (above) or "revisit": the command was already given in
-    # this episode from the very same observation (a deterministic engine would go round the same loop:
-    # a command that changed nothing, look-around-look-around, west-east-west-east); REPEAT_RULES
-    repeat_rule: str = "no_op"
-    # a resample also shows the model its rejected reply and says why it was rejected (the command already
-    # led nowhere from this observation), instead of only asking again at a higher temperature
-    repeat_feedback: bool = False
-    # also re-ask (up to resample_repeats times) a command that is not among the valid commands the prompt
-    # lists (show_valid_actions > 0 and the engine lists them); with repeat_feedback the model is told so
-    resample_unlisted: bool = False
+    max_steps: int = _doc(50, "steps per episode; set by the run's own `max_steps`, not in `agent:`")
+    max_tokens: int = _doc(1024, "tokens per action (Table 3)")
+    temperature: float = _doc(
+        0.0, "sampling temperature of every action ([choices.md](choices.md))", "the backbone profile's, else 0"
+    )
+    top_p: float | None = _doc(
+        None, "nucleus sampling; none: the server's default", "the backbone profile's, else none"
+    )
+    history_turns: int | None = _doc(None, "keep only the last N turns in the prompt", "all")
+    icl_examples: int = _doc(
+        0,
+        "expert demonstrations of the task's type shown in the system prompt (replays of training tasks); "
+        "ALFWorld, ScienceWorld and TextWorldExpress ([choices.md](choices.md))",
+        "0 (none, as in the paper)",
+    )
+    icl_max_chars: int = _doc(DEFAULT_ICL_MAX_CHARS, "character budget of all demonstrations together")
+    show_valid_actions: int = _doc(
+        0,
+        "list up to N of the engine's currently valid commands under the latest observation only (earlier turns "
+        "keep their plain observation, so the prompt grows by one list, not one per step)",
+        "0 (off)",
+    )
+    stop_at_observation: bool = _doc(
+        False, "stop generating where the model starts writing the environment's next `Observation:` itself"
+    )
+    resample_repeats: int = _doc(
+        0,
+        "when the parsed command is a repeat (`repeat_rule`), ask again up to N times (0-5) at "
+        "`repeat_temperature`, with a new seed each time",
+        "0 (off)",
+    )
+    repeat_temperature: float = _doc(0.7, "the temperature of those re-asks")
+    repeat_rule: str = _doc(
+        "no_op",
+        "what counts as a repeat: `no_op`, the previous command changed nothing (invalid, or the same observation "
+        "twice); `revisit`, the command was already given in this episode from the very same observation (a "
+        "deterministic engine would go round the same loop)",
+    )
+    repeat_feedback: bool = _doc(False, "a re-ask also shows the model its rejected reply and says why it was rejected")
+    resample_unlisted: bool = _doc(
+        False,
+        "also re-ask a command that is not among the listed valid commands (`show_valid_actions` > 0 and the "
+        "engine lists them); with `repeat_feedback` the model is told so",
+    )
 
     def __post_init__(self) -> None:
         if (
@@ -128,6 +151,24 @@ class AgentConfig:
                 f"icl_examples = {n} demonstrations (at least {icl_chars_needed(n)} needed); raise icl_max_chars "
                 "or lower icl_examples"
             )
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
+
+
+def agent_fields_table() -> str:
+    """The `agent:` block's fields as docs/protocol.md shows them (every field but ``max_steps``), from the
+    fields' own metadata: the docs cannot drift from the code (tests/test_agent.py compares them)."""
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for f in fields(AgentConfig):
+        if f.name == "max_steps":
+            continue
+        default = f.metadata.get("default") or f"`{_shown(f.default)}`"
+        rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
+    return "\n".join(rows)
 
 
 @dataclass(frozen=True)

@@ -564,18 +564,14 @@ def run_main(
     atomic_write_json(out / "results.json", summary)
     if not execute_notebooks or report_only:
         return summary
-    from antipersist_lib.paths import repo_root
-    from antipersist_lib.runner.notebooks_runner import execute_all
+    from antipersist_lib.runner.notebooks_runner import execute_on_runs
 
-    loaded = runs_root.resolve()
-    try:
-        loaded = loaded.relative_to(repo_root())
-    except ValueError:
-        pass
-    executed = execute_all(
-        str(prof.get("notebook_profile", "smoke")),
+    # beside the job's own results (outputs/main/<profile>/notebooks/<notebook>/), never over a profile's
+    executed = execute_on_runs(
+        runs_root,
+        profile=str(prof.get("notebook_profile", "smoke")),
         only=prof.get("notebooks"),
-        overrides={"runs_root": str(loaded), "mode": "load"},
+        out=out / "notebooks",
     )
     summary["notebooks"] = [str(e.output) for e in executed]
     atomic_write_json(out / "results.json", summary)

@@ -517,6 +517,8 @@ class Runner:
         extra = {"demonstrations": demonstrations.describe()} if demonstrations is not None else {}
         if servers:  # the servers the response cache files replies under (replay_cache reads them back)
             extra["cache_identity"] = servers
+        if self.spec.cache_dir:  # where they are (select and the walkthrough find the cache through it)
+            extra["cache_dir"] = str(Path(self.spec.cache_dir).resolve())
         return {
             "kit": "antipersist",
             "method": s.method,
