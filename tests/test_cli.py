@@ -461,3 +461,47 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()  # the reader goes away before the first line is written
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_doctor_passes_when_only_an_optional_part_is_missing(capsys, monkeypatch):
+    """Issue 42: `doctor` exited 1 when only bubblewrap (the ARC study's sandbox) was missing."""
+    from antipersist_lib.arc import isolation
+    from antipersist_lib.runner import doctor
+
+    monkeypatch.setattr(doctor, "run_checks", lambda **kw: [doctor.Check("Java runtime (ScienceWorld)", True, "17")])
+
+    def no_bwrap():
+        raise FileNotFoundError("bwrap not found")
+
+    monkeypatch.setattr(isolation, "probe", no_bwrap)
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "[missing, optional] ARC sandbox" in out and "needed only for: the ARC-AGI Stream study" in out
+    monkeypatch.setattr(doctor, "run_checks", lambda **kw: [doctor.Check("Java runtime (ScienceWorld)", False, "no")])
+    assert main(["doctor"]) == 1  # a part every job needs still fails it
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """Issue 42: --help listed no names and no defaults; every option now has a help line (which shows its
+    default, see cli._HelpFormatter) and run offers its methods and benchmarks as choices."""
+    import argparse
+
+    from antipersist_lib.cli import build_parser
+    from antipersist_lib.envs import BENCHMARKS
+    from antipersist_lib.methods import METHODS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    silent = {
+        name: [a.dest for a in sp._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+        for name, sp in sub.choices.items()
+    }
+    assert {k: v for k, v in silent.items() if v} == {}
+    run = sub.choices["run"]
+    choices = {a.dest: a.choices for a in run._actions}
+    assert set(choices["method"]) == set(METHODS) and set(choices["benchmark"]) == set(BENCHMARKS)
+    text = run.format_help()
+    assert "(default 10)" in text and "(default 42)" in text and "anti_persistence" in text
+    import re
+
+    assert "(default: smoke)" in re.sub(r"\s+", " ", sub.choices["notebooks"].format_help())

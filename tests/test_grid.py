@@ -493,3 +493,22 @@ def test_missing_libraries_and_judge_run_are_named(users_setup):
         r"a run directory must hold snapshots",
     ):
         load_grid(ROOT / "params" / "grid" / "figure11b_frozen_layer.yaml")
+
+
+def test_a_running_grid_says_what_it_will_do_and_what_its_runs_have_recorded(tmp_path, capsys, monkeypatch):
+    """Issue 42: grids ran silently between one run's end and the next; a header and a heartbeat say what is
+    going on (the heartbeat reads the run folders, whichever executor fills them)."""
+    from antipersist_lib.runner import grid as grid_module
+
+    monkeypatch.setattr(grid_module, "HEARTBEAT_S", 0.2)
+    with LoopbackServer(responder=errand_policy, latency_s=0.01) as srv:
+        g = load_grid(write_grid(tmp_path, srv.base_url, executor="serial"))
+        run_grid(g, verbose=True)
+    out = capsys.readouterr().out
+    assert f"grid tiny: 4 runs (4 with work left) on serial, up to 2 at once; run folders under {g.out_root}" in out
+    beats = [line for line in out.splitlines() if "recorded since the start" in line]
+    assert beats and "episode(s)" in beats[-1]
+    beat = grid_module._Heartbeat(g, every_s=60)
+    episodes, calls = beat._counts()  # what the runs wrote, counted from their files
+    beat.stop()
+    assert episodes > 0 and calls > 0

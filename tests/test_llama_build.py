@@ -111,3 +111,19 @@ def test_the_compile_phase_needs_only_the_standard_library():
 def test_the_compile_phase_names_an_unknown_baseline(capsys):
     assert llama_build.main(["compile", "--baseline", "x86-64-v9"]) == 1
     assert "x86-64-v9" in capsys.readouterr().err
+
+
+def test_a_long_compile_says_how_far_it_is(tmp_path, monkeypatch):
+    """Issue 42: `llama build` printed nothing for 13 minutes. The build passes on cmake's percentages."""
+    import sys
+
+    from antipersist_lib.serving import llama_build
+
+    monkeypatch.setattr(llama_build, "PROGRESS_EVERY_S", 0.0)
+    script = "import time\nfor p in (5, 40, 100):\n    print(f'[ {p:2d}%] Building CXX object x.o', flush=True)\n    time.sleep(0.05)\n"
+    said: list[str] = []
+    log = tmp_path / "build.log"
+    llama_build._run_logged([sys.executable, "-c", script], log, "cmake build", progress=said.append)
+    assert [line.split(":")[1].split("%")[0].strip() for line in said] == ["5", "40", "100"]
+    assert all(line.startswith("  cmake build:") and "after" in line for line in said)
+    assert "[ 40%] Building CXX object x.o" in log.read_text()  # the full output still goes to the log

@@ -475,3 +475,24 @@ def test_what_the_server_reports_of_its_model_is_part_of_its_identity(tmp_path: 
     one = server_identity(Endpoint("http://127.0.0.1:1/v1", "m", server_id="embedded llama-server: m sha256 ab"))
     two = server_identity(Endpoint("http://127.0.0.1:2/v1", "m", server_id="embedded llama-server: m sha256 ab"))
     assert one == two == {"model": "m", "server": "embedded llama-server: m sha256 ab"}
+
+
+def test_a_stalled_server_is_named_while_the_call_waits(monkeypatch, caplog) -> None:
+    """Issue 42: a port that accepts and never answers gave a minute of silence. The call is named at WARNING
+    while it waits (endpoint, model, seconds so far, when it gives up), before the timeout and the retry."""
+    import logging
+
+    from antipersist_lib.serving import llm as llm_module
+
+    monkeypatch.setattr(llm_module, "STALL_REPORT_MIN_S", 0.5)
+    plan = FaultPlan(sequence=["timeout"], hang_s=4.0, routes=(ROUTE_CHAT,))
+    with LoopbackServer(responder=lambda r: "late", faults=plan) as srv:
+        ep = Endpoint(base_url=srv.base_url, model="scripted", timeout_s=3.0, max_retries=1, backoff_base_s=0.01)
+        with caplog.at_level(logging.WARNING, logger="antipersist_lib.serving.llm"):
+            reply = LLMClient(ep, ledger=Ledger()).chat(MSGS, purpose="execution")
+        url = srv.base_url
+    assert reply.text == "late" and reply.retries == 1
+    stalls = [r.getMessage() for r in caplog.records if r.getMessage().startswith("still waiting")]
+    assert stalls and url in stalls[0] and "gives up at 3 s" in stalls[0], stalls
+    retry = [r.getMessage() for r in caplog.records if "retry 1 of 1" in r.getMessage()]
+    assert retry  # the timeout itself is named too, then the retry answers

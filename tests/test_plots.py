@@ -113,6 +113,29 @@ def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
     assert len(set(xs)) == 2  # coinciding curves are drawn apart
 
 
+def test_dynamics_of_a_users_run_has_whole_iterations_and_labels_that_do_not_meet():
+    """Issue 42: a user's run (a long embedded backbone label, two iterations) had overlapping row labels and
+    ticks at 1.25, 1.5, ..."""
+    from antipersist_lib.analysis import results
+
+    bb = "embedded-qwen2.5-coder-0.5b-instruct"
+    curves = pd.DataFrame(
+        [
+            {"benchmark": b, "backbone": bb, "method": m, "iteration": it, "success": 0.0, "steps": 4.0}
+            for b in ("alfworld", "textworld_express")
+            for m in ("react", "anti_persistence")
+            for it in (1, 2)
+        ]
+    )
+    fig = plots.dynamics(curves, results.paper_final_success(["react"]), backbones=(bb,), title="Figure 2")
+    fig.canvas.draw()
+    assert plots.text_overlaps(fig) == []
+    for ax in fig.axes:
+        ticks = [float(t.get_text().replace("\u2212", "-")) for t in ax.get_xticklabels() if t.get_text()]
+        assert ticks and all(t == int(t) for t in ticks), ticks
+    assert fig.axes[0].get_ylabel().replace("\n", "") == bb
+
+
 def test_reproduction_figures_draw_intervals_mark_undefined_rates_and_do_not_overlap(tmp_path):
     """Notebook 13's three figures on the committed reproduction demo: every rate's value is written, an
     undefined one says n/a (never a 0 bar), the deletion is marked, and no two texts overlap."""

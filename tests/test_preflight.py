@@ -5,6 +5,7 @@ Also: ``embedding: embedded`` starts the in-process embedder for the run and sto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -236,11 +237,38 @@ def test_embedding_embedded_is_started_for_the_run_and_stopped_after(tmp_path, f
     assert man["embedding"] == "embedded" and man["embedding_endpoint"]["model"] == "all-MiniLM-L6-v2"
 
 
-def test_the_in_process_embedder_is_stopped_when_the_run_fails(tmp_path, fake_embedder):
+def test_a_dead_chat_endpoint_is_named_before_the_embedder_loads(tmp_path, fake_embedder):
+    """Issue 42: with the embedded embedder, a dead backbone was reported only after MiniLM had loaded."""
+    s = spec(tmp_path, embedding="embedded")
     with pytest.raises(PreflightError):
-        run_cell(spec(tmp_path, embedding="embedded"), endpoint=endpoint(dead_url()), fsync=False)
+        run_cell(s, endpoint=endpoint(dead_url()), fsync=False)
+    (em,) = fake_embedder.instances
+    assert not em.started and not s.run_dir().exists()
+
+
+def test_the_in_process_embedder_is_stopped_when_the_run_fails(tmp_path, fake_embedder, monkeypatch):
+    with LoopbackServer(responder=errand_policy) as srv:
+        monkeypatch.setattr(FakeEmbedder, "endpoint", property(lambda self: endpoint(dead_url())))
+        with pytest.raises(PreflightError, match="embedding"):
+            run_cell(spec(tmp_path, embedding="embedded"), endpoint=endpoint(srv.base_url), fsync=False)
     (em,) = fake_embedder.instances
     assert em.started and em.stopped
+
+
+def test_a_run_that_fails_a_check_leaves_no_folder_and_the_fixed_command_starts_afresh(tmp_path):
+    """Issue 42: a failed preflight, or a bad method parameter, left a run folder behind, and the corrected
+    command was then refused as 'a different configuration'."""
+    s = spec(tmp_path)
+    dead = endpoint(dead_url())
+    with pytest.raises(PreflightError):
+        run_cell(s, endpoint=dead, embed_endpoint=dead, fsync=False)
+    bad = dataclasses.replace(s, method_params={"gama": 0.9})
+    with pytest.raises(ValueError, match="gama"):
+        run_cell(bad, endpoint=dead, embed_endpoint=dead, fsync=False)
+    assert not Path(s.out_root).exists()
+    with LoopbackServer(responder=errand_policy) as srv:
+        run_cell(s, endpoint=endpoint(srv.base_url), embed_endpoint=endpoint(srv.base_url), fsync=False)
+    assert (s.run_dir() / "summary.json").exists()
 
 
 @pytest.mark.slow

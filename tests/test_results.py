@@ -506,3 +506,23 @@ def test_runs_still_in_progress_are_left_out_and_named(tmp_path):
         assert str(cut) in set(load_iterations(root, complete_only=False)["run"])
     outcomes = task_outcomes(root)
     assert not outcomes.empty and len(outcomes) < len(task_outcomes(root, complete_only=False))
+
+
+def test_runs_averaged_as_seeds_but_made_with_different_settings_are_named(tmp_path):
+    """Issue 42: the notebooks averaged runs made with different settings without a word."""
+    import json
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "runs" / "smoke" / "scienceworld" / "embedded-gemma-3-270m" / "react"
+    for seed, steps in ((1, 12), (2, 30)):
+        dest = tmp_path / "scienceworld" / "embedded-gemma-3-270m" / "react" / f"seed{seed}"
+        shutil.copytree(src / "seed42", dest)
+        man = json.loads((dest / "manifest.json").read_text())
+        (dest / "manifest.json").write_text(json.dumps({**man, "seed": seed, "max_steps": steps}))
+    with pytest.warns(UserWarning, match=r"made with different settings: react/embedded-gemma-3-270m/scienceworld"):
+        df = results.load_iterations(tmp_path)
+    (mixed,) = df.attrs["mixed_settings"]
+    assert "max_steps (12 vs 30)" in mixed and "method_params" not in mixed
+    same = tmp_path / "scienceworld" / "embedded-gemma-3-270m" / "react" / "seed2" / "manifest.json"
+    same.write_text(json.dumps({**json.loads(same.read_text()), "max_steps": 12}))
+    assert results.load_iterations(tmp_path).attrs["mixed_settings"] == []

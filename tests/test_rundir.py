@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,19 @@ def test_subpackages_form_layers_without_cycles():
     # the leaves import nothing else of the kit
     for leaf in ("errors", "jsonl", "tolerance", "textfit"):
         assert graph.get(leaf, set()) <= {"errors"}, f"{leaf} must stay at the bottom"
+
+
+def test_a_run_extended_by_iterations_says_so_in_its_manifest(tmp_path):
+    """Issue 42: extending a run with more iterations left the manifest at the old count (and is_complete then
+    read the old count: a run extended but not finished looked complete)."""
+    layout = RunDirectory(tmp_path / "run")
+    with layout.open() as rd:
+        assert rd.check_or_write_manifest({"method": "react", "iterations": 2, "n_heldout": 1}, ["method"]) is False
+    with layout.open() as rd:
+        assert rd.check_or_write_manifest({"method": "react", "iterations": 3, "n_heldout": 1}, ["method"]) is True
+    man = layout.read_manifest()
+    assert man["iterations"] == 3 and len(man["resumed"]) == 1
+    layout.episodes_path("heldout").write_text(
+        "".join(json.dumps({"iteration": i, "position": 0}) + "\n" for i in (1, 2)), encoding="utf-8"
+    )
+    assert not layout.is_complete()  # iteration 3's held-out episode is still to come

@@ -132,6 +132,9 @@ def test_the_figure_draws_each_designs_seed_mean_and_every_seed(cpu_summary, mon
         assert heights == pytest.approx([expected[m] for m in expected.index])
         dots = sorted(float(y) for c in ax.collections for _, y in c.get_offsets())
         assert dots == pytest.approx(sorted(twx["score"]))
+        # seeds with equal scores sit side by side (issue 42: they hid behind each other): no two dots coincide
+        xy = [(round(float(x), 6), round(float(y), 6)) for c in ax.collections for x, y in c.get_offsets()]
+        assert len(set(xy)) == len(xy)
         assert plots.text_overlaps(fig) == []
         notes = " ".join(t.get_text() for t in fig.texts)
         assert "Qwen2.5-Coder-1.5B-Instruct" in notes

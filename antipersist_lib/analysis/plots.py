@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ if "ipykernel" not in sys.modules:  # headless scripts and CI; a notebook kernel
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def save(fig: plt.Figure, output_dir: str | Path, name: str) -> list[Path]:
@@ -414,6 +416,18 @@ def _spread(values: list[float], gap: float, lo: float, hi: float) -> list[float
     return [p - excess for p in pos]
 
 
+def _wrap_label(label: str, width: int = 18) -> str:
+    """``label`` broken at its own separators into lines of about ``width`` characters."""
+    parts = re.split(r"(?<=[-_/])", label)
+    lines, line = [], ""
+    for part in parts:
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    return "\n".join([*lines, line])
+
+
 def dynamics(
     curves: pd.DataFrame,
     paper_final: pd.DataFrame,
@@ -493,9 +507,11 @@ def dynamics(
                 )
             ax_s.set_title(f"{bench}: (a) held-out success (%)", fontsize=9)
             ax_l.set_title(f"{bench}: (b) mean trajectory length", fontsize=9)
-            if j == 0:
-                ax_s.set_ylabel(bb, fontsize=9, fontweight="bold")
-                ax_l.set_ylabel(bb, fontsize=9, fontweight="bold")
+            if j == 0:  # a long backbone label (a user's run) is wrapped, so the two rows' labels never meet
+                ax_s.set_ylabel(_wrap_label(bb), fontsize=9, fontweight="bold")
+                ax_l.set_ylabel(_wrap_label(bb), fontsize=9, fontweight="bold")
+            for ax in (ax_s, ax_l):
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # whole iterations only
             ax_l.set_xlabel("iteration", fontsize=8)
     handles = [Line2D([], [], color=colors[m], marker=markers[m], label=m) for m in methods]
     if not pf.empty:

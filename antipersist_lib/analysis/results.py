@@ -16,6 +16,7 @@ never an alphabetical pivot.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,32 @@ def load_manifest(run: str | Path) -> dict[str, Any]:
     return RunDirectory(run).read_manifest()
 
 
+#: manifest fields that must agree for runs to be averaged as seeds of one design (run folder, backbone and
+#: benchmark already do): everything that changes what a seed measures, but the seed and the iteration count
+AVERAGED_SETTINGS = (
+    "method_params",
+    "train_per_iteration",
+    "max_steps",
+    "agent",
+    "partition_hash",
+    "train_pool_limit",
+    "heldout_limit",
+    "subset",
+    "task_types",
+    "embedding",
+    "request_shape",
+    "benchmark_options",
+)
+
+
+def _mixed_settings(group: tuple[str, str, str], made: dict[str, list[str]]) -> str:
+    """One sentence: which settings differ between the runs of ``group`` (run folder, backbone, benchmark)."""
+    versions = [json.loads(k) for k in made]
+    differ = sorted(k for k in AVERAGED_SETTINGS if len({json.dumps(v.get(k), sort_keys=True) for v in versions}) > 1)
+    shown = ", ".join(f"{k} ({' vs '.join(json.dumps(v.get(k), sort_keys=True) for v in versions)})" for k in differ)
+    return f"{'/'.join(group)}: {len(versions)} settings among {sum(len(r) for r in made.values())} runs, differing in {shown}"
+
+
 def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only: bool = True) -> pd.DataFrame:
     """One row per (run, iteration) for every run under ``roots`` (a path or a list of paths).
 
@@ -68,6 +95,7 @@ def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only
     rows = []
     seen: dict[tuple[str, str, str, int], Path] = {}
     shadowed: list[str] = []
+    settings: dict[tuple[str, str, str], dict[str, list[str]]] = {}  # a group's settings -> its runs
     runs = find_runs(roots, base=base)
     incomplete = [run for run in runs if not RunDirectory(run).is_complete()] if complete_only else []
     for run in [r for r in runs if r not in incomplete]:
@@ -77,6 +105,10 @@ def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only
             shadowed.append(f"{run} (same run as {seen[identity]})")
             continue
         seen[identity] = run
+        made_with = json.dumps({k: man.get(k) for k in AVERAGED_SETTINGS}, sort_keys=True, default=str)
+        settings.setdefault((run.parent.name, man["backbone"], man["benchmark"]), {}).setdefault(made_with, []).append(
+            str(run)
+        )
         held = RunDirectory(run).read_episodes("heldout")
         train = RunDirectory(run).read_episodes("train")
         for it in sorted({r["iteration"] for r in held}):
@@ -107,6 +139,15 @@ def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only
     df = pd.DataFrame(rows)
     df.attrs["shadowed"] = shadowed
     df.attrs["incomplete"] = [str(r) for r in incomplete]
+    mixed = [_mixed_settings(group, made) for group, made in settings.items() if len(made) > 1]
+    df.attrs["mixed_settings"] = mixed
+    if mixed:
+        warnings.warn(
+            "runs that the tables average as seeds of one design were made with different settings: "
+            + "; ".join(mixed)
+            + ". Give each setting its own run name (or runs root) to keep them apart.",
+            stacklevel=2,
+        )
     if incomplete:
         warnings.warn(
             f"{len(incomplete)} run(s) still in progress left out (not every held-out episode is recorded): "

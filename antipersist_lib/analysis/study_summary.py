@@ -329,6 +329,18 @@ def png_fingerprint(path: str | Path) -> str | None:
     return desc[len(key) :] if desc.startswith(key) else None
 
 
+def seed_positions(x: float, scores: list[float], step: float = 0.13) -> list[float]:
+    """Where each seed's dot goes: at ``x``, and seeds with the same score set side by side (``step`` apart,
+    centred), so no seed hides behind another."""
+    out, seen = [], {}
+    groups = {v: scores.count(v) for v in scores}
+    for v in scores:
+        k = seen.get(v, 0)
+        seen[v] = k + 1
+        out.append(x + (k - (groups[v] - 1) / 2) * step)
+    return out
+
+
 def study_figure(summary: dict[str, Any]) -> Any:
     """One panel per benchmark: each design's held-out score after the final iteration, a bar for the mean over
     seeds and a dot per seed, with the episodes solved (all seeds together) above each bar."""
@@ -359,7 +371,14 @@ def study_figure(summary: dict[str, Any]) -> Any:
             mean = float(mine["score"].mean())
             lows.append(min(mean, float(mine["score"].min())))
             ax.bar(i, mean, color=colors[m], alpha=0.55, width=0.7)
-            ax.scatter([i] * len(mine), mine["score"], color=colors[m], edgecolor="black", zorder=3, s=22)
+            ax.scatter(
+                seed_positions(i, mine["score"].tolist()),
+                mine["score"],
+                color=colors[m],
+                edgecolor="black",
+                zorder=3,
+                s=22,
+            )
             solved = int(round(float((mine["success"] / 100 * mine["n"]).sum())))
             top = max(mean, float(mine["score"].max()), 0.0)
             tops.append(top)

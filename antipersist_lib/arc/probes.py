@@ -624,6 +624,10 @@ def run_probes(
         if bb.note:
             log(f"NOTE: {bb.note}")
         cache = ResponseCache(out / CACHE_DIR) if use_cache else None
+        log(
+            f"probes {out}: {len(specs)} stream(s), model {bb.endpoint.model} at "
+            f"{bb.endpoint.base_url}, response cache {cache.root if cache is not None else 'off'}"
+        )
         with Ledger(out / LEDGER_FILE) as ledger:
             llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
             atomic_write_json(
@@ -637,6 +641,7 @@ def run_probes(
                     log(f"{name}: complete, kept")
                     continue
                 bb.check_endpoints(f"probes {out}")
+                log(f"{name}: started")
                 t0 = time.monotonic()
                 with ledger.tag(stream=name):
                     with_restarts(

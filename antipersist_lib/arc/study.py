@@ -1017,18 +1017,25 @@ def run_profile(
         if bb.note:
             log(f"NOTE: {bb.note}")
         cache = ResponseCache(out / CACHE_DIR) if profile.response_cache else None
+        conditions = list(profile.all_conditions())
+        log(
+            f"study {out}: {len(conditions)} condition(s) on {len(train)} stream task(s) "
+            f"({', '.join(f'{k} {len(v)}' for k, v in evalsets.items())} evaluated), model {bb.endpoint.model} at "
+            f"{bb.endpoint.base_url}, response cache {cache.root if cache is not None else 'off'}"
+        )
         with Ledger(out / LEDGER_FILE) as ledger:
             llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
             atomic_write_json(
                 out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s, sandbox)
             )
             fig2_tasks, fig2_sel = _fig2_slice(profile, out, train, llm, bb, ledger, log)
-            for cond in profile.all_conditions():
+            for n, cond in enumerate(conditions, start=1):
                 folder = out / CONDITIONS_DIR / cond.name
                 if (folder / DONE_FILE).exists():
                     log(f"{cond.name}: complete, kept")
                 else:
                     bb.check_endpoints(f"study {out}")
+                    log(f"{cond.name} ({n} of {len(conditions)}): started")
                     t0 = time.monotonic()
                     with ledger.tag(condition=cond.name):
                         tasks_of, sets_of = (

@@ -515,6 +515,11 @@ def run_study(
         ) as models:
             if models.note:
                 print("note:", models.note)
+            print(
+                f"consolidation study {out}: {profile.benchmark}, model {models.endpoint.model} at "
+                f"{models.endpoint.base_url}, {len(pool)} pool record(s)",
+                flush=True,
+            )
             regime_llms = _regime_llms(profile, ledger, out)
             manifest = _manifest(profile, models, fingerprint, started, status="running", regime_llms=regime_llms)
             atomic_write_json(out / MANIFEST_FILE, manifest)

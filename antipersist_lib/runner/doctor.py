@@ -13,6 +13,8 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    #: empty: every job needs it; else the jobs that do (a missing optional part does not fail ``doctor``)
+    needed_for: str = ""
 
 
 def _try(name: str, fn: Callable[[], str], fix: str) -> Check:
@@ -236,7 +238,15 @@ def run_checks(
 def report(checks: list[Check]) -> str:
     lines = []
     for c in checks:
-        lines.append(f"[{'ok' if c.ok else 'MISSING'}] {c.name}: {c.detail}")
+        state = "ok" if c.ok else ("MISSING" if not c.needed_for else "missing, optional")
+        lines.append(f"[{state}] {c.name}: {c.detail}")
+        if not c.ok and c.needed_for:
+            lines.append(f"        needed only for: {c.needed_for}")
         if not c.ok and c.fix:
             lines.append(f"        fix: {c.fix}")
     return "\n".join(lines)
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when everything every job needs is there (an optional part may be missing), else 1."""
+    return 0 if all(c.ok or c.needed_for for c in checks) else 1

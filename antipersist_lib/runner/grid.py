@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -57,8 +58,9 @@ from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.methods import METHODS, validate_method_params
 from antipersist_lib.methods.frozen_skills import SEED_PLACEHOLDER, params_for_seed
+from antipersist_lib.rundir import RunDirectory, count_lines
 from antipersist_lib.runner.main_job import VARIANT_KEYS
-from antipersist_lib.runner.protocol import RunSpec, of_types, uses_judge
+from antipersist_lib.runner.protocol import RunSpec, of_types, uses_judge, work_left
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
@@ -480,7 +482,7 @@ def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutco
 def grid_probes(grid: Grid) -> list[Probe]:
     """The distinct endpoints the grid's unfinished runs need: each (base URL, model) chat endpoint, and
     each embedding endpoint of a run whose method embeds (the in-process embedder is checked by its run)."""
-    from antipersist_lib.runner.protocol import uses_embeddings, work_left
+    from antipersist_lib.runner.protocol import uses_embeddings
 
     probes: list[Probe] = []
     for r in grid.runs:
@@ -503,6 +505,44 @@ def check_endpoints(grid: Grid, *, verbose: bool = True) -> list[ProbeResult]:
         for r in results:
             print(f"  preflight ok: {r.probe.describe()} {r.detail} ({r.seconds:.1f} s)", flush=True)
     return results
+
+
+#: how often a running grid says what its runs have recorded (runs take hours; their own bars are off)
+HEARTBEAT_S = 30.0
+
+
+class _Heartbeat:
+    """A line every ``HEARTBEAT_S`` while a grid runs: episodes and model calls its run folders hold so far,
+    read from the files the runs write (whichever executor, process or machine runs them)."""
+
+    def __init__(self, grid: Grid, every_s: float | None = None) -> None:
+        self._grid = grid
+        self._every_s = HEARTBEAT_S if every_s is None else every_s
+        self._stop = threading.Event()
+        self._start = self._counts()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="grid-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _counts(self) -> tuple[int, int]:
+        episodes = calls = 0
+        for r in self._grid.runs:
+            layout = RunDirectory(r.spec.run_dir())
+            episodes += count_lines(layout.episodes_path("train")) + count_lines(layout.episodes_path("heldout"))
+            calls += count_lines(layout.calls_path)
+        return episodes, calls
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every_s):
+            episodes, calls = self._counts()
+            print(
+                f"grid {self._grid.name}: {time.monotonic() - self._t0:.0f} s: {episodes - self._start[0]} episode(s) "
+                f"and {calls - self._start[1]} model call(s) recorded since the start",
+                flush=True,
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def run_grid(
@@ -532,8 +572,21 @@ def run_grid(
                 flush=True,
             )
 
+    if verbose:
+        left = sum(1 for r in grid.runs if work_left(r.spec))
+        caches = sorted({r.spec.cache_dir or "off" for r in grid.runs})
+        print(
+            f"grid {grid.name}: {total} runs ({left} with work left) on {executor}, up to {grid.max_parallel} at "
+            f"once; run folders under {grid.out_root}; response cache {', '.join(caches)}",
+            flush=True,
+        )
     t0 = time.monotonic()
-    outcomes = {"ray": _run_ray, "process": _run_process, "serial": _run_serial}[executor](grid, on_done)
+    heartbeat = _Heartbeat(grid) if verbose else None
+    try:
+        outcomes = {"ray": _run_ray, "process": _run_process, "serial": _run_serial}[executor](grid, on_done)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
     order = {r.spec.run_dir().as_posix(): i for i, r in enumerate(grid.runs)}
     outcomes.sort(key=lambda o: order.get(Path(o.run_dir).as_posix(), 0))
     failed = [o for o in outcomes if o.status != "ok"]

@@ -20,7 +20,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from antipersist_lib.errors import EmbeddedServerError, LLMUnavailableError
-from antipersist_lib.jsonl import atomic_write_json, atomic_write_text
+from antipersist_lib.jsonl import atomic_write_json, atomic_write_text, read_jsonl
 from antipersist_lib.methods import METHODS
 from antipersist_lib.methods.frozen_skills import params_for_seed
 from antipersist_lib.rundir import RunDirectory
@@ -431,8 +431,15 @@ def _row(spec: RunSpec, summaries: list[IterationSummary], backbone: str, second
         # an evaluation-only run (train_per_iteration: 0) has no training success: null, not NaN (JSON has none)
         "train_success": None if math.isnan(last.train_success) else last.train_success,
         "seconds": None if seconds is None else round(seconds, 1),
+        # the run's model calls (all its sessions) and how many the response cache answered
+        **_ledger_counts(spec),
         "run_dir": str(spec.run_dir()),
     }
+
+
+def _ledger_counts(spec: RunSpec) -> dict[str, int]:
+    calls = [x.value for x in read_jsonl(RunDirectory(spec.run_dir()).calls_path) if isinstance(x.value, dict)]
+    return {"model_calls": len(calls), "calls_replayed": sum(1 for c in calls if c.get("cached"))}
 
 
 def _read_seconds(path: Path) -> dict[str, float]:
@@ -867,14 +874,16 @@ def _write_tables(
         "",
         "Each run:",
         "",
-        "| benchmark | run | seed | held-out success (final it.) | held-out score | n | calls/task | steps | run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| benchmark | run | seed | held-out success (final it.) | held-out score | n | calls/task | steps | "
+        "calls replayed from the cache | run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['benchmark']} | {r['run']} | {r['seed']} | {100 * r['heldout_success_final']:.1f}% | "
             f"{r['heldout_score_final']:.2f} | {r['heldout_n']} | "
-            f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | `{r['run_dir']}` |"
+            f"{r['mean_calls_per_task']:.2f} | {r['mean_steps']:.2f} | "
+            f"{r['calls_replayed']} of {r['model_calls']} | `{r['run_dir']}` |"
         )
     lines += [
         "",

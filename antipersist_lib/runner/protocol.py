@@ -481,6 +481,8 @@ class Runner:
             raise ValueError("judge_endpoint needs spec.judge: the label the manifest names the judge by")
         # ``embedding: embedded``: the in-process MiniLM embedder, started by ``run`` and stopped after it
         self._embedder_server: Any = None
+        self._first_env: Environment | None = None  # the engine the checks started, reused for training
+        self._checked = False  # whether the endpoints answered the preflight (``_check_before_folder``)
         if embed_endpoint is None and spec.embedding == EMBEDDED:
             from antipersist_lib.serving.embedded import EmbeddedEmbedder
 
@@ -504,11 +506,13 @@ class Runner:
 
     def _manifest(
         self,
-        env: Environment,
-        method: Method,
+        env: Environment | None,
+        method: Method | None,
         demonstrations: DemonstrationLibrary | None = None,
         servers: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The run's manifest; without ``env`` and ``method`` (the checks before the run folder) it still holds
+        every ``IDENTITY_KEYS`` field, and leaves out what only they know."""
         s = self.spec
         agent = dataclasses.asdict(self.agent_config)
         if not self.agent_config.icl_examples:  # off: the agent block of runs made before the option
@@ -523,10 +527,10 @@ class Runner:
             "kit": "antipersist",
             "method": s.method,
             "method_params": s.method_params,
-            "method_config": method.describe(),
+            **({"method_config": method.describe()} if method is not None else {}),
             "benchmark": s.benchmark,
             "benchmark_options": s.benchmark_options,
-            "engine": env.engine_info(),
+            **({"engine": env.engine_info()} if env is not None else {}),
             "partition_hash": self.partition.hash,
             "partition_seed": self.partition.seed,
             "train_pool_limit": s.train_pool_limit,
@@ -545,7 +549,7 @@ class Runner:
             **({"request_shape": shaped} if (shaped := self.endpoint.request_shape.identity()) else {}),
             **({"embedded_backbone": self.backbone_info} if self.backbone_info else {}),
             "embedding": s.embedding_label,
-            "embedding_endpoint": self.embed_endpoint.describe(),
+            **({"embedding_endpoint": self.embed_endpoint.describe()} if self.embed_endpoint is not None else {}),
             **self._judge_manifest(),
             "seed": s.seed,
             "iterations": s.iterations,
@@ -563,17 +567,46 @@ class Runner:
     # -- the run ----------------------------------------------------------------------------
 
     def run(self) -> list[IterationSummary]:
-        """Run or resume; with ``embedding: embedded`` the in-process embedder is started first and stopped
-        however the run ends. Once the engine is checked (a missing engine stops the run before any request)
-        and before the method's first step, a run with work left checks its endpoints (``preflight``)."""
+        """Run or resume. Everything that can be checked without the run folder is checked before it is
+        written (``_check_before_folder``), so a run that fails a check leaves nothing behind and the corrected
+        command starts afresh. With ``embedding: embedded`` the in-process embedder is started after the
+        cheaper checks (it takes seconds to load) and stopped however the run ends."""
         try:
-            if self._embedder_server is not None:
-                self._embedder_server.start()
-                self.embed_endpoint = self._embedder_server.endpoint
+            self._check_before_folder()
             return self._run()
         finally:
             if self._embedder_server is not None:
                 self._embedder_server.stop()
+
+    def _start_embedder(self) -> None:
+        if self._embedder_server is not None:
+            self._embedder_server.start()  # a no-op when it runs already
+            self.embed_endpoint = self._embedder_server.endpoint
+
+    def _check_before_folder(self) -> None:
+        """In order of cost, before the run folder exists: the method's parameters (built once with no
+        model), the engine (no Java, no game data), the chat endpoints, then the embedder (started here when
+        embedded) and its endpoint. A finished run, or one with ``preflight: false``, asks no endpoint."""
+        from antipersist_lib.methods import validate_method_params
+
+        s = self.spec
+        validate_method_params(s.method, s.method_params, s.benchmark, seed=s.seed, endpoint=self.endpoint)
+        # a run held by another process, or one recorded with another configuration, is refused before any request
+        RunDirectory(s.run_dir()).check_resumable(self._manifest(None, None), IDENTITY_KEYS)
+        self._checked = s.preflight and self.work_left()
+        if not self._checked:
+            self._start_embedder()
+            return
+        env = self.env_factory()
+        try:
+            getattr(env, "check_available", lambda: None)()  # no Java: named before any request
+            self.preflight(("chat",))
+            self._start_embedder()
+            self.preflight(("embedding",))
+        except BaseException:
+            env.close()
+            raise
+        self._first_env = env
 
     def work_left(self) -> bool:
         return work_left(self.spec, len(self.heldout))
@@ -596,23 +629,22 @@ class Runner:
         }
         return {**({"judge": s.judge_label} if s.judge else {}), "judge_model": model}
 
-    def preflight(self) -> None:
-        """One small chat request, and one embedding request when the method embeds, before the first task
-        (and one to the judge model when the run names one); ``PreflightError`` names the endpoint that
-        failed. Not recorded in the ledger or the cache."""
+    def preflight(self, kinds: Sequence[str] = ("chat", "embedding")) -> None:
+        """One small chat request (and one to the judge model when the run names one), and one embedding
+        request when the method embeds, before the run folder is written; ``PreflightError`` names the endpoint
+        that failed. Not recorded in the ledger or the cache."""
         from antipersist_lib.serving.preflight import Probe, run_preflight
 
         s = self.spec
-        probes = [Probe("chat", self.endpoint, f"backbone {s.backbone}")]
-        if self.judge_endpoint is not None:
-            probes.append(Probe("chat", self.judge_endpoint, f"judge {s.judge}"))
-        if uses_embeddings(s.method):
+        probes = []
+        if "chat" in kinds:
+            probes.append(Probe("chat", self.endpoint, f"backbone {s.backbone}"))
+            if self.judge_endpoint is not None:
+                probes.append(Probe("chat", self.judge_endpoint, f"judge {s.judge}"))
+        if "embedding" in kinds and uses_embeddings(s.method):
             probes.append(Probe("embedding", self.embed_endpoint, f"embedding {s.embedding}"))
-        run_preflight(probes, what=f"run {s.benchmark}/{s.backbone_label}/{s.run_name}/seed{s.seed}")
-
-    def _check_before_start(self, env: Environment) -> None:
-        getattr(env, "check_available", lambda: None)()  # no Java: named before any request
-        self.preflight()
+        if probes:
+            run_preflight(probes, what=f"run {s.benchmark}/{s.backbone_label}/{s.run_name}/seed{s.seed}")
 
     def _run(self) -> list[IterationSummary]:
         spec = self.spec
@@ -651,12 +683,9 @@ class Runner:
                 MethodContext(llm, embedder, layout.state_dir, spec.seed, spec.benchmark, self.fsync, judge_llm),
                 **params_as_recorded(spec.method, spec.method_params, recorded),
             )
-            train_env = self.env_factory()
+            train_env = self._first_env or self.env_factory()
             envs.append(train_env)
-            check = spec.preflight and self.work_left()
-            if check and self.agent_config.icl_examples:
-                # building demonstrations replays expert paths for minutes: fail fast on a dead endpoint first
-                self._check_before_start(train_env)
+            check = self._checked  # the endpoints answered before the folder was written (run())
             demos = self._demonstrations(layout, train_env)
             # the servers the cache files this invocation's replies under (a run with nothing left asks none)
             servers = {
@@ -665,8 +694,6 @@ class Runner:
                 if self.work_left() and client is not None and (ident := client.cache_identity()) is not None
             }
             resumed = rd.check_or_write_manifest(self._manifest(train_env, method, demos, servers), IDENTITY_KEYS)
-            if check and not self.agent_config.icl_examples:
-                self._check_before_start(train_env)  # before method.begin and the first task
             method.begin()
             work = self.work_left()
             if spec.progress and work:

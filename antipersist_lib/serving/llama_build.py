@@ -221,7 +221,7 @@ def installed_build(baseline: str | None = None) -> LlamaBuild:
     if not info_path.exists():
         raise BenchmarkUnavailableError(
             f"llama.cpp is not built for baseline {name!r} (no {info_path}). Fix: `make llama` (or "
-            f"`python -m antipersist_lib llama build --baseline {name}`); about 8 minutes on 2 cores."
+            f"`python -m antipersist_lib llama build --baseline {name}`); minutes on 2 cores (docs/embedded-default.md)."
         )
     build = LlamaBuild(root, json.loads(info_path.read_text(encoding="utf-8")))
     if not build.server.exists():
@@ -349,11 +349,28 @@ def _compiler() -> str:
         return "unknown"
 
 
-def _run_logged(cmd: list[str], log_path: Path, what: str) -> None:
+#: how often a long compile says how far it is (cmake prints "[ 42%] Building ..." lines into the log)
+PROGRESS_EVERY_S = 15.0
+_PERCENT = re.compile(rb"^\[\s*(\d+)%\]")
+
+
+def _run_logged(cmd: list[str], log_path: Path, what: str, progress: Callable[[str], None] | None = None) -> None:
+    """Run ``cmd`` with its output appended to ``log_path``; with ``progress``, the last percentage cmake printed
+    is passed on every ``PROGRESS_EVERY_S`` seconds, so minutes of compiling are never silent."""
+    started = last = time.monotonic()
     with open(log_path, "ab") as fh:
         fh.write(("\n$ " + " ".join(cmd) + "\n").encode())
         fh.flush()
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            m = _PERCENT.match(line)
+            now = time.monotonic()
+            if progress is not None and m and now - last >= PROGRESS_EVERY_S:
+                last = now
+                progress(f"  {what}: {int(m.group(1))}% after {now - started:.0f} s")
+        proc.wait()
     if proc.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
         raise BenchmarkUnavailableError(f"{what} failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
@@ -393,6 +410,7 @@ def compile_sources(
         ["cmake", "--build", str(dest / "build"), "--config", "Release", "-j", str(jobs), "--target", *TARGETS],
         log_path,
         "cmake build",
+        progress=lambda line: log(line),
     )
     record = dest / COMPILE_FILE
     spent = time.monotonic() - t0

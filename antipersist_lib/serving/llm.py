@@ -204,6 +204,75 @@ class _Backoff:
             return ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
 
 
+#: a call in flight is reported at WARNING after this share of its endpoint's ``timeout_s`` (and again after each
+#: further share), but never sooner than ``STALL_REPORT_MIN_S``: a server that accepts and never answers is named
+#: within 30 s at the default 120 s timeout (20 s at the preflight's 30 s), and a slow CPU server (900 s) is not reported
+#: for ordinary waits
+STALL_REPORT_SHARE = 0.25
+STALL_REPORT_MIN_S = 20.0
+
+
+class _StallWatch:
+    """One thread for the process that names every call waiting longer than its endpoint's report interval:
+    the endpoint, the model, how long so far and when the attempt gives up (``timeout_s``), so a stalled server
+    is never a silent hang."""
+
+    def __init__(self, tick_s: float = 2.0) -> None:
+        self._tick_s = tick_s
+        self._lock = threading.Lock()
+        self._calls: dict[int, list[Any]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def begin(self, endpoint: Endpoint, purpose: str) -> int:
+        with self._lock:
+            self._next += 1
+            now = time.monotonic()
+            self._calls[self._next] = [endpoint, purpose, now, now]
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="stall-watch", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def end(self, token: int) -> None:
+        with self._lock:
+            self._calls.pop(token, None)
+
+    def watched(self, attempt: Callable[[], T], endpoint: Endpoint, purpose: str) -> T:
+        """``attempt()``, reported while it waits too long."""
+        token = self.begin(endpoint, purpose)
+        try:
+            return attempt()
+        finally:
+            self.end(token)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self._tick_s)
+            now = time.monotonic()
+            with self._lock:
+                due = []
+                for entry in self._calls.values():
+                    endpoint, purpose, started, reported = entry
+                    every = max(STALL_REPORT_MIN_S, STALL_REPORT_SHARE * endpoint.timeout_s)
+                    if now - reported >= every:
+                        entry[3] = now
+                        due.append((endpoint, purpose, now - started))
+            for endpoint, purpose, waited in due:
+                log.warning(
+                    "still waiting for the %s reply from %s (model %s): %.0f s so far; this attempt gives up at "
+                    "%.0f s (the endpoint's timeout_s)",
+                    purpose,
+                    endpoint.base_url,
+                    endpoint.model,
+                    waited,
+                    endpoint.timeout_s,
+                )
+
+
+_STALLS = _StallWatch()
+
+
 def _call_with_retries(
     attempt: Callable[[], T], *, endpoint: Endpoint, purpose: str, max_retries: int, backoff: _Backoff
 ) -> tuple[T, int]:
@@ -216,7 +285,7 @@ def _call_with_retries(
     retries = 0
     while True:
         try:
-            return attempt(), retries
+            return _STALLS.watched(attempt, endpoint, purpose), retries
         except Exception as exc:  # classified below; non-endpoint errors are re-raised
             if isinstance(exc, openai.APIStatusError) and exceeds_context(exc):
                 raise ContextLengthError(
