@@ -146,6 +146,9 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 def _cmd_partition(args: argparse.Namespace) -> int:
     from antipersist_lib.envs.partitions import save_partition
 
+    if args.heldout_set and args.benchmark != "alfworld":
+        print(f"error: {args.benchmark!r} has no named held-out sets to draw", file=sys.stderr)
+        return 2
     if args.benchmark == "webshop":
         if not args.goals:
             print("error: WebShop's partition needs --goals <instruction file>", file=sys.stderr)
@@ -165,6 +168,14 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         from antipersist_lib.envs.appworld import build_appworld_partition
 
         part = build_appworld_partition(args.dataset, seed=args.seed)
+    elif args.benchmark == "alfworld" and args.heldout_set:
+        from antipersist_lib.envs.alfworld import SEEN_HELDOUT_SET, build_alfworld_seen_heldout
+        from antipersist_lib.envs.partitions import heldout_set_path
+
+        if args.heldout_set != SEEN_HELDOUT_SET:
+            heldout_set_path(args.benchmark, args.heldout_set)  # an unknown name: the error names the known ones
+        part = build_alfworld_seen_heldout(seed=args.seed)
+        args.out = args.out or heldout_set_path(args.benchmark, args.heldout_set)
     elif args.benchmark == "alfworld":
         from antipersist_lib.envs.alfworld import build_alfworld_partition
 
@@ -816,6 +827,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pa.add_argument("--seed", type=int, default=42, help="the draw's seed (the kit's partitions use 42)")
     pa.add_argument("--out", help="where to write (default: the kit's data/partitions/<benchmark>.json)")
+    pa.add_argument(
+        "--heldout-set",
+        default=None,
+        help="draw this named held-out set instead (ALFWorld: valid_seen_balanced_48, the faulty-memories "
+        "paper's App. F.1 split); written to data/partitions/<benchmark>.<name>.json",
+    )
     pa.set_defaults(func=_cmd_partition)
 
     for command, what, example in (

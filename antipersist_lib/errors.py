@@ -46,6 +46,17 @@ class ContextLengthError(LLMRequestError):
     """The endpoint refused the prompt as longer than the model's context (a 400 that says so)."""
 
 
+class ContextOverflowError(ValueError):
+    """A prompt would not fit the backbone's context; raised by the kit before the request is sent (a profile
+    check at load time, or the guard around every call), with the sizes and the fix in its message."""
+
+    def __init__(self, message: str, *, needed_tokens: int, context_length: int, reply_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.needed_tokens = needed_tokens  # prompt text and reply cap together
+        self.context_length = context_length
+        self.reply_tokens = reply_tokens
+
+
 class ReasoningBudgetError(LLMRequestError):
     """A reply with no answer: its tokens went to reasoning, or it was cut at the token limit. Retrying the
     same request gives the same; the message names the fix (budget, reasoning effort, thinking off)."""

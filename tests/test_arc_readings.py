@@ -300,6 +300,7 @@ def test_evaluation_repeats_average_and_differ_by_seed(make_clients, tasks):
 BASE = {
     "name": "readings",
     "backbone": "embedded",
+    "backbone_options": {"n_ctx": 65536},  # a context the load-time prompt check accepts
     "train_pool": {"name": "train19", "seed": 0},
     "heldout_pool": {"name": "heldout50", "seed": 0, "limit": 2},
     "task_examples": {"n_train": 2, "n_test": 2},
@@ -542,7 +543,9 @@ def test_shipped_paper_profile_reads_the_paper():
     root = Path(__file__).resolve().parents[1]
     paper = study.load_study_profile(root / "params" / "arc" / "paper.yaml")
     assert paper.buffer_reading == "batch" and paper.coverage_average == "checkpoints"
-    assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, None), (8, 8, None)}
+    # |B| fresh tasks per step, the buffer's budget apart from it: Table 4's 50 (kit's choice at |B| = 1)
+    assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, 50), (8, 8, 50)}
+    assert paper.train_pool.name == "fresh" and paper.train_pool.limit == 400 * 8
     assert paper.stream["decide_on"] == "passing" and paper.eval_repeats == 2
     assert paper.fig2 is not None and (paper.fig2.n_tasks, paper.fig2.revisits) == (19, 10)
     assert paper.fig2.select == "no_memory_pass" and paper.fig2.steps == 190

@@ -34,6 +34,7 @@ EXTRACTION = (
 TINY = {
     "name": "tiny",
     "backbone": "embedded",  # overridden by the explicit endpoint: nothing is started
+    "backbone_options": {"n_ctx": 65536},  # a context the load-time prompt check accepts
     "train_pool": {"name": "train19", "seed": 0},
     "heldout_pool": {"name": "heldout50", "seed": 0, "limit": 2},
     "task_examples": {"n_train": 2, "n_test": 2},
@@ -288,8 +289,8 @@ def test_the_shipped_profiles_load():
     assert {c.regime for c in smoke.conditions} == {"force", "auto", "episodic_only"}
     paper = study.load_study_profile(ROOT / "params" / "arc" / "paper.yaml")
     assert paper.heldout_pool.name == "heldout50" and paper.heldout_pool.limit is None
-    # Table 4's |B| read as the tasks per step (buffer uncapped): |B| = 1 and 8, GT and Running
-    assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, None), (8, 8, None)}
+    # Table 4's |B| read as the tasks per step, the buffer capped at Table 4's 50: |B| = 1 and 8, GT and Running
+    assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, 50), (8, 8, 50)}
     assert {c.source for c in paper.conditions} == {"gt", "running"}
     assert set(paper.surgery["conditions"]) <= {c.name for c in paper.conditions}
     cpu = study.load_study_profile(ROOT / "params" / "arc" / "cpu.yaml")  # issue 22: three seeds on the 1.5B model

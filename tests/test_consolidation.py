@@ -33,7 +33,9 @@ from antipersist_lib.consolidation.pool import (
     load_pool,
     pool_from_runs,
     save_pool,
+    summarize,
     summarize_trajectory,
+    summary_coverage,
 )
 from antipersist_lib.consolidation.regimes import BANK_FILE, SNAPSHOTS_FILE, build_memory, make_builder
 from antipersist_lib.core.agent import EpisodeResult
@@ -224,17 +226,124 @@ def test_pool_from_runs_keeps_successes_and_names_each_record(tmp_path):
         pool_from_runs([])
 
 
-def test_summarized_log_is_deterministic_and_trimmed_from_the_middle():
+def test_summarized_log_is_deterministic_and_keeps_every_action_before_dropping_any():
     r = rec("long", n_steps=60)
     full = summarize_trajectory(r, 100_000)
     assert full == summarize_trajectory(r, 100_000)
     assert "Outcome: SUCCESS" in full and "60. go to place 59" in full
     assert "Outcome" not in summarize_trajectory(r, 100_000, with_outcome=False)
-    short = summarize_trajectory(r, 1500)
-    assert len(short) <= 1500 and "steps omitted" in short
-    assert "1. go to place 0" in short and "60. go to place 59" in short  # opening and ending kept
+    short = summarize(r, 1500)  # the old rendering dropped 29 middle steps here
+    assert len(short.text) <= 1500 and "steps omitted" not in short.text and short.actions_kept == 60
+    assert all(f"\n{i + 1}. go to place {i}" in short.text for i in range(60))
+    tiny = summarize(r, 600)  # not even the bare actions fit: middle steps go, and the count says so
+    assert len(tiny.text) <= 600 and "steps omitted" in tiny.text
+    assert 0 < tiny.actions_kept < 60 and tiny.fraction_kept == tiny.actions_kept / 60
+    assert "1. go to place 0" in tiny.text and "60. go to place 59" in tiny.text  # opening and ending kept
     with pytest.raises(ValueError, match="max_chars must be an integer >= 200"):
         summarize_trajectory(r, 50)
+
+
+def heat_record() -> PoolRecord:
+    """An ALFWorld-shaped heat episode: a long room listing, long observations, the defining step in the middle."""
+    room = "You are in the middle of a room. Looking quickly around you, you see " + ", ".join(
+        f"a cabinet {i}" for i in range(30, 0, -1)
+    )
+    shelf = "On the countertop 1, you see " + ", ".join(f"a spoon {i}" for i in range(40))
+    steps = (
+        Step("go to countertop 1", f"You arrive at countertop 1. {shelf}.", 0.0, False),
+        Step("take cup 1 from countertop 1", "You pick up the cup 1 from the countertop 1.", 0.0, False),
+        Step("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed.", 0.0, False),
+        Step("heat cup 1 with microwave 1", "You heat the cup 1 using the microwave 1.", 0.0, False),
+        Step("go to cabinet 4", f"You arrive at cabinet 4. {shelf}.", 0.0, False),
+        Step("move cup 1 to cabinet 4", "You move the cup 1 to the cabinet 4.", 1.0, True),
+    )
+    task = Task(0, "alfworld", "heat", "Your task is to: heat some cup and put it in cabinet.", "train", {})
+    return PoolRecord("heat0", task, Trajectory(room, steps), EpisodeOutcome(True, 1.0, 6, 0), "test")
+
+
+def test_a_900_character_summary_keeps_the_task_defining_step_and_clips_the_rest():
+    r = heat_record()
+    assert len(summarize_trajectory(r, 100_000)) > 900
+    got = summarize(r, 900)
+    assert len(got.text) <= 900 and got.actions_kept == got.actions == 6 and got.fraction_kept == 1.0
+    assert "4. heat cup 1 with microwave 1" in got.text  # the old middle-dropping rendering lost this line
+    assert "Task: Your task is to: heat some cup and put it in cabinet." in got.text  # the task sentence whole
+    assert "a spoon 39" not in got.text  # the long observations are what gave way
+    cover = summary_coverage([r, rec("short")], 900)
+    assert cover["min_fraction_kept"] == 1.0 and cover["records_short"] == 0 and cover["records"] == 2
+    starved = summary_coverage([r, rec("long", n_steps=60)], 600)
+    assert starved["records_short"] == 1 and starved["actions_dropped"] > 0 and starved["min_fraction_kept"] < 1
+
+
+#: the step that defines an ALFWorld type, as the expert walkthrough writes it
+DEFINING_ACTION = {
+    "clean": r"clean \S+ \d+ with sinkbasin",
+    "heat": r"heat \S+ \d+ with microwave",
+    "cool": r"cool \S+ \d+ with fridge",
+}
+
+
+@pytest.mark.slow
+def test_alfworld_paper_profiles_summaries_keep_every_action_of_every_type(alfworld_data):
+    from antipersist_lib.consolidation.profile import load_study_profile
+    from antipersist_lib.consolidation.study import summaries_kept, summary_budgets
+
+    pool = expert_pool("alfworld", 2, seed=0, data_dir=alfworld_data)
+    assert {r.task_type for r in pool} == {"put", "clean", "heat", "cool", "examine", "puttwo"}
+    root = Path(__file__).resolve().parents[1] / "params" / "consolidation"
+    profiles = [load_study_profile(p) for p in sorted(root.glob("*paper*.yaml"))]
+    profiles = [p for p in profiles if p.benchmark == "alfworld"]
+    assert len(profiles) >= 3  # paper, erosion_paper, probe_two_types_paper
+    for profile in profiles:
+        for chars in summary_budgets(profile):
+            for r in pool:
+                for with_outcome in (True, False):
+                    got = summarize(r, chars, with_outcome=with_outcome)
+                    assert got.actions_kept == got.actions, (profile.name, chars, r.rid)
+                    if r.task_type in DEFINING_ACTION:  # the step the old 900-character summary dropped
+                        assert re.search(DEFINING_ACTION[r.task_type], got.text), (profile.name, chars, r.rid)
+        assert all(v["min_fraction_kept"] == 1.0 for v in summaries_kept(profile, pool).values()), profile.name
+
+
+def test_paper_profile_keeps_keep_logs_at_alls_size_and_uncapped():
+    from antipersist_lib.consolidation.profile import load_study_profile
+
+    paper = load_study_profile(Path(__file__).resolve().parents[1] / "params" / "consolidation" / "paper.yaml")
+    keep = make_builder("keep", llm=object(), **paper.options("keep"))
+    assert keep.log_chars == make_builder("all", **paper.options("all")).log_chars == 900  # was 4000
+    assert keep.capped is False and keep.describe()["capped"] is False
+
+
+def test_an_uncapped_keep_is_not_evicted_by_a_capped_stream(make_clients):
+    def keep_all(req):
+        return json.dumps({f"n{i}": "keep" for i in re.findall(r"### n(\d+)", req["messages"][1]["content"])})
+
+    c = make_clients(ScriptedResponder([(by_system(CP.KEEP_SYSTEM), keep_all)]))
+    pool = make_pool(per=3)
+    capped = build_memory(pool, KeepCurator(c.llm), "stream", batch_size=3, homogeneous=True, seed=1, capacity=4)
+    free = build_memory(
+        pool, KeepCurator(c.llm, capped=False), "stream", batch_size=3, homogeneous=True, seed=1, capacity=4
+    )
+    assert len(capped.entries) == 4 and len(free.entries) == 9
+    assert not any(op["op"] == "evict" for ev in free.history for op in ev["ops"])
+    with pytest.raises(ValueError, match="capped must be true or false"):
+        KeepCurator(c.llm, capped="no")
+
+
+def test_log_chars_summary_stores_logs_at_the_consolidators_size():
+    from antipersist_lib.consolidation.profile import load_study_profile
+
+    r = heat_record()
+    logs = all_logs([r])  # default: 4000
+    same = make_builder("all", summary_chars=700, log_chars="summary")
+    assert same.log_chars == 700
+    bank = same.update(MemoryBank("all"), [r])
+    assert bank.entries[0].text == summarize_trajectory(r, 700) != logs.entries[0].text
+    with pytest.raises(ValueError, match="log_chars must be an integer >= 200 or 'summary'"):
+        make_builder("all", log_chars="input")
+    sw = load_study_profile(Path(__file__).resolve().parents[1] / "params" / "consolidation" / "scienceworld.yaml")
+    clin = make_builder("clin", llm=object(), **sw.options("clin"))
+    assert make_builder("all", **sw.options("all")).log_chars == clin.summary_chars  # was 1000 against 3000
 
 
 # -- batches -------------------------------------------------------------------------------------
@@ -456,6 +565,79 @@ Steps:
     none = AWM(c.llm).update(out, [rec("loss2", success=False)])
     assert none.entries == out.entries and none.history[-1]["calls"] == 0
     assert parse_workflows("NONE") == []
+
+
+def test_awm_revise_rewrites_removes_and_adds_workflows_in_neutral_words(make_clients):
+    """H.1.2 reports stored workflows edited between epochs: ``mode: revise`` rewrites a workflow in place (its
+    id kept), removes one and adds one; the append mode could only add. No ALFWorld word reaches the prompt."""
+    reply = """## Workflow w1: Find an item, checked
+When to use: any search task
+Steps:
+1. search {item} (expect: a result list)
+
+## Remove: w2
+
+## Workflow: Compare two results
+Steps:
+1. open {result} (expect: its page)
+"""
+    c = make_clients(ScriptedResponder([(by_system(CP.AWM_SYSTEM), reply)]))
+    start = bank_of(
+        "awm",
+        MemoryEntry("w1", "Steps:\n1. open {thing}", kind="workflow", title="Find an item", sources=["old"]),
+        MemoryEntry("w2", "Steps:\n1. repeat", kind="workflow", title="Loop"),
+        MemoryEntry("w3", "Steps:\n1. stop", kind="workflow", title="Stop"),
+        next_id=4,
+    )
+    out = AWM(c.llm, mode="revise").update(start, [rec("win", "heat")])
+    assert [(e.id, e.title) for e in out.entries] == [
+        ("w1", "Find an item, checked"),
+        ("w3", "Stop"),
+        ("w4", "Compare two results"),
+    ]
+    assert out.entries[0].text.startswith("When to use: any search task") and out.entries[0].sources == ["old", "win"]
+    assert "Remove" not in out.entries[2].text
+    ops = [(op["op"], op["id"]) for op in out.history[-1]["ops"]]
+    assert ops == [("delete", "w2"), ("update", "w1"), ("add", "w4")]
+    (prompt,) = chats(c, CP.AWM_SYSTEM)
+    assert "## Workflow w1: Find an item" in prompt  # the model sees the ids it may rewrite
+    assert not re.search(r"receptacle|\{object\}", prompt, re.I)
+    assert CP.AWM_PLACEHOLDERS_GENERIC in prompt
+    named = make_clients(ScriptedResponder([(by_system(CP.AWM_SYSTEM), "NONE")]))
+    AWM(named.llm, placeholders=["product", "size"]).update(MemoryBank("awm"), [rec("win")])
+    (prompt,) = chats(named, CP.AWM_SYSTEM)
+    assert "{product}, {size}" in prompt and "receptacle" not in prompt
+    with pytest.raises(ValueError, match="AWM mode"):
+        AWM(c.llm, mode="rewrite")
+
+
+def test_clin_rewrite_replaces_the_whole_list_and_the_seed_is_free_count(make_clients):
+    """G.1: the manager rewrites the entire memory (at most 50 items) at every stage, and the seed is a
+    free-count list; the ops mode kept every entry the model did not mention."""
+    seed_reply = json.dumps([{"text": f"insight {i}"} for i in range(12)])
+    c = make_clients(ScriptedResponder([(by_system(CP.CLIN_SYSTEM), seed_reply)]))
+    builder = CLIN(c.llm, capacity=5, update="rewrite", seed_list="free_count")
+    seeded = builder.update(MemoryBank("clin"), [rec("a"), rec("b")])
+    assert len(seeded.entries) == 12  # the model chose the count; the seed is not cut to the cap
+    (seed_prompt,) = chats(c, CP.CLIN_SYSTEM)
+    assert "there is no target count" in " ".join(seed_prompt.split()) and "at most" not in seed_prompt
+    stage = json.dumps(
+        [{"text": "insight 3", "from": ["m4"]}, {"text": "merged 1+2", "from": ["m2", "m3"]}]
+        + [{"text": f"new {i}"} for i in range(6)]
+    )
+    c2 = make_clients(ScriptedResponder([(by_system(CP.CLIN_SYSTEM), stage)]))
+    builder = CLIN(c2.llm, capacity=5, update="rewrite", seed_list="free_count")
+    out = builder.update(seeded, [rec("c")])
+    assert [e.text for e in out.entries] == ["insight 3", "merged 1+2", "new 0", "new 1", "new 2"]
+    assert out.entries[0].id == "m4"  # copied unchanged: the same entry
+    assert out.entries[1].sources == ["a", "b", "c"]
+    ops = out.history[-1]["ops"]
+    assert {"op": "cut", "count": 3} in ops and sum(op["op"] == "delete" for op in ops) == 11
+    (prompt,) = chats(c2, CP.CLIN_SYSTEM)
+    assert "complete list of at most 5 items" in prompt
+    assert builder.describe()["update"] == "rewrite"
+    with pytest.raises(ValueError, match="update must be one of"):
+        CLIN(c.llm, update="append")
 
 
 def test_keep_curator_keeps_deletes_and_drops_undecided(make_clients):

@@ -163,10 +163,13 @@ def test_rollout_generator_shows_the_attempts_to_the_reflector(make_clients, gro
     assert not prompts_under(c, CP.ACE_GENERATOR_SYSTEM)  # the rollouts replace the bullet-naming call
     (prompt,) = prompts_under(c, CP.ACE_REFLECTOR_SYSTEM)
     assert prompt.count("open the WRONG drawer") == 2
-    assert ("Outcome: FAILURE" in prompt) == ground_truth
-    assert ("Reference run of the same task" in prompt) == ground_truth  # the pool's run: GT only
+    # the attempt's own outcome is the environment's feedback: both variants see it (the original ACE does)
+    assert prompt.count("Outcome: FAILURE") == 2
+    assert ("Outcome: SUCCESS" in prompt) == ground_truth  # the reference's outcome
+    assert ("Reference run of the same task" in prompt) == ground_truth  # the target (the pool's run): GT only
     assert ("go to place 1" in prompt) == ground_truth
-    assert (CP.ACE_LABELS_SHOWN_ATTEMPTS in prompt) == ground_truth and (CP.ACE_LABELS_HIDDEN in prompt) != ground_truth
+    assert (CP.ACE_LABELS_SHOWN_ATTEMPTS in prompt) == ground_truth
+    assert (CP.ACE_LABELS_ATTEMPT_OUTCOME in prompt) != ground_truth and CP.ACE_LABELS_HIDDEN not in prompt
     event = out.history[-1]
     assert event["rollouts"] == [
         {"task": "r1", "success": False, "steps": 1, "infra_failure": False},
@@ -261,3 +264,108 @@ def test_a_rollout_generator_without_an_engine_is_refused_with_the_fix(make_clie
         ACE(c.llm, c.embedder, generator="rollouts")
     with pytest.raises(ValueError, match="rollout= is the generator"):
         ACE(c.llm, c.embedder, rollout=FakeRollout())
+
+
+# -- the paper's reading as profile keys (issue 43) ----------------------------------------------
+
+
+def paper_profiles():
+    from pathlib import Path
+
+    from antipersist_lib.consolidation.profile import load_study_profile
+
+    root = Path(__file__).resolve().parents[1] / "params" / "consolidation"
+    return {p.stem: load_study_profile(p) for p in sorted(root.glob("*paper*.yaml"))}
+
+
+def test_paper_profiles_run_aces_generator_and_its_paper_reading():
+    """Every paper profile that builds ACE runs its generator on the engine (so ACE and ACE_GT differ by the
+    target, Table 2), reflects per trajectory (G.2), merges any pair (G.3) and caps nothing (H.1.1)."""
+    runs_ace = {name: p for name, p in paper_profiles().items() if {"ace", "ace_gt"} & set(p.builders)}
+    assert "paper" in runs_ace
+    for name, profile in runs_ace.items():
+        for b in {"ace", "ace_gt"} & set(profile.builders):
+            opts = profile.options(b)
+            assert opts.get("generator") == "rollout", (name, b)
+            assert opts.get("reflector") == "per_record" and opts.get("merge") == "any_pair", (name, b)
+            assert opts.get("playbook_token_cap") is None, (name, b)
+
+
+def test_paper_profiles_revise_awm_and_rewrite_the_erosion_list():
+    """H.1.2: AWM re-induces and edits; G.1: the erosion manager rewrites the whole list, seeded free-count;
+    Fig. 1(b): AWM read after 8 to 128 examples."""
+    profiles = paper_profiles()
+    for name, profile in profiles.items():
+        if "awm" in profile.builders:
+            assert profile.options("awm").get("mode") == "revise", name
+    erosion = profiles["erosion_paper"].options("clin")
+    assert erosion["update"] == "rewrite" and erosion["seed_list"] == "free_count" and erosion["capacity"] == 50
+    fig1b = profiles["webshop_awm_paper"].regime("fig1b")
+    assert fig1b.batch_size == 8 and fig1b.steps == [1, 2, 4, 8, 16]  # 8, 16, 32, 64, 128 examples
+
+
+def test_plain_ace_sees_its_rollouts_outcome_but_not_the_reference(make_clients):
+    class Win(FakeRollout):
+        def __call__(self, record, playbook):
+            a = super().__call__(record, playbook)
+            return PoolRecord(a.rid, a.task, a.trajectory, EpisodeOutcome(True, 1.0, 1, 0), "gen")
+
+    prompts = {}
+    for gt in (False, True):
+        c = scripted(make_clients, {"bullet_tags": [], "lessons": []}, [])
+        ACE(c.llm, c.embedder, ground_truth=gt, generator="rollout", rollout=Win()).update(
+            MemoryBank("ace"), [rec("r1", success=False)]
+        )
+        (prompts[gt],) = prompts_under(c, CP.ACE_REFLECTOR_SYSTEM)
+    # the rollout succeeded where the pool's run failed: plain ACE reads the rollout's SUCCESS, never the target
+    assert "Outcome: SUCCESS" in prompts[False] and "Outcome: FAILURE" not in prompts[False]
+    assert "Reference run" not in prompts[False] and "go to place 1" not in prompts[False]
+    assert "Reference run" in prompts[True] and "go to place 1" in prompts[True]
+    assert "Outcome: FAILURE" in prompts[True]  # the reference's own outcome
+
+
+def test_reflector_per_record_reads_each_trajectory_alone_and_the_curator_once(make_clients):
+    reflect = {"bullet_tags": [], "lessons": [{"section": "others", "text": "ALPHA: a lesson", "episodes": [1]}]}
+    curate = [{"op": "ADD", "section": "others", "text": "BETA: one bullet", "lessons": [2]}]
+    c = scripted(make_clients, reflect, curate)
+    builder = ACE(c.llm, c.embedder, reflector="per_record", generator="none")
+    out = builder.update(MemoryBank("ace"), [rec("r1"), rec("r2"), rec("r3")])
+    reflections = prompts_under(c, CP.ACE_REFLECTOR_SYSTEM)
+    assert len(reflections) == 3 and all(p.count("### Episode") == 1 for p in reflections)
+    assert [f"job r{i}" in p for i, p in enumerate(reflections, start=1)] == [True] * 3
+    (curation,) = prompts_under(c, CP.ACE_CURATOR_SYSTEM)
+    assert curation.count("ALPHA: a lesson") == 3  # every record's lessons reach one curator call
+    assert out.entries[0].sources == ["r2"]  # lesson 2 came from the second record's reflection
+    assert out.history[-1]["calls"] == 4 and builder.describe()["reflector"] == "per_record"
+    with pytest.raises(ValueError, match="reflector must be one of"):
+        ACE(c.llm, c.embedder, reflector="per_step")
+
+
+def test_merge_new_only_leaves_old_pairs_and_the_token_cap_drops_the_worst(make_clients):
+    start = MemoryBank(
+        "ace",
+        entries=[
+            MemoryEntry("b1", "ALPHA: old one", section="others", helpful=2),
+            MemoryEntry("b2", "ALPHA: old twin", section="others"),
+            MemoryEntry("b3", "GAMMA: " + "x" * 300, section="others", harmful=1),
+        ],
+        next_id=4,
+    )
+    curate = [{"op": "ADD", "section": "others", "text": "BETA: new"}, {"op": "ADD", "text": "BETA: new twin"}]
+    reflect = {"bullet_tags": [], "lessons": [{"section": "others", "text": "BETA", "episodes": [1]}]}
+    c = scripted(make_clients, reflect, curate)
+    out = ACE(c.llm, c.embedder, generator="none", merge="new_only").update(start, [rec("r1")])
+    assert out.ids == ["b1", "b2", "b3", "b4"]  # the old ALPHA pair stays apart; the new BETA twin merged
+    c = scripted(make_clients, reflect, curate)
+    any_pair = ACE(c.llm, c.embedder, generator="none").update(start, [rec("r1")])
+    assert any_pair.ids == ["b1", "b3", "b4"]
+    c = scripted(make_clients, reflect, curate)
+    builder = ACE(c.llm, c.embedder, generator="none", merge="none", playbook_token_cap=120)
+    capped = builder.update(start, [rec("r1")])
+    (curation,) = prompts_under(c, CP.ACE_CURATOR_SYSTEM)
+    assert "may hold about 120 tokens" in curation
+    # the 300-character bullet with a harmful mark goes first; the rest fit
+    assert "b3" not in capped.ids and "b1" in capped.ids
+    (cap_op,) = [op for op in capped.history[-1]["ops"] if op["op"] == "cap"]
+    assert cap_op["ids"][0] == "b3" and cap_op["tokens"] <= 120
+    assert builder.describe()["merge"] == "none" and builder.dedup_threshold is None

@@ -19,14 +19,48 @@ from antipersist_lib.testing.scripted_policy import errand_policy
 
 
 def test_webshop_actions_fall_into_table_13s_categories():
+    """App. I.1's six categories under the paper's names; "< Prev" counts with the page turns (I.1), an option
+    on a product page is a variant click, a product tab is none of the six."""
+    assert surgery.WEBSHOP_CATEGORIES == (
+        "search",
+        "click ASIN",
+        "click variant",
+        "click [Next >]",
+        "click back",
+        "click [Buy Now]",
+    )
     cat = surgery.webshop_category
     assert cat("search[red shirt under 30 dollars]") == "search"
-    assert cat("click[B09ABCDEF1]") == "item" and cat("click[b0123456zz]") == "item"
-    assert cat("click[Next >]") == "next page" and cat("click[< Prev]") == "prev page"
-    assert cat("click[Buy Now]") == "buy now" and cat("click[Back to Search]") == "back to search"
-    assert cat("click[large]") == "other click" and cat("think[hmm]") == "other"
+    assert cat("click[B09ABCDEF1]") == "click ASIN" and cat("click[b0123456zz]") == "click ASIN"
+    assert cat("click[large]") == cat("click[b16-red]") == "click variant"
+    assert cat("click[Next >]") == cat("click[next &gt;]") == cat("click[< Prev]") == "click [Next >]"
+    assert cat("click[Buy Now]") == "click [Buy Now]" and cat("click[Back to Search]") == "click back"
+    assert cat("click[Description]") == "other click" and cat("think[hmm]") == "other"
     assert surgery.action_category("alfworld", "go to desk 1") == "go"
     assert surgery.action_category("webshop", "  ") == "(no command)"
+
+
+def test_webshop_action_table_has_table_13s_rows(monkeypatch):
+    """Table 13's shape for WebShop: the six categories in the paper's order, "Buy Now (eps)", and a page-turn
+    share that counts "< Prev" with "Next >"."""
+    episodes = {
+        "full": [
+            ["search[shoes]", "click[Next >]", "click[< Prev]", "click[Next >]", "click[b0123456zz]", "click[Buy Now]"],
+            ["search[hat]", "click[Next >]"],
+        ],
+        "w8": [["search[shoes]", "click[b0123456zz]", "click[large]", "click[Buy Now]"]],
+    }
+
+    def fake_rows(run_dir):
+        return [{"trajectory": {"steps": [{"action": a} for a in ep]}} for ep in episodes[str(run_dir)]]
+
+    monkeypatch.setattr(surgery, "episode_rows", fake_rows)
+    rows = [{"removed": None, "run_dir": "full"}, {"removed": "W8", "run_dir": "w8"}]
+    table = surgery.action_table(rows, [], "webshop").set_index("memory")
+    assert list(table.columns) == ["actions", *surgery.WEBSHOP_CATEGORIES, "Buy Now (eps)", "page-turn share"]
+    assert table.loc["full", "click [Next >]"] == 4 and table.loc["full", "page-turn share"] == 4 / 8
+    assert table.loc["full", "Buy Now (eps)"] == 1 and table.loc["minus W8", "Buy Now (eps)"] == 1
+    assert table.loc["minus W8", "click variant"] == 1 and table.loc["minus W8", "click back"] == 0
 
 
 def test_without_removes_one_entry_and_names_a_missing_one():
@@ -102,9 +136,9 @@ def test_surgery_profiles_name_what_is_wrong(tmp_path, surgery_study):
     def load(**over):
         path = tmp_path / "p.yaml"
         path.write_text(yaml.safe_dump(_profile(pool_dir, **over)))
-        return load_study_profile(path)
+        return load_study_profile(path, context_check=False)  # its backbone is a scripted endpoint's name
 
-    assert load().surgery == study.load_study_profile(surgery_study[2]).surgery
+    assert load().surgery == study.load_study_profile(surgery_study[2], context_check=False).surgery
     with pytest.raises(study.StudyProfileError, match="'surgery.regime' must name a regime"):
         load(surgery={"builder": "all", "regime": "stream"})
     with pytest.raises(study.StudyProfileError, match="'surgery.builder' must be a builder of regime"):

@@ -88,6 +88,35 @@ def test_bad_sequences_and_setups_name_the_problem(tmp_path):
         switch_banks(POOL, ["boil"], Counting, "joint", tmp_path)
 
 
+def test_records_per_task_takes_each_tasks_first_records(tmp_path):
+    """``records_per_task``: a count for every task, or one per task (the paper: Table 9's rollout cases per
+    task); a task the mapping does not name, or with fewer records, keeps what it has."""
+    Counting.batches = []
+    seq = ["melt", "boil", "freeze"]
+    capped = switch_banks(POOL, seq, Counting, "fresh", tmp_path / "int", batch_size=4, records_per_task=2)
+    assert [b.records for b in capped] == [b.entries for b in capped] == [2, 2, 2]
+    assert {s for e in load_bank(capped[0].path).entries for s in e.sources} == {"melt0", "melt1"}
+    mixed = switch_banks(
+        POOL, seq, Counting, "cumulative", tmp_path / "map", batch_size=4, records_per_task={"melt": 1, "boil": 9}
+    )
+    assert [b.records for b in mixed] == [1, 3, 3] and [b.entries for b in mixed] == [1, 4, 7]
+
+
+def test_the_task_switch_paper_profile_takes_table_9s_rollouts_per_task():
+    from pathlib import Path
+
+    from antipersist_lib.consolidation.profile import load_study_profile
+
+    root = Path(__file__).resolve().parents[1] / "params" / "consolidation"
+    paper = load_study_profile(root / "task_switch_paper.yaml")
+    counts = paper.task_switch.records_per_task
+    assert isinstance(counts, dict) and set(counts) == set(paper.task_switch.sequence)
+    assert sum(counts.values()) == 485 and (counts["identify-life-stages-1"], counts["grow-fruit"]) == (12, 40)
+    assert paper.pool.per_type >= max(counts.values())  # the pool holds up to the largest count per task
+    smoke = load_study_profile(root / "task_switch_smoke.yaml")
+    assert smoke.task_switch.records_per_task is None  # the recorded fixture's setting: all of the pool
+
+
 def by_system(req):
     return req["messages"][0]["content"] == CP.SWITCH_JUDGE_SYSTEM
 

@@ -88,6 +88,7 @@ STEP_COLUMNS = (
     "solves",
     "misclassified",
     "misclassified_cumulative",
+    "misclassified_entry",
 )
 
 
@@ -98,7 +99,8 @@ def step_table(out_dir: str | Path | None) -> pd.DataFrame:
     conds = condition_specs(out_dir)
     for name in condition_names(out_dir):
         snaps = condition_snapshots(out_dir, name)
-        per_step = misclassifications(snaps).per_step
+        report = misclassifications(snaps)
+        per_step, per_entry = report.per_step, report.per_step_entry or {}
         running = 0
         for snap in snaps:
             running += per_step.get(snap["step"], 0)
@@ -124,6 +126,7 @@ def step_table(out_dir: str | Path | None) -> pd.DataFrame:
                     "solves": len(solves),
                     "misclassified": per_step.get(snap["step"], 0),
                     "misclassified_cumulative": running,
+                    "misclassified_entry": per_entry.get(snap["step"], 0),
                 }
             )
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
@@ -313,8 +316,20 @@ def regression_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def table4_memory_steps(last_step: int, memories: int) -> list[int]:
+    """``memories`` evenly spaced steps of a stream of ``last_step`` steps, the last one included (step i * last / n,
+    rounded); fewer when the stream has fewer steps."""
+    if memories < 1:
+        raise ValueError(f"memories must be >= 1, got {memories!r}")
+    return sorted({max(1, round(i * last_step / memories)) for i in range(1, memories + 1)})
+
+
 def table4_averages(
-    snapshots: list[dict], *, average_over: str = "checkpoints", checkpoints: list[int] | tuple[int, ...] = ()
+    snapshots: list[dict],
+    *,
+    average_over: str = "checkpoints",
+    checkpoints: list[int] | tuple[int, ...] = (),
+    memories: int | None = None,
 ) -> dict:
     """Table 4's Avg. Covered, Avg. Fused and Buffer Size for one stream.
 
@@ -326,7 +341,17 @@ def table4_averages(
     ``"steps"``: the mean over every step's snapshot (the kit's earlier definition). Either way a snapshot's
     numbers are taken after the step's memory decision (and any FIFO eviction); Avg. Fused averages only
     memories that hold an abstract entry. A Force stream's buffer size is 0 by construction (the paper
-    prints "—")."""
+    prints "—").
+
+    ``memories=n`` (profile key ``table4_memories``; the paper profile's 6) averages n evenly spaced memories
+    (``table4_memory_steps``) whatever ``average_over`` says. Why six: Covered and Buffer Size are whole numbers
+    in every memory, so a mean over n memories is a multiple of 1/n, and the paper's cells are multiples of 1/6
+    (2.17 = 13/6 needs sixths; eight checkpoints give eighths, which 1.33 and 2.17 are not). Fused is a ratio
+    per memory, so its cells (1.04, 1.06) need not be sixths."""
+    if memories is not None:
+        last = max(snap["step"] for snap in snapshots) if snapshots else 0
+        wanted = set(table4_memory_steps(last, memories))
+        return average_coverage([snap for snap in snapshots if snap["step"] in wanted])
     if average_over not in COVERAGE_AVERAGES:
         raise ValueError(f"average_over must be one of {COVERAGE_AVERAGES}, got {average_over!r}")
     if average_over == "checkpoints":
@@ -355,10 +380,14 @@ TABLE4_COLUMNS = [
 
 
 @per_seed
-def coverage_table(out_dir: str | Path | None, *, average_over: str | None = None) -> pd.DataFrame:
+def coverage_table(
+    out_dir: str | Path | None, *, average_over: str | None = None, memories: int | None = None
+) -> pd.DataFrame:
     """Table 4's numbers for every stream condition of the profile's grid (``table4_averages``).
 
-    ``average_over`` defaults to the study's ``coverage_average`` (studies that predate it: "checkpoints").
+    ``average_over`` defaults to the study's ``coverage_average`` (studies that predate it: "checkpoints"),
+    ``memories`` to its ``table4_memories`` (given, it wins: that many evenly spaced memories; ``average_over``
+    then reads ``memories<n>``). An explicit ``average_over`` alone ignores the study's ``table4_memories``.
     ``table4_b`` is the paper's |B| for the stream under the study's ``buffer_reading``: the buffer's cap
     ("cap") or the tasks per step with an uncapped buffer ("batch"); older studies read as "cap"."""
     rows = []
@@ -366,13 +395,16 @@ def coverage_table(out_dir: str | Path | None, *, average_over: str | None = Non
         return pd.DataFrame(rows, columns=TABLE4_COLUMNS)
     man = load_manifest(out_dir)
     over = average_over or man.get("coverage_average", "checkpoints")
+    if memories is None and average_over is None:
+        memories = man.get("table4_memories")
     checkpoints = man.get("checkpoints", [])
     conds = condition_specs(out_dir)
     for name in condition_names(out_dir):
         c = conds[name]
         if c.get("group", "grid") == FIG2_GROUP:
             continue
-        avg = table4_averages(condition_snapshots(out_dir, name), average_over=over, checkpoints=checkpoints)
+        snaps = condition_snapshots(out_dir, name)
+        avg = table4_averages(snaps, average_over=over, checkpoints=checkpoints, memories=memories)
         rows.append(
             {
                 "condition": name,
@@ -383,7 +415,7 @@ def coverage_table(out_dir: str | Path | None, *, average_over: str | None = Non
                 "table4_b": c.get("table4_b", c["buffer_size"]),
                 "buffer_reading": c.get("buffer_reading", "cap"),
                 **avg,
-                "average_over": over,
+                "average_over": over if memories is None else f"memories{memories}",
             }
         )
     return pd.DataFrame(rows, columns=TABLE4_COLUMNS)
@@ -456,7 +488,9 @@ def source_ablation_table(out_dir: str | Path | None, df: pd.DataFrame | None = 
 
 @per_seed
 def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
-    """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families."""
+    """Fig. 7(a): per condition, new/merge actions examined and those combining two or more families
+    (``misclassified``: with ancestry, an inherited mix counts again; ``misclassified_entry``: per entry, only
+    actions that join families themselves; ``lineage.misclassifications``)."""
     rows = []
     conds = condition_specs(out_dir)
     for name in condition_names(out_dir):
@@ -468,12 +502,21 @@ def misclassification_table(out_dir: str | Path | None) -> pd.DataFrame:
                 "buffer_capacity": conds[name]["buffer_size"],
                 "actions": len(report.actions),
                 "misclassified": report.count,
+                "misclassified_entry": report.count_entry,
                 "families_per_action": (
                     sum(len(a.families) for a in report.actions) / len(report.actions) if report.actions else None
                 ),
             }
         )
-    cols = ["condition", "regime", "buffer_capacity", "actions", "misclassified", "families_per_action"]
+    cols = [
+        "condition",
+        "regime",
+        "buffer_capacity",
+        "actions",
+        "misclassified",
+        "misclassified_entry",
+        "families_per_action",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 

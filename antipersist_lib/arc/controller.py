@@ -115,6 +115,7 @@ class StreamConfig:
     limits: SandboxLimits = DEFAULT_LIMITS
     decide_on: str = "every_step"  # "passing": App. B.3's timing (decide only after a passing solve)
     extraction_schema: str = "structured"  # "flat": App. B.6's schema
+    extraction_coaching: bool = True  # the kit's sentence against misgrouping in the extraction prompt (paper: none)
     solver_mode: str = "direct"  # "select" / "select_open": App. B.7's selection call before synthesis
     helper_usage: str = "none"  # "note" / "example": the solver prompt says how helpers return (prompts.HELPER_USAGE)
 
@@ -392,7 +393,7 @@ def consolidate(
     """Run the extraction prompt on ``inputs`` and apply its plan; the snapshot's extraction record."""
     existing = list(memory.abstract)
     reply = llm.chat(
-        extraction_messages(existing, inputs, schema=config.extraction_schema),
+        extraction_messages(existing, inputs, schema=config.extraction_schema, coaching=config.extraction_coaching),
         purpose=PURPOSE_EXTRACT,
         temperature=config.temperature,
         max_tokens=config.manager_max_tokens,
@@ -570,8 +571,18 @@ def stream_batches(tasks: Sequence[ArcTask], config: StreamConfig) -> list[list[
     return [[order[(i * per + j) % len(order)] for j in range(per)] for i in range(steps)]
 
 
-def run_stream(tasks: Sequence[ArcTask], llm: LLMClient, config: StreamConfig, out_dir: str | Path) -> StreamResult:
-    """Run the stream, writing ``config.json``, one snapshot per step and the final ``memory.json``."""
+def run_stream(
+    tasks: Sequence[ArcTask],
+    llm: LLMClient,
+    config: StreamConfig,
+    out_dir: str | Path,
+    *,
+    batches: Sequence[Sequence[ArcTask]] | None = None,
+) -> StreamResult:
+    """Run the stream, writing ``config.json``, one snapshot per step and the final ``memory.json``.
+
+    ``batches`` gives the steps already cut (a probe's schedule keeps each step inside one cycle); by default
+    ``stream_batches`` cuts ``tasks`` by the config."""
     if not tasks:
         raise ValueError("run_stream needs at least one task")
     out = Path(out_dir)
@@ -579,7 +590,7 @@ def run_stream(tasks: Sequence[ArcTask], llm: LLMClient, config: StreamConfig, o
     snapshots_path = out / SNAPSHOTS_FILE
     if snapshots_path.exists() and snapshots_path.stat().st_size > 0:
         raise FileExistsError(f"{snapshots_path} already holds a run; use a fresh out_dir")
-    batches = stream_batches(tasks, config)
+    batches = [list(b) for b in batches] if batches is not None else stream_batches(tasks, config)
     hashes = {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")}
     atomic_write_json(
         out / CONFIG_FILE,

@@ -23,6 +23,11 @@ Pools (paper §3-§6, App. D): ``train19``, ``train200``, ``train250`` and the 5
   position. Training pools get even task seeds and the held-out pool odd ones, so held-out task
   ids (``family.skill.seed``) can never coincide with a training task's id.
 - Every task has 10 training examples (paper B.1) and 10 test grids (paper D.5: "10 test grids").
+- ``fresh`` is the stream of new examples of §6.1 ("8 fresh examples" per step): as many tasks as the stream
+  needs (``size``), every family x skill pair equally often (within one), the whole sequence shuffled with the
+  pool seed, so which families a step holds is left to chance as in a stream of new problems (the fixed pools'
+  rotation puts all six families into every 8-task step). Its seeds are even and derived from its own name, so
+  no task repeats a held-out id.
 """
 
 from __future__ import annotations
@@ -376,6 +381,8 @@ def _example_problem(fam: Family, grid: Grid, output: Grid, selection: list[dict
 #: pool name -> number of tasks (paper: 19-task slice, 200- and 250-task streams, 50 held-out)
 POOL_SIZES: dict[str, int] = {"train19": 19, "train200": 200, "train250": 250, "heldout50": 50}
 HELDOUT_POOLS: frozenset[str] = frozenset({"heldout50"})
+#: the pool of fresh tasks, sized by the stream that reads it (module docstring)
+FRESH_POOL = "fresh"
 
 
 @dataclass(frozen=True)
@@ -392,19 +399,42 @@ class PoolEntry:
         return make_task_id(self.family, self.skill, self.seed)
 
 
-def pool_plan(name: str, seed: int = 0) -> list[PoolEntry]:
-    """The pool's family x skill x task-seed slots, in stream order, without generating any task."""
+def pool_plan(name: str, seed: int = 0, *, size: int | None = None) -> list[PoolEntry]:
+    """The pool's family x skill x task-seed slots, in stream order, without generating any task. ``size`` is
+    the length of the ``fresh`` pool (required there, refused for the fixed pools)."""
+    if name == FRESH_POOL:
+        if size is None or isinstance(size, bool) or size < 1:
+            raise ValueError(f"the {FRESH_POOL!r} pool needs a size >= 1 (the stream's steps x tasks per step)")
+        return _fresh_plan(seed, size)
+    if size is not None:
+        raise ValueError(f"pool {name!r} has a fixed size; only the {FRESH_POOL!r} pool takes one")
     size = _lookup(POOL_SIZES, name, "pool")
     order = random.Random(derive_seed("arc-pool-order", name, seed))
     families, skills = list(FAMILIES), list(SKILLS)
     order.shuffle(families)
     order.shuffle(skills)
-    parity = 1 if name in HELDOUT_POOLS else 0
+    pairs = [(families[p % len(families)], skills[p % len(skills)]) for p in range(size)]
+    return _numbered(name, seed, pairs, parity=1 if name in HELDOUT_POOLS else 0)
+
+
+def _fresh_plan(seed: int, size: int) -> list[PoolEntry]:
+    """Every family x skill pair equally often (the first ``size % 42`` pairs of a seeded order once more), then
+    the whole sequence shuffled: a step's families are whatever the draw gives."""
+    rng = random.Random(derive_seed("arc-pool-order", FRESH_POOL, seed))
+    grid = [(f, k) for f in FAMILIES for k in SKILLS]
+    rng.shuffle(grid)
+    pairs = [grid[p % len(grid)] for p in range(size)]
+    rng.shuffle(pairs)
+    return _numbered(FRESH_POOL, seed, pairs, parity=0)
+
+
+def _numbered(name: str, seed: int, pairs: list[tuple[str, str]], *, parity: int) -> list[PoolEntry]:
+    """Slots with task seeds derived from the pool name, its seed and the position; ids unique in the pool."""
     entries: list[PoolEntry] = []
     used: set[str] = set()
-    for position in range(size):
+    for position, (family, skill) in enumerate(pairs):
         task_seed = 2 * (derive_seed("arc-pool", name, seed, position) % 2**31) + parity
-        entry = PoolEntry(position, families[position % len(families)], skills[position % len(skills)], task_seed)
+        entry = PoolEntry(position, family, skill, task_seed)
         while entry.task_id in used:  # keep ids unique within the pool (and the parity)
             entry = PoolEntry(position, entry.family, entry.skill, entry.seed + 2)
         used.add(entry.task_id)
@@ -412,6 +442,6 @@ def pool_plan(name: str, seed: int = 0) -> list[PoolEntry]:
     return entries
 
 
-def task_pool(name: str, seed: int = 0) -> list[ArcTask]:
+def task_pool(name: str, seed: int = 0, *, size: int | None = None) -> list[ArcTask]:
     """Generate every task of the pool, in stream order."""
-    return [make_task(e.family, e.skill, e.seed) for e in pool_plan(name, seed)]
+    return [make_task(e.family, e.skill, e.seed) for e in pool_plan(name, seed, size=size)]

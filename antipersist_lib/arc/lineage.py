@@ -7,7 +7,10 @@
 - Misclassification count (§6.1): memory actions that combine episodes of two or more families.
   Kit reading: every new/merge item an extraction applied is one action; the episodes it combines
   are its ``from_functions`` episodes plus every trajectory behind its ``from_existing`` parents.
-  Retain items combine nothing and are not counted.
+  Retain items combine nothing and are not counted. This count includes ancestry: a merge into an entry that
+  already mixes two families counts again. The per-entry variant (``count_entry``) counts an action only when
+  it brings families together itself, i.e. no single one of its inputs (an episode, or one parent with its
+  ancestry) already holds every family of the result.
 - Average coverage (Table 4): the per-step ``coverage`` numbers averaged over the run's steps.
 - Memory surgery (App. I): remove exactly one entry, re-evaluate with everything else fixed,
   report the accuracy delta (ablated minus full) and the tasks whose pass rate over the evaluation's
@@ -158,10 +161,16 @@ class MemoryAction:
     kind: str
     families: tuple[str, ...]
     task_ids: tuple[str, ...]
+    input_families: tuple[tuple[str, ...], ...] = ()  # each direct input's families (episode, or parent's ancestry)
 
     @property
     def misclassified(self) -> bool:
         return len(self.families) >= 2
+
+    @property
+    def misclassified_entry(self) -> bool:
+        """Per entry: this action itself joins families; a mix inherited whole from one parent is not new."""
+        return self.misclassified and not any(set(self.families) <= set(f) for f in self.input_families)
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,8 @@ class MisclassificationReport:
     count: int
     actions: tuple[MemoryAction, ...]  # every new/merge action examined, misclassified or not
     per_step: dict[int, int]  # step -> misclassified actions in that step
+    count_entry: int = 0  # the per-entry variant: actions that join families themselves
+    per_step_entry: dict[int, int] | None = None
 
     @property
     def misclassified(self) -> tuple[MemoryAction, ...]:
@@ -180,9 +191,11 @@ def misclassifications(snapshots: SnapshotIndex | Iterable[dict[str, Any]]) -> M
     index = _index(snapshots)
     actions: list[MemoryAction] = []
     per_step: dict[int, int] = {}
+    per_step_entry: dict[int, int] = {}
     for snap in index.snapshots:
         extraction = snap.get("extraction") or {}
         per_step[snap["step"]] = 0
+        per_step_entry[snap["step"]] = 0
         if not extraction.get("applied"):
             continue
         for item in extraction["items"]:
@@ -192,10 +205,14 @@ def misclassifications(snapshots: SnapshotIndex | Iterable[dict[str, Any]]) -> M
             parents = [trace_lineage(index, p) for p in item["from_existing_ids"]]
             families = tuple(dict.fromkeys([e["family"] for e in episodes] + [f for p in parents for f in p.families]))
             task_ids = tuple(dict.fromkeys([e["task_id"] for e in episodes] + [t for p in parents for t in p.task_ids]))
-            action = MemoryAction(snap["step"], item["entry_ids"][0], item["kind"], families, task_ids)
+            inputs = tuple((e["family"],) for e in episodes) + tuple(p.families for p in parents)
+            action = MemoryAction(snap["step"], item["entry_ids"][0], item["kind"], families, task_ids, inputs)
             actions.append(action)
             per_step[snap["step"]] += action.misclassified
-    return MisclassificationReport(sum(per_step.values()), tuple(actions), per_step)
+            per_step_entry[snap["step"]] += action.misclassified_entry
+    return MisclassificationReport(
+        sum(per_step.values()), tuple(actions), per_step, sum(per_step_entry.values()), per_step_entry
+    )
 
 
 def average_coverage(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:

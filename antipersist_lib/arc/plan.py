@@ -23,6 +23,8 @@ ASSUMED_ENTRIES = 20
 
 
 def _pool_size(spec: PoolSpec) -> int:
+    if spec.name not in POOL_SIZES:  # the fresh pool: sized by the profile (its limit)
+        return int(spec.limit or 0)
     return min(spec.limit or POOL_SIZES[spec.name], POOL_SIZES[spec.name])
 
 

@@ -34,6 +34,11 @@ earlier calls come from the response cache).
 
 Kit choices where the paper is silent:
 
+- ``buffer_size`` is read as the study reads |B| (``buffer_reading``): "batch" (the paper profile, as the study's
+  paper profile) streams up to |B| fresh tasks per step into an uncapped buffer, each cycle cut on its own so
+  that a step never spans two cycles and every checkpoint is a cycle boundary; "cap" (default, the recorded
+  fixtures) caps the buffer at |B| with one task per step.
+
 - A single-family subset is ``subset_size`` tasks of that family, with skills taken in a seeded order of the
   7 skills (so a subset of 7 holds each skill once) and task seeds derived from the family, the profile seed
   and the position (even seeds; variants get odd seeds, so a variant can never be a seen task).
@@ -51,12 +56,13 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from antipersist_lib.arc import context
 from antipersist_lib.arc.controller import (
     CONFIG_FILE,
     MEMORY_FILE,
@@ -74,12 +80,13 @@ from antipersist_lib.arc.generator import N_TEST, N_TRAIN, SKILL_IDS, ArcTask, d
 from antipersist_lib.arc.lineage import misclassifications
 from antipersist_lib.arc.sandbox import SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
+from antipersist_lib.arc.study import BUFFER_READINGS, check_sandbox_mode, clear_incomplete, sandbox_record
 from antipersist_lib.arc.study import STREAM_KEYS as STUDY_STREAM_KEYS
-from antipersist_lib.arc.study import check_sandbox_mode, clear_incomplete, sandbox_record
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.profiles import named_context_length
 from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
@@ -143,6 +150,7 @@ PROFILE_KEYS = {
     "regime",
     "source",
     "buffer_size",
+    "buffer_reading",
     "stream",
     "evaluation",
     "overfit",
@@ -248,6 +256,7 @@ class ProbeProfile:
     n_test: int = N_TEST
     source: str = "gt"
     buffer_size: int | None = 8
+    buffer_reading: str = "cap"  # "batch": buffer_size is the fresh tasks per step, buffer uncapped (the study's)
     stream: dict[str, Any] = field(default_factory=dict)
     eval_sources: tuple[str, ...] = MEMORY_SOURCES
     eval_workers: int = 1
@@ -261,14 +270,24 @@ class ProbeProfile:
     def limits(self) -> SandboxLimits:
         return SandboxLimits(isolation=self.sandbox)
 
+    @property
+    def capacity(self) -> int | None:
+        """The episodic buffer's FIFO cap: ``buffer_size`` under "cap", none under "batch"."""
+        return None if self.buffer_reading == "batch" else self.buffer_size
+
+    @property
+    def tasks_per_step(self) -> int:
+        """Fresh tasks per step: ``buffer_size`` under "batch" (at most; a step never spans two cycles), else 1."""
+        return int(self.buffer_size or 1) if self.buffer_reading == "batch" else 1
+
     def stream_config(self, spec: ProbeStream) -> StreamConfig:
         """One pass over the stream's task list (``steps=None``): the list already holds every cycle."""
         return StreamConfig(
             regime=spec.regime,
             source=self.source,
-            buffer_size=self.buffer_size,
+            buffer_size=self.capacity,
             steps=None,
-            tasks_per_step=1,
+            tasks_per_step=self.tasks_per_step,
             seed=self.seed,
             limits=self.limits,
             **self.stream,
@@ -344,8 +363,10 @@ def probe_streams(data: dict[str, Any], regimes: Sequence[str], path: Any) -> tu
     return tuple(streams)
 
 
-def load_probe_profile(path: str | Path) -> ProbeProfile:
-    """Read and check a probe profile; any unknown or malformed key is named with the file."""
+def load_probe_profile(path: str | Path, *, context_check: bool = True) -> ProbeProfile:
+    """Read and check a probe profile; any unknown or malformed key is named with the file. With ``context_check``
+    every stream's largest prompts are rendered and refused when they exceed the named backbone's context
+    (``probe_prompt_sizes``, as the study does)."""
     path = Path(path)
     data = read_profile(path, PROFILE_KEYS)
     backbone = check_backbone(data, path)
@@ -367,6 +388,11 @@ def load_probe_profile(path: str | Path) -> ProbeProfile:
     if source not in SOURCES:
         raise fail(path, f"source must be one of {SOURCES}, got {source!r}")
     buffer_size = check_int(data.get("buffer_size", 8), "buffer_size", path, minimum=1, optional=True)
+    buffer_reading = data.get("buffer_reading", "cap")
+    if buffer_reading not in BUFFER_READINGS:
+        raise fail(path, f"buffer_reading must be one of {BUFFER_READINGS}, got {buffer_reading!r}")
+    if buffer_reading == "batch" and buffer_size is None:
+        raise fail(path, "buffer_reading: batch reads buffer_size as the fresh tasks per step; give a number")
     if not any(p in data for p in PROBES):
         raise fail(path, f"no probe asked for: give at least one of {list(PROBES)}")
     streams = probe_streams(data, regimes, path)
@@ -391,6 +417,7 @@ def load_probe_profile(path: str | Path) -> ProbeProfile:
         n_test=int(n_test or N_TEST),
         source=str(source),
         buffer_size=buffer_size,
+        buffer_reading=str(buffer_reading),
         stream=stream,
         eval_sources=sources,
         eval_workers=int(check_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
@@ -405,7 +432,30 @@ def load_probe_profile(path: str | Path) -> ProbeProfile:
             profile.stream_config(spec)
         except (TypeError, ValueError) as exc:
             raise fail(path, f"stream settings: {exc}") from None
+    if context_check:
+        try:
+            context_length, model = named_context_length(profile.backbone, profile.backbone_options)
+        except ValueError as exc:
+            raise fail(path, f"'backbone': {exc}") from None
+        if context_length is not None:
+            message = context.refusal(probe_prompt_sizes(profile), int(context_length), model)
+            if message is not None:
+                raise fail(path, message)
     return profile
+
+
+def probe_prompt_sizes(profile: ProbeProfile) -> list[context.PromptSize]:
+    """Every probe stream's largest prompts (``arc.context``): the buffer as full as its whole schedule allows,
+    the evaluated subsets and variations as the evaluation's tasks."""
+    tasks = probe_tasks(profile)
+    evaluated = [t for family in tasks.subsets for t in tasks.subsets[family] + tasks.variants.get(family, [])]
+    sizes = []
+    for spec in profile.streams:
+        batches, _points = step_schedule(spec, tasks.subsets, profile.tasks_per_step)
+        streamed = [t for batch in batches for t in batch]
+        config = replace(profile.stream_config(spec), steps=len(batches))
+        sizes += context.condition_prompts(spec.name, config, len(batches), streamed, evaluated, profile.eval_sources)
+    return sizes
 
 
 # -- schedules ------------------------------------------------------------------------------------
@@ -457,6 +507,21 @@ def schedule(spec: ProbeStream, subsets: dict[str, list[ArcTask]]) -> tuple[list
             cycle += 1
             points.append(Checkpoint(len(order), cycle, "+".join(phase)))
     return order, points
+
+
+def step_schedule(
+    spec: ProbeStream, subsets: dict[str, list[ArcTask]], per_step: int = 1
+) -> tuple[list[list[ArcTask]], list[Checkpoint]]:
+    """``schedule`` cut into steps of up to ``per_step`` tasks, each cycle on its own (its last step may hold
+    fewer), so that every checkpoint still falls on a cycle boundary; checkpoints count steps."""
+    order, points = schedule(spec, subsets)
+    batches: list[list[ArcTask]] = []
+    ends = {0: 0}
+    for before, point in zip(points, points[1:]):
+        cycle_tasks = order[before.step : point.step]
+        batches.extend(cycle_tasks[i : i + per_step] for i in range(0, len(cycle_tasks), per_step))
+        ends[point.step] = len(batches)
+    return batches, [replace(p, step=ends[p.step]) for p in points]
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -517,8 +582,9 @@ def _run_stream(
     if spec is None:
         points, keys = [Checkpoint(0, 0, "")], profile.eval_keys()
     else:
-        order, points = schedule(spec, tasks.subsets)
-        result = run_stream(order, llm, profile.stream_config(spec), folder)
+        batches, points = step_schedule(spec, tasks.subsets, profile.tasks_per_step)
+        order = [t for batch in batches for t in batch]
+        result = run_stream(order, llm, profile.stream_config(spec), folder, batches=batches)
         snapshots, calls = result.snapshots, dict(result.calls)
         per_step = misclassifications(snapshots).per_step
         keys = tuple((f, k) for f in spec.eval_families for k in spec.eval_kinds)
@@ -527,7 +593,7 @@ def _run_stream(
     with JsonlWriter(folder / EVALS_FILE) as writer:
         for point in points:
             if point.step == 0:
-                memory = Memory(EpisodicBuffer(capacity=profile.buffer_size), AbstractStore())
+                memory = Memory(EpisodicBuffer(capacity=profile.capacity), AbstractStore())
             else:
                 memory = memory_at(snapshots[point.step - 1])
             mis = sum(n for s, n in per_step.items() if s <= point.step)
@@ -573,6 +639,7 @@ def _manifest(
             "variants_per_task": profile.variants,
             "source": profile.source,
             "buffer_size": profile.buffer_size,
+            "buffer_reading": profile.buffer_reading,
             "streams": [asdict(s) for s in profile.streams] + ([{"name": NO_MEMORY}] if profile.no_memory else []),
             "subset_task_ids": {f: [t.task_id for t in ts] for f, ts in tasks.subsets.items()},
             "variant_task_ids": {f: [t.task_id for t in ts] for f, ts in tasks.variants.items()},
@@ -603,7 +670,8 @@ def run_probes(
     ``endpoint`` / ``backbone`` as in ``study.run_study``; ``response_cache`` overrides the profile's key;
     ``provenance`` is a line recorded in the manifest and shown under every figure (e.g. that a scripted test
     model, not an LLM, produced the run)."""
-    profile = load_probe_profile(profile_path)
+    # another endpoint than the profile's backbone: its context is checked once it is open
+    profile = load_probe_profile(profile_path, context_check=endpoint is None and backbone is None)
     sandbox = sandbox_record(profile)
     log(("WARNING: " if sandbox["mode"] == "unisolated" else "sandbox: ") + sandbox["description"])
     out = Path(out_dir)
@@ -621,6 +689,10 @@ def run_probes(
         endpoint=endpoint,
         preflight=preflight,
     ) as bb:
+        if bb.endpoint.context_length is not None:
+            message = context.refusal(probe_prompt_sizes(profile), bb.endpoint.context_length, bb.endpoint.model)
+            if message is not None:
+                raise fail(profile.path, message)
         if bb.note:
             log(f"NOTE: {bb.note}")
         cache = ResponseCache(out / CACHE_DIR) if use_cache else None

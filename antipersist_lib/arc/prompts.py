@@ -194,8 +194,7 @@ strategy distilled from trajectories k;
 - {{"kind": "merge", "from_existing": [i, ...], "from_functions": [k, ...], "when_to_use": "...", \
 "strategy": "..."}}: one strategy that replaces existing strategies i, combined with trajectories k.
 `from_existing` counts the current strategies, `from_functions` the selected trajectories. An \
-existing strategy that no item names is dropped. Put together only trajectories that follow the \
-same underlying rule. Say in "when_to_use" which puzzles the strategy applies to and which it \
+existing strategy that no item names is dropped.{grouping} Say in "when_to_use" which puzzles the strategy applies to and which it \
 does not; give the steps of the solution in "strategy". Reply with the JSON array in a ```json block."""
 
 EXTRACTION_FLAT_PROMPT = """\
@@ -222,8 +221,12 @@ existing strategies i rewritten into one, optionally with trajectories k as furt
 (`from_functions` may be left out).
 "strategy" is one plain string in your own words: what kind of puzzle it fits and how to solve \
 it. `from_existing` numbers the current strategies and `from_functions` the selected trajectories. \
-Any current strategy that no element mentions is removed. Only trajectories governed by the same \
-rule belong in one strategy. Reply with the JSON array in a ```json block."""
+Any current strategy that no element mentions is removed.{grouping} Reply with the JSON array in a ```json \
+block."""
+
+#: the kit's coaching against misgrouping (``coaching=True``); the paper's B.4 / B.6 prompts carry no such sentence
+EXTRACTION_GROUPING = " Put together only trajectories that follow the same underlying rule."
+EXTRACTION_FLAT_GROUPING = " Only trajectories governed by the same rule belong in one strategy."
 
 SELECTION_SYSTEM = "You pick which stored strategy an agent should follow on a grid puzzle before it writes code."
 
@@ -294,6 +297,8 @@ for _name, _template in (
     ("arc_extraction_system", EXTRACTION_SYSTEM),
     ("arc_extraction", EXTRACTION_PROMPT),
     ("arc_extraction_flat", EXTRACTION_FLAT_PROMPT),
+    ("arc_extraction_grouping", EXTRACTION_GROUPING),
+    ("arc_extraction_flat_grouping", EXTRACTION_FLAT_GROUPING),
     ("arc_selection_system", SELECTION_SYSTEM),
     ("arc_selection", SELECTION_PROMPT + "\n" + SELECTION_CHOICES_CLOSED + "\n" + SELECTION_CHOICES_OPEN),
     ("arc_selected_none", SELECTED_NONE),
@@ -454,15 +459,24 @@ SOLVER_MODES = ("direct", "select", "select_open")
 
 
 def extraction_messages(
-    strategies: Sequence[Strategy], inputs: Sequence[Episode], *, schema: str = "structured"
+    strategies: Sequence[Strategy],
+    inputs: Sequence[Episode],
+    *,
+    schema: str = "structured",
+    coaching: bool = True,
 ) -> list[dict[str, str]]:
-    """The B.4 prompt (``structured``: when_to_use + strategy per item) or B.6's ``flat`` schema."""
+    """The B.4 prompt (``structured``: when_to_use + strategy per item) or B.6's ``flat`` schema.
+
+    ``coaching`` adds the kit's sentence telling the model to group only trajectories of one rule; the paper's
+    prompts do not coach, since misgrouping is what §6.1 measures (``stream.extraction_coaching: false``)."""
     if schema not in EXTRACTION_SCHEMAS:
         raise ValueError(f"schema must be one of {EXTRACTION_SCHEMAS}, got {schema!r}")
     template = EXTRACTION_PROMPT if schema == "structured" else EXTRACTION_FLAT_PROMPT
+    grouping = EXTRACTION_GROUPING if schema == "structured" else EXTRACTION_FLAT_GROUPING
     user = template.format(
         memory=render_strategies(strategies, numbered=True),
         inputs=render_history(inputs, numbered=True),
+        grouping=grouping if coaching else "",
     )
     return chat(EXTRACTION_SYSTEM, user)
 

@@ -39,9 +39,18 @@ Kit choices where the paper is silent:
   paper profile's reading), "cap" (the default) as the buffer's FIFO capacity with one task per step. Condition
   names carry both capacity and tasks per step (``auto-gt-binf-t8`` / ``auto-gt-b8``); every record carries
   ``table4_b``, the |B| column it belongs to.
+- ``episodic_capacity`` (``batch`` only): the buffer's budget apart from |B| (Table 4's 50 in the paper profile);
+  ``train_pool: {name: fresh}`` streams a new task at every position (§6.1's fresh examples); a stream that would
+  cycle a fixed pool must say ``revisit: true``. Loading renders every condition's largest prompts against the
+  named backbone's context and refuses what does not fit (``check_profile_context``, ``arc.context``); a run
+  checks again against its real endpoint and measures every request before sending it (``PromptGuard``).
 - Table 4's numbers average the evaluated checkpoint memories (``coverage_average: checkpoints``, steps > 0;
   ``arc.analysis.table4_averages``) or every step (``steps``).
 - ``evaluation.repeats`` solves every evaluated task that many times (§4: two repeats); accuracy is the mean.
+- ``evaluation.temperature`` samples the evaluation (default: the stream's ``temperature``); repeat r sends
+  request seed ``seed + r``, so repeats are distinct samples and distinct response-cache entries.
+- ``table4_memories: n`` makes Table 4 average n evenly spaced memories (``analysis.table4_memory_steps``)
+  instead of the evaluated checkpoints.
 - ``fig2`` (Fig. 2, App. D.5): the first ``n_tasks`` pool tasks the no-memory solver passes in every repeat
   (``select_slice``; ``fig2_slice.json``) are streamed ``revisits`` times with GT trajectories, one per step,
   in extra conditions ``fig2-<regime>-gt-b...`` evaluated on that slice (``fig2_slice``) at step 0 and after
@@ -58,6 +67,7 @@ notebooks' run-or-load step ``obtain_study``; the tables are in ``arc.analysis``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 import time
@@ -69,6 +79,8 @@ from typing import Any
 
 import pandas as pd
 
+from antipersist_lib.arc import context
+from antipersist_lib.arc.context import SAMPLE_TASKS
 from antipersist_lib.arc.controller import (
     CONFIG_FILE,
     DECIDE_ON,
@@ -86,7 +98,7 @@ from antipersist_lib.arc.controller import (
     run_stream,
     stream_batches,
 )
-from antipersist_lib.arc.generator import N_TEST, N_TRAIN, POOL_SIZES, ArcTask, make_task, pool_plan
+from antipersist_lib.arc.generator import FRESH_POOL, N_TEST, N_TRAIN, POOL_SIZES, ArcTask, make_task, pool_plan
 from antipersist_lib.arc.isolation import ISOLATION_MODES
 from antipersist_lib.arc.isolation import probe as probe_isolation
 from antipersist_lib.arc.lineage import (
@@ -97,6 +109,7 @@ from antipersist_lib.arc.lineage import (
 from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS, HELPER_USAGES, SOLVER_MODES
 from antipersist_lib.arc.sandbox import UNISOLATED_WARNING, SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
+from antipersist_lib.context_budget import PromptGuard
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json, read_jsonl
 from antipersist_lib.serving.ledger import Ledger
@@ -185,7 +198,10 @@ PROFILE_KEYS = {
     "response_cache",
     "sandbox",
     "buffer_reading",
+    "episodic_capacity",
+    "revisit",
     "coverage_average",
+    "table4_memories",
     "fig2",
     "source_ablation",
 }
@@ -205,8 +221,9 @@ STREAM_KEYS = {
     "extraction_schema",
     "solver_mode",
     "helper_usage",
+    "extraction_coaching",
 }
-EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers", "repeats"}
+EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers", "repeats", "temperature"}
 FIG2_KEYS = {"select", "n_tasks", "revisits", "regime", "buffer_size"}
 FIG2_SELECTIONS = ("no_memory_pass", "first")
 SOURCE_ABLATION_KEYS = {"conditions", "checkpoints", "eval_set", "arms"}
@@ -311,7 +328,9 @@ class StudyProfile:
     raw: dict[str, Any] = field(default_factory=dict)
     buffer_reading: str = "cap"
     coverage_average: str = "checkpoints"
+    table4_memories: int | None = None  # Table 4 averages this many evenly spaced memories (None: checkpoints)
     eval_repeats: int = 1
+    eval_temperature: float | None = None  # None: the stream's own temperature
     fig2: Fig2Spec | None = None
     fig2_conditions: tuple[Condition, ...] = ()
     source_ablation: dict[str, Any] | None = None
@@ -341,6 +360,7 @@ class StudyProfile:
             "sources": self.eval_sources,
             "workers": self.eval_workers,
             "repeats": self.eval_repeats,
+            **({} if self.eval_temperature is None else {"temperature": self.eval_temperature}),
         }
 
     def checkpoints_of(self, cond: Condition) -> tuple[int, ...]:
@@ -374,8 +394,13 @@ def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -
             raise fail(path, f"{key!r} is required: {{name: one of {sorted(POOL_SIZES)}, seed, limit}}")
         return PoolSpec("heldout50")
     name = spec.get("name")
+    if name == FRESH_POOL and key == "train_pool":
+        if "limit" in spec:
+            raise fail(path, f"{key}: the {FRESH_POOL!r} pool holds as many tasks as the stream needs; drop 'limit'")
+        return PoolSpec(FRESH_POOL, int(check_int(spec.get("seed", 0), f"{key}.seed", path) or 0))
     if name not in POOL_SIZES:
-        raise fail(path, f"{key}.name must be one of {sorted(POOL_SIZES)}, got {name!r}")
+        choices = sorted(POOL_SIZES) + ([FRESH_POOL] if key == "train_pool" else [])
+        raise fail(path, f"{key}.name must be one of {choices}, got {name!r}")
     seed = check_int(spec.get("seed", 0), f"{key}.seed", path)
     limit = check_int(spec.get("limit"), f"{key}.limit", path, minimum=1, optional=True)
     if limit is not None and limit > POOL_SIZES[name]:
@@ -395,9 +420,12 @@ def fig2_condition_name(regime: str, buffer_size: int | None) -> str:
     return f"{FIG2_GROUP}-" + condition_name(regime, "gt", buffer_size, 1)
 
 
-def _grid_conditions(grid: dict[str, Any], reading: str, base_tps: int, path: Any) -> tuple[Condition, ...]:
+def _grid_conditions(
+    grid: dict[str, Any], reading: str, base_tps: int, path: Any, capacities: Any = None
+) -> tuple[Condition, ...]:
     """The grid's streams; ``reading`` says whether ``buffer_size`` values are a cap or the tasks per step.
-    ``regime: []`` runs no stream (an evaluation of the no-memory solver alone, e.g. a solver-prompt check)."""
+    ``regime: []`` runs no stream (an evaluation of the no-memory solver alone, e.g. a solver-prompt check).
+    ``capacities`` is the profile's ``episodic_capacity`` (``buffer_reading: batch`` only, ``_capacity_of``)."""
     if grid.get("regime") == []:
         return ()
     regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
@@ -418,8 +446,16 @@ def _grid_conditions(grid: dict[str, Any], reading: str, base_tps: int, path: An
             )
         for b in buffers:
             check_int(b, "conditions.buffer_size", path, minimum=1)
-        combos = [(r, s, None, b, b) for r, s, b in itertools.product(regimes, sources, buffers)]
+        combos = [
+            (r, s, _capacity_of(capacities, b, path), b, b) for r, s, b in itertools.product(regimes, sources, buffers)
+        ]
     else:
+        if capacities is not None:
+            raise fail(
+                path,
+                "episodic_capacity goes with buffer_reading: batch; under buffer_reading: cap the values of "
+                "conditions.buffer_size are the capacities",
+            )
         per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
         for b in buffers:
             check_int(b, "conditions.buffer_size", path, minimum=1, optional=True)
@@ -433,6 +469,43 @@ def _grid_conditions(grid: dict[str, Any], reading: str, base_tps: int, path: An
     if len({c.name for c in conditions}) != len(conditions):
         raise fail(path, "conditions: a value is listed twice")
     return conditions
+
+
+def _stream_pool(spec: PoolSpec, conditions: Sequence[Condition], steps: int, revisit: Any, path: Any) -> PoolSpec:
+    """The training pool sized for the grid: the ``fresh`` pool gets the most tasks any stream reads (steps x
+    tasks per step); a fixed pool shorter than that would be cycled, so every task seen again, which the profile
+    must ask for (``revisit: true``): the paper revisits only in Figs. 2 and 11 (their own settings)."""
+    _bool(revisit, "revisit", path)
+    needed = max((steps * c.tasks_per_step for c in conditions), default=0)
+    if spec.name == FRESH_POOL:
+        return replace(spec, limit=max(needed, 1))
+    size = spec.limit if spec.limit is not None else POOL_SIZES[spec.name]
+    if needed > size and not revisit:
+        raise fail(
+            path,
+            f"the streams read {needed} tasks (steps x tasks per step) from pool {spec.name!r} of {size}, so every task "
+            f"would be seen about {needed / size:.1f} times; use train_pool: {{name: {FRESH_POOL}}} (a new task "
+            "at every position, as §6.1's fresh examples), or say revisit: true",
+        )
+    return spec
+
+
+def _capacity_of(capacities: Any, b: int, path: Any) -> int | None:
+    """The episodic buffer's capacity for a stream of |B| = ``b`` fresh tasks per step: ``episodic_capacity`` is
+    absent or null (uncapped), one integer for every |B|, or a mapping from |B| to an integer or null."""
+    if capacities is None:
+        return None
+    if isinstance(capacities, dict):
+        if b not in capacities:
+            raise fail(
+                path,
+                f"episodic_capacity names no capacity for |B| = {b} (it has {sorted(capacities)}); give an "
+                "integer, or null for an uncapped buffer",
+            )
+        value = capacities[b]
+    else:
+        value = capacities
+    return check_int(value, f"episodic_capacity[{b}]", path, minimum=1, optional=True)
 
 
 def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
@@ -455,6 +528,15 @@ def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
     )
 
 
+def _temperature(value: Any, key: str, path: Any) -> float | None:
+    """A sampling temperature (a number >= 0), or None when the profile leaves it out."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise fail(path, f"{key!r} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
 def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str, path: Any) -> str:
     value = data.get(key, default)
     if value not in allowed:
@@ -462,8 +544,10 @@ def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: s
     return str(value)
 
 
-def load_study_profile(path: str | Path) -> StudyProfile:
-    """Read and check a study profile; any unknown or malformed key is named in the error."""
+def load_study_profile(path: str | Path, *, context_check: bool = True) -> StudyProfile:
+    """Read and check a study profile; any unknown or malformed key is named in the error. With ``context_check``
+    the largest prompt of every condition is rendered and refused when it exceeds the named backbone's context
+    (``check_profile_context``; a run checks again against the endpoint it really uses)."""
     path = Path(path)
     data = read_profile(path, PROFILE_KEYS)
     backbone = check_backbone(data, path)
@@ -491,7 +575,11 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     if not grid:
         raise fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
     reading = _choice(data, "buffer_reading", BUFFER_READINGS, "cap", path)
-    conditions = _grid_conditions(grid, reading, int(base_tps or 1), path)
+    capacities = data.get("episodic_capacity")
+    if isinstance(capacities, bool) or (capacities is not None and not isinstance(capacities, (int, dict))):
+        raise fail(path, f"episodic_capacity must be an integer, null or a mapping |B| -> capacity, got {capacities!r}")
+    conditions = _grid_conditions(grid, reading, int(base_tps or 1), path, capacities)
+    train_pool = _stream_pool(train_pool, conditions, int(steps or 1), data.get("revisit", False), path)
     fig2 = _fig2(data, path)
     fig2_conditions = (
         tuple(
@@ -579,6 +667,8 @@ def load_study_profile(path: str | Path) -> StudyProfile:
         buffer_reading=reading,
         coverage_average=_choice(data, "coverage_average", COVERAGE_AVERAGES, "checkpoints", path),
         eval_repeats=repeats,
+        eval_temperature=_temperature(evaluation.get("temperature"), "evaluation.temperature", path),
+        table4_memories=check_int(data.get("table4_memories"), "table4_memories", path, minimum=1, optional=True),
         fig2=fig2,
         fig2_conditions=fig2_conditions,
         source_ablation=ablation,
@@ -588,7 +678,69 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             profile.stream_config(cond)
         except (TypeError, ValueError) as exc:
             raise fail(path, f"stream settings: {exc}") from None
+    if context_check:
+        check_profile_context(profile)
     return profile
+
+
+#: what a prompt that outgrew the context during a run can do (the abstract store has no cap, App. D.1)
+CONTEXT_FIX = (
+    "cap the episodic buffer (episodic_capacity), run fewer steps, lower stream.solver_max_tokens, or use a backbone "
+    "with a longer context; re-running resumes, complete conditions are kept"
+)
+
+
+def named_context_length(profile: StudyProfile) -> tuple[int | None, str]:
+    """The context length the profile's backbone states, and its model name: the embedded default's ``n_ctx``, a
+    backbone profile's ``context_length`` (None when it states none)."""
+    from antipersist_lib.serving import profiles
+
+    try:
+        return profiles.named_context_length(profile.backbone, profile.backbone_options)
+    except ValueError as exc:
+        raise fail(profile.path, f"'backbone': {exc}") from None
+
+
+def profile_prompt_sizes(profile: StudyProfile) -> list[context.PromptSize]:
+    """Every condition's largest prompts (``arc.context``), rendered from a sample of the stream's and the
+    evaluated tasks."""
+    sample = replace(profile.train_pool, limit=min(profile.train_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
+    stream_tasks = _sample_tasks(sample, profile.n_train, profile.n_test)
+    held = replace(profile.heldout_pool, limit=min(profile.heldout_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
+    eval_tasks = _sample_tasks(held, profile.n_train, profile.n_test)
+    sizes = []
+    for cond in profile.conditions + profile.fig2_conditions:
+        config = profile.stream_config(cond)
+        last = max(profile.checkpoints_of(cond))
+        sizes += context.condition_prompts(cond.name, config, last, stream_tasks, eval_tasks, profile.eval_sources)
+    return sizes
+
+
+@functools.lru_cache(maxsize=8)
+def _sample_tasks(spec: PoolSpec, n_train: int, n_test: int) -> tuple[ArcTask, ...]:
+    """A pool's first tasks (cached: loading a profile twice renders the same sample)."""
+    if spec.name == FRESH_POOL:
+        plan = pool_plan(FRESH_POOL, spec.seed, size=max(int(spec.limit or 1), SAMPLE_TASKS))[: spec.limit]
+    else:
+        plan = pool_plan(spec.name, spec.seed)[: spec.limit]
+    return tuple(make_task(e.family, e.skill, e.seed, n_train=n_train, n_test=n_test) for e in plan)
+
+
+def check_profile_context(
+    profile: StudyProfile, context_length: int | None = None, model: str | None = None
+) -> list[context.PromptSize]:
+    """The profile's largest prompts, refused (``StudyProfileError`` naming sizes and fixes) when one exceeds the
+    context length: the one given (the endpoint a run really uses), else the one its backbone names. A backbone
+    stating no context length is not checked."""
+    if context_length is None:
+        context_length, named = named_context_length(profile)
+        model = model or named
+    sizes = profile_prompt_sizes(profile)
+    if context_length is not None:
+        message = context.refusal(sizes, int(context_length), model or profile.backbone)
+        if message is not None:
+            raise fail(profile.path, message)
+    return sizes
 
 
 def _seeds(data: dict[str, Any], path: Any) -> tuple[int, ...]:
@@ -656,7 +808,10 @@ def _optional_block(
 
 def pool_tasks(spec: PoolSpec, *, n_train: int = N_TRAIN, n_test: int = N_TEST) -> list[ArcTask]:
     """The first ``limit`` tasks of a pool (all when None), drawn with the given example counts."""
-    plan = pool_plan(spec.name, spec.seed)[: spec.limit]
+    if spec.name == FRESH_POOL:
+        plan = pool_plan(FRESH_POOL, spec.seed, size=spec.limit)
+    else:
+        plan = pool_plan(spec.name, spec.seed)[: spec.limit]
     return [make_task(e.family, e.skill, e.seed, n_train=n_train, n_test=n_test) for e in plan]
 
 
@@ -868,7 +1023,8 @@ def _run_surgery(profile: StudyProfile, llm: LLMClient, folder: Path, evalsets: 
         raise fail(profile.path, f"surgery.eval_set {eval_set!r} is not evaluated (evaluation.sets)")
     memory = Memory.from_dict(read_json(folder / MEMORY_FILE))
     baseline = _final_eval(folder, eval_set)
-    entries = memory.entry_ids()[: spec.get("max_entries")]
+    # consolidated strategies first (App. I removes one consolidated entry), then the buffered episodes
+    entries = (memory.abstract.ids() + memory.episodic.ids())[: spec.get("max_entries")]
     results = []
     for entry_id in entries:
         res = memory_surgery(
@@ -956,6 +1112,8 @@ def _manifest(
             "buffer_reading": profile.buffer_reading,
             "coverage_average": profile.coverage_average,
             "eval_repeats": profile.eval_repeats,
+            "eval_temperature": profile.eval_temperature,
+            "table4_memories": profile.table4_memories,
             "fig2": {**asdict(profile.fig2), "selection": fig2.to_dict() if fig2 else None} if profile.fig2 else None,
             "source_ablation": profile.source_ablation,
             "wall_s": round(wall, 1),  # this invocation
@@ -980,7 +1138,8 @@ def run_study(
     ``--base-url/--model``). Before the first condition, judge or surgery still to do, the chat endpoint
     gets one small request (``StudyModels.check_endpoints``; ``preflight=False`` skips it). A profile with
     ``seeds`` runs one whole study per seed (``run_seeds``)."""
-    profile = load_study_profile(profile_path)
+    # another endpoint than the profile's backbone: run_profile checks the context against that one
+    profile = load_study_profile(profile_path, context_check=endpoint is None and backbone is None)
     run = run_seeds if profile.seeds else run_profile
     return run(profile, Path(out_dir), endpoint=endpoint, backbone=backbone, preflight=preflight, log=log)
 
@@ -1016,6 +1175,13 @@ def run_profile(
     ) as bb:
         if bb.note:
             log(f"NOTE: {bb.note}")
+        # the endpoint really used may not be the profile's backbone (--base-url): its context decides
+        sizes = check_profile_context(profile, bb.endpoint.context_length, bb.endpoint.model)
+        if bb.endpoint.context_length is not None and sizes:
+            log(
+                f"context: the largest prompt needs about {max(z.tokens for z in sizes)} of "
+                f"{bb.endpoint.context_length} tokens"
+            )
         cache = ResponseCache(out / CACHE_DIR) if profile.response_cache else None
         conditions = list(profile.all_conditions())
         log(
@@ -1024,7 +1190,11 @@ def run_profile(
             f"{bb.endpoint.base_url}, response cache {cache.root if cache is not None else 'off'}"
         )
         with Ledger(out / LEDGER_FILE) as ledger:
-            llm = LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed)
+            llm = PromptGuard(
+                LLMClient(bb.endpoint, ledger=ledger, cache=cache, seed=profile.seed),
+                what=lambda tags: f"ARC-AGI Stream {tags.get('purpose') or 'call'} at step {tags.get('step', '?')}",
+                fix=CONTEXT_FIX,
+            )
             atomic_write_json(
                 out / MANIFEST_FILE, _manifest(profile, bb, train, evalsets, "running", started, before_s, sandbox)
             )
@@ -1290,7 +1460,9 @@ def summary(out_dir: str | Path | None) -> dict[str, Any]:
         "heldout_pool",
         "buffer_reading",
         "coverage_average",
+        "table4_memories",
         "eval_repeats",
+        "eval_temperature",
     )
     return {
         **{k: man.get(k) for k in keys},

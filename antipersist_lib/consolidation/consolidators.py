@@ -15,18 +15,22 @@ Kit choices where the paper is silent (its appendix gives roles, not prompts or 
   benchmark's engine, so the reflector learns from the generator's own attempts, as in the
   original) or, with no engine at hand, makes one call naming the bullets each task calls for
   (skipped while the playbook is empty); then one reflector call over the whole batch (bullet
-  tags and lessons) and one curator call (ADD / UPDATE). Tags move the helpful/harmful counters.
-  ACE_GT shows the reflector the ground-truth outcome (and, with rollouts, the pool's run of the
-  same task as a reference); plain ACE hides both. Then the analyzer compares every pair of
-  bullets: a bullet whose cosine similarity to an earlier one is >= 0.75 (G.3) merges into the
-  most similar earlier one, which keeps its text and gains the sources and counters.
+  tags and lessons; ``reflector="per_record"`` makes one call per record, G.2) and one curator call
+  (ADD / UPDATE). Tags move the helpful/harmful counters. With rollouts both variants see each
+  attempt's own outcome and only ACE_GT the target (the pool's run of the task); without, ACE_GT
+  sees the pool's outcome label and plain ACE none. Then the analyzer compares every pair of
+  bullets (``merge="new_only"``: only this update's) and a bullet whose cosine similarity to an
+  earlier one is >= 0.75 (G.3) merges into the most similar earlier one, which keeps its text and
+  gains the sources and counters. ``playbook_token_cap`` drops the worst-scored bullets past it.
 * AWM: workflows are induced from the batch's successful episodes only (no call when there are
-  none) and appended; an exact repeat of a stored workflow is skipped.
+  none); ``mode="append"`` appends them (an exact repeat is skipped), ``mode="revise"`` may also
+  rewrite stored workflows in place and remove them (H.1.2).
 * DC: the whole cheatsheet is replaced by the model's rewrite; it cites every source of the
   sheet it replaces plus the batch.
 * CLIN: a replaced rule gets a new id and moves to the newest end of the FIFO queue; entries
   the model does not mention are retained; after the edit the oldest entries beyond the
-  capacity are evicted.
+  capacity are evicted. ``update="rewrite"`` (G.1) takes the reply as the whole new list instead,
+  and ``seed_list="free_count"`` seeds an empty bank with a list of the model's chosen length.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from antipersist_lib.consolidation import prompts as P
 from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry
 from antipersist_lib.consolidation.parsing import ReplyError, as_int_list, excerpt, extract_json
 from antipersist_lib.consolidation.pool import PoolRecord, check_pool, summarize_trajectory
+from antipersist_lib.context_budget import estimated_tokens
 from antipersist_lib.memory.similarity import cosine
 
 #: what ACE's generator does per update: run every task with the playbook on the engine ("rollout", the
@@ -48,6 +53,12 @@ from antipersist_lib.memory.similarity import cosine
 ACE_GENERATORS = ("rollout", "bullets", "none")
 #: the paper's ACE dedup threshold (G.3, H.1.1)
 ACE_DEDUP_THRESHOLD = 0.75
+#: how often ACE's reflector is called: once per record ("per_record"; G.2: "the reflector emits bullet
+#: candidates from each trajectory") or once over the whole batch ("per_batch", the kit's earlier, cheaper reading)
+ACE_REFLECTOR_GRANULARITY = ("per_record", "per_batch")
+#: which bullets the analyzer compares: every pair ("any_pair"; G.3), only this update's new or rewritten bullets
+#: with the others ("new_only"), or none ("none": no embedder needed)
+ACE_MERGE = ("any_pair", "new_only", "none")
 #: the fixed sections of the original ACE playbook (ace-agent/ace), in its order; the paper's
 #: snapshots (H.1.1) show two of them. Bullets in no known section go to the last one.
 ACE_SECTIONS = (
@@ -71,6 +82,8 @@ class Consolidator:
     id_prefix = "e"
     prompt_names: tuple[str, ...] = ()
     needs_llm = True
+    #: whether the regime's FIFO capacity evicts this builder's oldest entries (Incr. Keep may opt out)
+    capped = True
 
     def __init__(
         self,
@@ -124,7 +137,7 @@ class Consolidator:
             event["ops"] = []
             event["error"] = str(exc)
             event["reply"] = excerpt(self._last_reply)
-        evicted = bank.evict_fifo()
+        evicted = bank.evict_fifo() if self.capped else []
         if evicted:
             event["ops"].append({"op": "evict", "ids": evicted})
         bank.history.append(event)
@@ -203,6 +216,8 @@ class ACE(Consolidator):
         "consolidation_ace_labels_shown",
         "consolidation_ace_labels_hidden",
         "consolidation_ace_labels_shown_attempts",
+        "consolidation_ace_labels_attempt_outcome",
+        "consolidation_ace_token_budget",
         "consolidation_ace_sections_fixed",
         "consolidation_ace_sections_free",
         "consolidation_ace_attempt",
@@ -221,10 +236,23 @@ class ACE(Consolidator):
         generator: str = "bullets",
         sections: Sequence[str] | None = ACE_SECTIONS,
         rollout: Callable[[PoolRecord, str], PoolRecord] | None = None,
+        reflector: str = "per_batch",
+        merge: str = "any_pair",
+        playbook_token_cap: int | None = None,
         **kw: Any,
     ) -> None:
         self.name = "ace_gt" if ground_truth else "ace"
         super().__init__(llm, **kw)
+        if reflector not in ACE_REFLECTOR_GRANULARITY:
+            raise ValueError(f"reflector must be one of {ACE_REFLECTOR_GRANULARITY}, got {reflector!r}")
+        if merge not in ACE_MERGE:
+            raise ValueError(f"merge must be one of {ACE_MERGE}, got {merge!r}")
+        if playbook_token_cap is not None and (
+            isinstance(playbook_token_cap, bool) or not isinstance(playbook_token_cap, int) or playbook_token_cap < 1
+        ):
+            raise ValueError(f"playbook_token_cap must be None (no cap) or an integer >= 1, got {playbook_token_cap!r}")
+        if merge == "none":
+            dedup_threshold = None
         if dedup_threshold is not None:
             if embedder is None:
                 raise ValueError("ACE deduplicates new bullets by embedding: pass embedder= (or dedup_threshold=None)")
@@ -248,6 +276,9 @@ class ACE(Consolidator):
         self.generator = generator
         self.sections = None if sections is None else tuple(str(x).strip() for x in sections)
         self.rollout = rollout
+        self.reflector = reflector
+        self.merge = merge if self.dedup_threshold is not None else "none"
+        self.playbook_token_cap = playbook_token_cap
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -256,6 +287,9 @@ class ACE(Consolidator):
             "dedup_threshold": self.dedup_threshold,
             "generator": self.generator,
             "sections": list(self.sections) if self.sections is not None else None,
+            "reflector": self.reflector,
+            "merge": self.merge,
+            "playbook_token_cap": self.playbook_token_cap,
         }
 
     def _section_rule(self) -> str:
@@ -303,15 +337,58 @@ class ACE(Consolidator):
                 "(consolidation.rollouts.EpisodeRollout; the consolidation study does), or set generator: bullets"
             )
         if self.generator == "rollout":
-            episodes = self._attempts(bank, records, event)
+            blocks = self._attempts(bank, records, event)
+            label_note = P.ACE_LABELS_SHOWN_ATTEMPTS if self.ground_truth else P.ACE_LABELS_ATTEMPT_OUTCOME
         else:
             used = self._generate(bank, records, bullets, event) if self.generator == "bullets" and bullets else {}
             notes = {i: "Bullets used: " + (", ".join(ids) or "none") for i, ids in used.items()}
-            episodes = self._episodes(records, with_outcome=self.ground_truth, notes=notes)
-        if self.generator == "rollout" and self.ground_truth:
-            label_note = P.ACE_LABELS_SHOWN_ATTEMPTS
-        else:
+            blocks = [
+                summarize_trajectory(r, self.summary_chars, with_outcome=self.ground_truth)
+                + (f"\n{notes[i]}" if i in notes else "")
+                for i, r in enumerate(records, start=1)
+            ]
             label_note = P.ACE_LABELS_SHOWN if self.ground_truth else P.ACE_LABELS_HIDDEN
+        if self.reflector == "per_batch":
+            groups = [list(range(len(records)))]
+        else:  # G.2: the reflector reads each trajectory on its own
+            groups = [[i] for i in range(len(records))]
+        found: list[tuple[str, str, list[str]]] = []
+        for group in groups:
+            found += self._reflect(bank, [blocks[i] for i in group], [records[i] for i in group], label_note, event)
+        before = {e.id: e.text for e in bank.entries if e.kind == "bullet"}
+        if found:
+            lesson_text = "\n".join(
+                f"{i}. [{sec or 'general'}] {text}" for i, (sec, text, _) in enumerate(found, start=1)
+            )
+            rule = self._section_rule()
+            if self.playbook_token_cap is not None:
+                rule += " " + P.ACE_TOKEN_BUDGET.format(
+                    cap=self.playbook_token_cap, now=estimated_tokens(self._playbook(bank))
+                )
+            ops = extract_json(
+                self._chat(
+                    P.ACE_CURATOR_SYSTEM,
+                    P.ACE_CURATOR.format(playbook=self._playbook(bank), lessons=lesson_text, section_rule=rule),
+                    "curator",
+                    event,
+                ),
+                list,
+            )
+            self._curate(bank, ops, found, records, event)
+        changed = {e.id for e in bank.entries if e.kind == "bullet" and before.get(e.id) != e.text}
+        self._analyze(bank, event, changed if self.merge == "new_only" else None)
+        self._cap(bank, event)
+
+    def _reflect(
+        self,
+        bank: MemoryBank,
+        blocks: list[str],
+        records: list[PoolRecord],
+        label_note: str,
+        event: dict[str, Any],
+    ) -> list[tuple[str, str, list[str]]]:
+        """One reflector call over ``records`` (their episode texts ``blocks``): tags applied, lessons returned."""
+        episodes = "\n\n".join(f"### Episode {i}\n{b}" for i, b in enumerate(blocks, start=1))
         reply = self._chat(
             P.ACE_REFLECTOR_SYSTEM,
             P.ACE_REFLECTOR.format(
@@ -328,32 +405,32 @@ class ACE(Consolidator):
         if not isinstance(tags, list) or not isinstance(lessons, list):
             raise ReplyError("the reflector's 'bullet_tags' and 'lessons' must be lists")
         self._apply_tags(bank, tags, event)
-        found = self._lessons(lessons, records, event)
-        if found:
-            lesson_text = "\n".join(
-                f"{i}. [{sec or 'general'}] {text}" for i, (sec, text, _) in enumerate(found, start=1)
-            )
-            ops = extract_json(
-                self._chat(
-                    P.ACE_CURATOR_SYSTEM,
-                    P.ACE_CURATOR.format(
-                        playbook=self._playbook(bank), lessons=lesson_text, section_rule=self._section_rule()
-                    ),
-                    "curator",
-                    event,
-                ),
-                list,
-            )
-            self._curate(bank, ops, found, records, event)
-        self._analyze(bank, event)
+        return self._lessons(lessons, records, event)
 
-    def _attempts(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> str:
-        """The generator's rollouts, one per task, as the reflector's episodes (the outcome label and
-        the pool's own run of the task as a reference only for ACE_GT)."""
+    def _cap(self, bank: MemoryBank, event: dict[str, Any]) -> None:
+        """``playbook_token_cap``: drop the bullets with the worst helpful-minus-harmful record (the oldest first
+        among equals) until the rendered playbook fits; the dropped ids are logged."""
+        if self.playbook_token_cap is None:
+            return
+        dropped: list[str] = []
+        while estimated_tokens(self._playbook(bank)) > self.playbook_token_cap:
+            bullets = [e for e in bank.entries if e.kind == "bullet"]
+            if not bullets:
+                break
+            worst = min(bullets, key=lambda e: (e.helpful - e.harmful, e.updated_step))
+            bank.entries.remove(worst)
+            dropped.append(worst.id)
+        if dropped:
+            event["ops"].append({"op": "cap", "ids": dropped, "tokens": estimated_tokens(self._playbook(bank))})
+
+    def _attempts(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> list[str]:
+        """The generator's rollouts, one per task, as the reflector's episodes. Each shows the attempt's own
+        outcome (the original ACE's environment feedback, for ACE and ACE_GT alike); only ACE_GT also sees
+        the target, the pool's own run of the task as a reference."""
         assert self.rollout is not None
         playbook = bank.render()
         blocks, summary = [], []
-        for i, record in enumerate(records, start=1):
+        for record in records:
             attempt = self.rollout(record, playbook)
             if not isinstance(attempt, PoolRecord):
                 raise TypeError(f"ACE's rollout must return a PoolRecord, got {type(attempt).__name__}")
@@ -365,15 +442,13 @@ class ACE(Consolidator):
                     "infra_failure": attempt.outcome.infra_failure,
                 }
             )
-            text = P.ACE_ATTEMPT.format(
-                attempt=summarize_trajectory(attempt, self.summary_chars, with_outcome=self.ground_truth)
-            )
+            text = P.ACE_ATTEMPT.format(attempt=summarize_trajectory(attempt, self.summary_chars, with_outcome=True))
             if self.ground_truth:
                 ref = summarize_trajectory(record, self.summary_chars, with_outcome=True)
                 text += "\n" + P.ACE_REFERENCE.format(reference=ref)
-            blocks.append(f"### Episode {i}\n{text}\nBullets used: any (the whole playbook was in context)")
+            blocks.append(f"{text}\nBullets used: any (the whole playbook was in context)")
         event["rollouts"] = summary
-        return "\n\n".join(blocks)
+        return blocks
 
     def _generate(
         self, bank: MemoryBank, records: list[PoolRecord], bullets: set[str], event: dict[str, Any]
@@ -458,10 +533,11 @@ class ACE(Consolidator):
             bank.entries.append(e)
             event["ops"].append({"op": "add", "id": e.id})
 
-    def _analyze(self, bank: MemoryBank, event: dict[str, Any]) -> None:
+    def _analyze(self, bank: MemoryBank, event: dict[str, Any], only: set[str] | None = None) -> None:
         """The analyzer: every bullet whose embedding is at least ``dedup_threshold`` similar to an
         earlier bullet (old or new) merges into the most similar one of those. The earlier bullet
-        keeps its id, text and section, and gains the later one's sources and counters."""
+        keeps its id, text and section, and gains the later one's sources and counters. ``only``
+        (``merge: new_only``): just these bullets may merge into another; other pairs stay apart."""
         if self.dedup_threshold is None:
             return
         bullets = [e for e in bank.entries if e.kind == "bullet"]
@@ -476,7 +552,7 @@ class ACE(Consolidator):
                 continue
             scored = [(cosine(v, w), other) for other, w in kept if w.shape == v.shape]
             sim, twin = max(scored, key=lambda x: x[0], default=(-1.0, None))
-            if twin is not None and sim >= self.dedup_threshold - 1e-9:
+            if twin is not None and sim >= self.dedup_threshold - 1e-9 and (only is None or e.id in only):
                 twin.sources = _unique(twin.sources + e.sources)
                 twin.helpful += e.helpful
                 twin.harmful += e.harmful
@@ -500,6 +576,15 @@ class ACE(Consolidator):
 # -- AWM -----------------------------------------------------------------------------------------
 
 _WORKFLOW_HEAD = re.compile(r"^[ \t]*(?:#{1,6}[ \t]*|\*\*)?Workflow\b[^:\n]*:[ \t]*(.+?)[ \t]*(?:\*\*)?[ \t]*$", re.M)
+#: the id a revised workflow's head names ("## Workflow w3: title")
+_WORKFLOW_ID = re.compile(r"Workflow[ \t]+\[?([A-Za-z]+\d+)\]?[ \t]*:")
+_WORKFLOW_REMOVE = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*|\*\*)?Remove\b[^:\n]*:[ \t]*\[?([A-Za-z]+\d+)\]?[^\n]*", re.M | re.I
+)
+#: what an AWM update does with the memory: add new workflows only ("append", the kit's earlier reading) or
+#: induce the memory again, rewriting, removing and adding workflows ("revise"; the original AWM re-induces,
+#: and H.1.2 reports W1 and W7 edited between epochs)
+AWM_MODES = ("revise", "append")
 
 
 def parse_workflows(text: str) -> list[tuple[str, str]]:
@@ -513,12 +598,44 @@ def parse_workflows(text: str) -> list[tuple[str, str]]:
 
 
 class AWM(Consolidator):
-    """Agent Workflow Memory: induce workflows from successful episodes and append them."""
+    """Agent Workflow Memory: induce workflows from successful episodes; ``mode`` says whether an update may
+    rewrite and remove stored workflows (``revise``) or only append new ones (``append``).
+
+    ``placeholders`` (e.g. ``["product", "attribute"]``) names the benchmark's own words for the prompt's
+    placeholder examples; without it the prompt names none, so no benchmark's vocabulary leaks into another's."""
 
     name = "awm"
     kind = "workflow"
     id_prefix = "w"
-    prompt_names = ("consolidation_awm_system", "consolidation_awm_induce")
+    prompt_names = (
+        "consolidation_awm_system",
+        "consolidation_awm_induce",
+        "consolidation_awm_revise",
+        "consolidation_awm_placeholders_generic",
+        "consolidation_awm_placeholders_named",
+    )
+
+    def __init__(self, llm: Any, *, mode: str = "append", placeholders: Sequence[str] | None = None, **kw: Any):
+        super().__init__(llm, **kw)
+        if mode not in AWM_MODES:
+            raise ValueError(f"AWM mode must be one of {AWM_MODES}, got {mode!r}")
+        if placeholders is not None and (
+            isinstance(placeholders, str)
+            or not placeholders
+            or not all(isinstance(w, str) and re.fullmatch(r"[A-Za-z_][\w ]*", w) for w in placeholders)
+        ):
+            raise ValueError(f"placeholders must be a non-empty list of words (or None), got {placeholders!r}")
+        self.mode = mode
+        self.placeholders = None if placeholders is None else tuple(placeholders)
+
+    def describe(self) -> dict[str, Any]:
+        placeholders = list(self.placeholders) if self.placeholders is not None else None
+        return {**super().describe(), "mode": self.mode, "placeholders": placeholders}
+
+    def _placeholder_rule(self) -> str:
+        if self.placeholders is None:
+            return P.AWM_PLACEHOLDERS_GENERIC
+        return P.AWM_PLACEHOLDERS_NAMED.format(examples=", ".join("{" + w + "}" for w in self.placeholders))
 
     def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
         wins = [r for r in records if r.outcome.success]
@@ -526,15 +643,24 @@ class AWM(Consolidator):
             event["skipped"].append("no successful episode in the batch: nothing to induce from")
             return
         stored = [e for e in bank.entries if e.kind == "workflow"]
-        listing = "\n\n".join(f"## Workflow: {e.title}\n{e.text}" for e in stored) or P.EMPTY_MEMORY
-        reply = self._chat(
-            P.AWM_SYSTEM, P.AWM_INDUCE.format(workflows=listing, episodes=self._episodes(wins)), "induce", event
-        )
+        rule = self._placeholder_rule()
+        if self.mode == "revise":
+            listing = "\n\n".join(f"## Workflow {e.id}: {e.title}\n{e.text}" for e in stored) or P.EMPTY_MEMORY
+            prompt = P.AWM_REVISE.format(workflows=listing, episodes=self._episodes(wins), placeholder_rule=rule)
+        else:
+            listing = "\n\n".join(f"## Workflow: {e.title}\n{e.text}" for e in stored) or P.EMPTY_MEMORY
+            prompt = P.AWM_INDUCE.format(workflows=listing, episodes=self._episodes(wins), placeholder_rule=rule)
+        reply = self._chat(P.AWM_SYSTEM, prompt, "induce", event)
+        removed = self._remove(bank, reply, event) if self.mode == "revise" else set()
+        if self.mode == "revise":
+            reply = _WORKFLOW_REMOVE.sub("", reply)  # a removal line is no part of a workflow's body
         found = parse_workflows(reply)
         if not found:
-            if reply.strip().strip(".").upper() == "NONE":
+            if removed or reply.strip().strip(".").upper() == "NONE":
                 return
             raise ReplyError("no '## Workflow: <title>' section in the reply")
+        if self.mode == "revise":
+            found = self._revise(bank, reply, found, wins, removed, event)
         seen = {_norm(e.title + "\n" + e.text) for e in stored}
         for title, body in found:
             key = _norm(title + "\n" + body)
@@ -545,6 +671,49 @@ class AWM(Consolidator):
             e = self._entry(bank, body, [r.rid for r in wins], title=title)
             bank.entries.append(e)
             event["ops"].append({"op": "add", "id": e.id})
+
+    def _remove(self, bank: MemoryBank, reply: str, event: dict[str, Any]) -> set[str]:
+        """The "## Remove: w5" lines of a revision: those workflows leave the memory."""
+        removed: set[str] = set()
+        for m in _WORKFLOW_REMOVE.finditer(reply):
+            entry = bank.get(m.group(1).lower())
+            if entry is None or entry.kind != "workflow":
+                event["skipped"].append(f"remove {m.group(1)!r}: no such workflow")
+                continue
+            bank.entries.remove(entry)
+            removed.add(entry.id)
+            event["ops"].append({"op": "delete", "id": entry.id})
+        return removed
+
+    def _revise(
+        self,
+        bank: MemoryBank,
+        reply: str,
+        found: list[tuple[str, str]],
+        wins: list[PoolRecord],
+        removed: set[str],
+        event: dict[str, Any],
+    ) -> list[tuple[str, str]]:
+        """Rewrite in place every workflow whose head names a stored id (it keeps its id and gains the batch
+        as sources); returns the workflows that name none, to be added as new ones."""
+        heads = [m.group(0) for m in _WORKFLOW_HEAD.finditer(reply)]
+        new = []
+        for head, (title, body) in zip(heads, found):
+            m = _WORKFLOW_ID.search(head)
+            if m is None:
+                new.append((title, body))
+                continue
+            entry = bank.get(m.group(1).lower())
+            if entry is None or entry.kind != "workflow" or not body:
+                why = "removed in the same reply" if m.group(1).lower() in removed else "no such workflow or no body"
+                event["skipped"].append(f"workflow {m.group(1)!r}: {why}")
+                continue
+            if _norm(entry.title + "\n" + entry.text) == _norm(title + "\n" + body):
+                continue  # repeated unchanged: kept as it is
+            entry.title, entry.text, entry.updated_step = title, body, bank.step
+            entry.sources = _unique(entry.sources + [r.rid for r in wins])
+            event["ops"].append({"op": "update", "id": entry.id})
+        return new
 
 
 def _norm(text: str) -> str:
@@ -583,6 +752,12 @@ class DynamicCheatsheet(Consolidator):
 # -- CLIN ----------------------------------------------------------------------------------------
 
 CLIN_OPS = ("retain", "delete", "replace", "add")
+#: how CLIN's manager edits the bank: by delete / replace / add / retain operations ("ops", App. J) or by
+#: rewriting the whole list every update ("rewrite"; App. G.1: "rewrites the entire memory at every stage")
+CLIN_UPDATES = ("ops", "rewrite")
+#: the call that starts an empty bank: the update prompt as any other ("capped") or a free-count list of
+#: task-type-agnostic insights, the model choosing the count ("free_count"; App. G.1's seed)
+CLIN_SEED_LISTS = ("capped", "free_count")
 
 
 class CLIN(Consolidator):
@@ -591,16 +766,34 @@ class CLIN(Consolidator):
     name = "clin"
     kind = "rule"
     id_prefix = "m"
-    prompt_names = ("consolidation_clin_system", "consolidation_clin_update")
+    prompt_names = (
+        "consolidation_clin_system",
+        "consolidation_clin_update",
+        "consolidation_clin_rewrite",
+        "consolidation_clin_seed_free",
+    )
 
-    def __init__(self, llm: Any, *, capacity: int = 50, **kw: Any) -> None:
+    def __init__(
+        self, llm: Any, *, capacity: int = 50, update: str = "ops", seed_list: str = "capped", **kw: Any
+    ) -> None:
         super().__init__(llm, **kw)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"CLIN capacity must be an integer >= 1, got {capacity!r}")
+        if update not in CLIN_UPDATES:
+            raise ValueError(f"CLIN update must be one of {CLIN_UPDATES}, got {update!r}")
+        if seed_list not in CLIN_SEED_LISTS:
+            raise ValueError(f"CLIN seed_list must be one of {CLIN_SEED_LISTS}, got {seed_list!r}")
         self.capacity = capacity
+        self.update_mode = update
+        self.seed_list = seed_list
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "capacity": self.capacity}
+        return {
+            **super().describe(),
+            "capacity": self.capacity,
+            "update": self.update_mode,
+            "seed_list": self.seed_list,
+        }
 
     def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
         cap = min(self.capacity, bank.capacity or self.capacity)
@@ -610,11 +803,25 @@ class CLIN(Consolidator):
             f"(score {r.outcome.score:g})"
             for i, r in enumerate(records, start=1)
         }
+        episodes = self._episodes(records, with_outcome=False, notes=notes)
+        if self.seed_list == "free_count" and not bank.entries:
+            event["seed"] = "free_count"
+            items = extract_json(
+                self._chat(P.CLIN_SYSTEM, P.CLIN_SEED_FREE.format(episodes=episodes), "seed", event), list
+            )
+            self._rewrite(bank, items, records, event, cap=None)
+            return
+        if self.update_mode == "rewrite":
+            prompt = P.CLIN_REWRITE.format(n=len(bank.entries), capacity=cap, entries=entries, episodes=episodes)
+            self._rewrite(
+                bank, extract_json(self._chat(P.CLIN_SYSTEM, prompt, "rewrite", event), list), records, event, cap=cap
+            )
+            return
         prompt = P.CLIN_UPDATE.format(
             n=len(bank.entries),
             capacity=cap,
             entries=entries,
-            episodes=self._episodes(records, with_outcome=False, notes=notes),
+            episodes=episodes,
         )
         ops = extract_json(self._chat(P.CLIN_SYSTEM, prompt, "update", event), list)
         batch_ids = [r.rid for r in records]
@@ -645,3 +852,43 @@ class CLIN(Consolidator):
         evicted = bank.evict_fifo(cap)
         if evicted:
             event["ops"].append({"op": "evict", "ids": evicted})
+
+    def _rewrite(
+        self, bank: MemoryBank, items: list[Any], records: list[PoolRecord], event: dict[str, Any], *, cap: int | None
+    ) -> None:
+        """The reply is the whole new list: an item whose text equals an old one's keeps that entry (its id and
+        sources); any other is a new entry citing the old items it names (``from``) and the batch; old entries
+        the list leaves out are deleted. Items past ``cap`` (the list's tail) are cut and logged."""
+        texts = []
+        for item in items:
+            text = _text(item.get("text")) if isinstance(item, dict) else _text(item)
+            if not text:
+                event["skipped"].append(f"item {excerpt(str(item), 80)}")
+                continue
+            texts.append((text, item.get("from", []) if isinstance(item, dict) else []))
+        if not texts:
+            raise ReplyError("the rewrite holds no item: the memory is kept")
+        if cap is not None and len(texts) > cap:
+            event["ops"].append({"op": "cut", "count": len(texts) - cap})
+            texts = texts[:cap]
+        old = {_norm(e.text): e for e in bank.entries}
+        batch_ids = [r.rid for r in records]
+        kept, out = set(), []
+        for text, cited in texts:
+            same = old.get(_norm(text))
+            if same is not None and same.id not in kept:
+                kept.add(same.id)
+                out.append(same)
+                continue
+            parents = [bank.get(c) for c in cited if isinstance(c, str)] if isinstance(cited, list) else []
+            sources = [s for e in parents if e is not None for s in e.sources] + batch_ids
+            e = self._entry(bank, text, sources)
+            out.append(e)
+            event["ops"].append({"op": "add", "id": e.id, "from": [p.id for p in parents if p is not None]})
+        for e in bank.entries:
+            if e.id not in kept:
+                event["ops"].append({"op": "delete", "id": e.id})
+        for e in out:
+            if e.id in kept:
+                event["ops"].append({"op": "retain", "id": e.id})
+        bank.entries = out

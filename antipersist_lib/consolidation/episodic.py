@@ -25,16 +25,21 @@ from antipersist_lib.consolidation.pool import PoolRecord, check_pool, summarize
 
 #: characters of each log kept in the bank (the agent reads these in full)
 LOG_CHARS = 4000
+#: ``log_chars`` value that stores each log at the builder's ``summary_chars``, the size a consolidator reads
+#: (§4.2: the trajectory baseline "stores the same experience" the consolidators compress)
+AS_SUMMARY = "summary"
 
 
 class _Logs(Consolidator):
     kind = "trajectory"
     id_prefix = "t"
 
-    def __init__(self, llm: Any = None, *, log_chars: int = LOG_CHARS, **kw: Any) -> None:
+    def __init__(self, llm: Any = None, *, log_chars: int | str = LOG_CHARS, **kw: Any) -> None:
         super().__init__(llm, **kw)
+        if log_chars == AS_SUMMARY:
+            log_chars = self.summary_chars
         if isinstance(log_chars, bool) or not isinstance(log_chars, int) or log_chars < 200:
-            raise ValueError(f"log_chars must be an integer >= 200, got {log_chars!r}")
+            raise ValueError(f"log_chars must be an integer >= 200 or {AS_SUMMARY!r}, got {log_chars!r}")
         self.log_chars = log_chars
 
     def describe(self) -> dict[str, Any]:
@@ -85,10 +90,22 @@ class FewShot(_Logs):
 
 
 class KeepCurator(_Logs):
-    """The model answers keep or delete per log; kept logs accumulate (Incr. / One-Pass Keep)."""
+    """The model answers keep or delete per log; kept logs accumulate (Incr. / One-Pass Keep).
+
+    ``capped=False`` (the paper profile): a capped stream's FIFO eviction does not touch the kept logs,
+    since the paper gives Keep no cap (Tables 2-3: its delete decisions alone bound it)."""
 
     name = "keep"
     prompt_names = ("consolidation_keep_system", "consolidation_keep_decide")
+
+    def __init__(self, llm: Any = None, *, capped: bool = True, **kw: Any) -> None:
+        super().__init__(llm, **kw)
+        if not isinstance(capped, bool):
+            raise ValueError(f"capped must be true or false, got {capped!r}")
+        self.capped = capped
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "capped": self.capped}
 
     def _apply(self, bank: MemoryBank, records: list[PoolRecord], event: dict[str, Any]) -> None:
         kept = [e for e in bank.entries if e.kind == "trajectory"]

@@ -10,7 +10,6 @@ on the banks built and are named in the notes, not counted. Nothing is started.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -24,41 +23,15 @@ from antipersist_lib.analysis.plan import (
     recorded_runs,
     records,
 )
-from antipersist_lib.consolidation.profile import Build, StudyProfile, load_study_profile
+from antipersist_lib.consolidation.profile import (
+    Build,
+    StudyProfile,
+    load_study_profile,
+    pool_size,
+    update_count,
+)
 from antipersist_lib.paths import repo_root
 from antipersist_lib.runner.protocol import RunSpec, run_episode_counts
-
-#: pool size when the pool is read from runs or a file that do not exist yet (the kit's assumption)
-ASSUMED_POOL = 64
-
-
-def _pool_size(profile: StudyProfile, out: Path) -> tuple[int, str]:
-    pool = profile.pool
-    if pool.kind == "expert" and pool.per_type:
-        from antipersist_lib.envs.partitions import load_partition
-
-        types = pool.types or tuple(
-            dict.fromkeys(t.task_type for t in getattr(load_partition(profile.benchmark), pool.split))
-        )
-        return pool.per_type * len(types), f"{pool.per_type} expert replays x {len(types)} task types"
-    saved = out / "pool.jsonl"
-    if saved.exists():
-        return sum(1 for _ in records(saved)), f"the pool already written to {saved}"
-    return (
-        ASSUMED_POOL,
-        f"assumed {ASSUMED_POOL} trajectories (the pool is read from runs or a file when the study starts)",
-    )
-
-
-def _updates(build: Build, pool: int, n_types: int) -> int:
-    r = build.regime
-    if r.regime == "static_all":
-        return 1
-    if r.regime == "static_group":
-        return max(n_types, 1)
-    if r.stages is not None:
-        return r.stages.count
-    return math.ceil(pool / max(r.batch_size or 1, 1)) * r.passes
 
 
 def _evaluated(profile: StudyProfile, build: Build, updates: int) -> int:
@@ -98,7 +71,7 @@ def plan_consolidation_study(profile_path: str | Path, out: Path, *, throughput:
     per_update = _calls_per_update(recorded)
     consolidation_rates = purpose_rates(recorded)
     price = backbone_price(profile.backbone)
-    pool, pool_source = _pool_size(profile, out)
+    pool, pool_source = pool_size(profile, out)
     n_types = len(profile.pool.types or ()) or 6
     probe = RunSpec(
         method="react",
@@ -108,6 +81,7 @@ def plan_consolidation_study(profile_path: str | Path, out: Path, *, throughput:
         train_per_iteration=1,
         heldout_limit=profile.heldout_limit,
         task_types=profile.task_types,
+        heldout_set=profile.heldout_set,
     )
     _, heldout = run_episode_counts(probe)
     rows = []
@@ -133,7 +107,7 @@ def plan_consolidation_study(profile_path: str | Path, out: Path, *, throughput:
     if profile.no_memory:
         evaluation("no-memory evaluation", "react", seeds, heldout)
     for build in profile.builds():
-        updates = _updates(build, pool, n_types)
+        updates = update_count(build, pool, n_types)
         each = per_update.get(build.builder)
         source = (
             f"{updates} updates ({pool_source}) x {each:.2f} consolidation calls an update (measured, {build.builder})"

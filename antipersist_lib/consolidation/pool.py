@@ -9,8 +9,9 @@ from the training episodes of earlier runs, and are saved as JSONL.
 Kit choices where the paper is silent: an expert replay that does not end in success is skipped
 and the next game of that type is drawn instead (so every record is a real success); the
 heterogeneous batches interleave task types round-robin, so each batch mixes as many types as
-it can; ``summarize_trajectory`` is a deterministic text rendering (no LLM), trimmed from the
-middle when it exceeds its character budget.
+it can; ``summarize_trajectory`` is a deterministic text rendering (no LLM) that, past its character
+budget, shortens the initial observation, the step observations and then the task sentence, and drops
+middle steps only when the bare actions alone do not fit (``summarize`` counts the actions kept).
 """
 
 from __future__ import annotations
@@ -425,47 +426,143 @@ def stage_batches(
 
 # -- summarized trajectory logs ------------------------------------------------------------------
 
-#: characters kept of each step's observation and of the initial observation
+#: characters kept of each step's observation and of the initial observation when the budget allows
 STEP_OBSERVATION_CHARS = 200
 INITIAL_OBSERVATION_CHARS = 600
+#: the initial observation shrinks to this before any step's observation is clipped below its full clip
+INITIAL_OBSERVATION_FLOOR = 150
+#: the task sentence is cut to no fewer characters than this, and only once every observation is gone
+INSTRUCTION_FLOOR = 160
+
+
+@dataclass(frozen=True)
+class TrajectorySummary:
+    """A record's summary and how many of its actions it shows. The actions are what a consolidator
+    learns the task from (the clean / heat / cool step defines an ALFWorld type), so a summary that
+    could not show them all says so here: ``actions_kept < actions``."""
+
+    text: str
+    actions: int
+    actions_kept: int
+
+    @property
+    def fraction_kept(self) -> float:
+        return self.actions_kept / self.actions if self.actions else 1.0
 
 
 def summarize_trajectory(record: PoolRecord, max_chars: int = 4000, *, with_outcome: bool = True) -> str:
+    """The "Trajectory Logs (Summarized)" text of one record (``summarize``'s text)."""
+    return summarize(record, max_chars, with_outcome=with_outcome).text
+
+
+def summarize(record: PoolRecord, max_chars: int = 4000, *, with_outcome: bool = True) -> TrajectorySummary:
     """The "Trajectory Logs (Summarized)" text of one record: deterministic, no LLM.
 
     Header (task type, instruction, outcome), the initial observation and one line per step
-    (``action -> observation``, each observation cut to ``STEP_OBSERVATION_CHARS``). Past
-    ``max_chars`` the middle steps give way to an "(N steps omitted)" line, keeping the opening
-    and the ending that decided the outcome. ``with_outcome=False`` hides the outcome (ACE
-    without ground-truth labels must judge from the observations)."""
+    (``action -> observation``, each observation cut to ``STEP_OBSERVATION_CHARS``). Past ``max_chars``
+    the text is compressed, never a step dropped while something else can give way, in this order and
+    each only as far as needed: the initial observation down to ``INITIAL_OBSERVATION_FLOOR``; every
+    step's observation, to one common clip (short observations stay whole; at 0 the line is the action
+    alone); the rest of the initial observation; the task sentence down to ``INSTRUCTION_FLOOR``. Only
+    when even the bare actions do not fit do middle steps give way to an "(N steps omitted)" line,
+    keeping the opening and the ending, and ``actions_kept`` counts what is left. ``with_outcome=False``
+    hides the outcome (ACE without ground-truth labels must judge from the observations)."""
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 200:
         raise ValueError(f"max_chars must be an integer >= 200, got {max_chars!r}")
     t, o = record.task, record.outcome
-    head = [f"Task type: {t.task_type}"]
-    if t.instruction:
-        head.append(f"Task: {t.instruction}")
-    if with_outcome:
-        head.append(f"Outcome: {'SUCCESS' if o.success else 'FAILURE'} (score {o.score:g}, {o.n_steps} steps)")
+    steps = record.trajectory.steps
     initial = record.trajectory.initial_observation.strip()
     if t.instruction and initial.endswith(t.instruction):  # the engine repeats the task sentence
         initial = initial[: -len(t.instruction)]
-    head.append("Initial observation: " + _clip(initial, INITIAL_OBSERVATION_CHARS))
-    head.append("Steps:")
-    lines = [
-        f"{i}. {s.action or '(no command)'}{'' if s.valid else ' [invalid]'} -> {_clip(s.observation, STEP_OBSERVATION_CHARS)}"
-        for i, s in enumerate(record.trajectory.steps, start=1)
-    ]
-    text = "\n".join(head + lines)
-    if len(text) <= max_chars:
-        return text
-    budget = max_chars - len("\n".join(head)) - 40
-    front, back = keep_ends(lines, budget)
+    full = len(" ".join(t.instruction.split()))  # the task sentence's length on one line
+
+    def head(instruction_cap: int, initial_cap: int) -> list[str]:
+        lines = [f"Task type: {t.task_type}"]
+        if t.instruction:
+            lines.append(f"Task: {t.instruction if instruction_cap >= full else _clip(t.instruction, instruction_cap)}")
+        if with_outcome:
+            lines.append(f"Outcome: {'SUCCESS' if o.success else 'FAILURE'} (score {o.score:g}, {o.n_steps} steps)")
+        if initial_cap >= 4:
+            lines.append("Initial observation: " + _clip(initial, initial_cap))
+        return lines + ["Steps:"]
+
+    def step_lines(observation_cap: int) -> list[str]:
+        out = []
+        for i, s in enumerate(steps, start=1):
+            line = f"{i}. {s.action or '(no command)'}{'' if s.valid else ' [invalid]'}"
+            out.append(line + f" -> {_clip(s.observation, observation_cap)}" if observation_cap >= 4 else line)
+        return out
+
+    def size(instruction_cap: int, initial_cap: int, observation_cap: int) -> int:
+        return len("\n".join(head(instruction_cap, initial_cap) + step_lines(observation_cap)))
+
+    floor = min(INITIAL_OBSERVATION_FLOOR, INITIAL_OBSERVATION_CHARS)
+
+    def fits(instruction_cap: int, initial_cap: int, observation_cap: int) -> bool:
+        return size(instruction_cap, initial_cap, observation_cap) <= max_chars
+
+    def stages() -> Iterable[tuple[int | None, int | None, int | None]]:  # lazily: most records stop at the first
+        yield full, INITIAL_OBSERVATION_CHARS, STEP_OBSERVATION_CHARS
+        yield (
+            full,
+            _largest(floor, INITIAL_OBSERVATION_CHARS, lambda c: fits(full, c, STEP_OBSERVATION_CHARS)),
+            (STEP_OBSERVATION_CHARS),
+        )
+        yield full, floor, _largest(0, STEP_OBSERVATION_CHARS, lambda c: fits(full, floor, c))
+        yield full, _largest(0, floor, lambda c: fits(full, c, 0)), 0
+        yield _largest(min(INSTRUCTION_FLOOR, full), full, lambda c: fits(c, 0, 0)), 0, 0
+
+    for instruction_cap, initial_cap, observation_cap in stages():
+        if instruction_cap is None or initial_cap is None or observation_cap is None:
+            continue
+        if fits(instruction_cap, initial_cap, observation_cap):
+            text = "\n".join(head(instruction_cap, initial_cap) + step_lines(observation_cap))
+            return TrajectorySummary(text, len(steps), len(steps))
+    # not even the bare actions fit: the middle steps give way, counted
+    top = head(min(INSTRUCTION_FLOOR, full), 0)
+    lines = step_lines(0)
+    front, back = keep_ends(lines, max_chars - len("\n".join(top)) - 40)
     omitted = len(lines) - len(front) - len(back)
     body = front + ([f"... ({omitted} steps omitted) ..."] if omitted else []) + back
-    text = "\n".join(head + body)
-    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+    text = "\n".join(top + body)
+    if len(text) <= max_chars:
+        return TrajectorySummary(text, len(steps), len(front) + len(back))
+    cut = text[: max_chars - 3] + "..."  # a header longer than the budget: the steps the cut left whole
+    whole = sum(1 for line in front + back if f"\n{line}\n" in cut + "\n")
+    return TrajectorySummary(cut, len(steps), whole)
+
+
+def summary_coverage(pool: Sequence[PoolRecord], max_chars: int, *, with_outcome: bool = True) -> dict[str, Any]:
+    """How many of their actions the pool's summaries at ``max_chars`` show (a study's manifest records it
+    per summary size): the smallest and the mean fraction, the records short of one, the actions dropped."""
+    summaries = [summarize(r, max_chars, with_outcome=with_outcome) for r in check_pool(pool)]
+    fractions = [s.fraction_kept for s in summaries]
+    return {
+        "max_chars": max_chars,
+        "records": len(summaries),
+        "min_fraction_kept": round(min(fractions), 4),
+        "mean_fraction_kept": round(sum(fractions) / len(fractions), 4),
+        "records_short": sum(1 for s in summaries if s.actions_kept < s.actions),
+        "actions_dropped": sum(s.actions - s.actions_kept for s in summaries),
+    }
+
+
+def _largest(lo: int, hi: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest n in [lo, hi] with ``fits(n)`` (``fits`` holds up to some n, then never); None when none does."""
+    if lo > hi or not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _clip(text: str, n: int) -> str:
+    """``text`` on one line in at most ``n`` characters ("" when fewer than 4 leave no room for a word)."""
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= n else flat[: n - 3] + "..."
+    if len(flat) <= n:
+        return flat
+    return flat[: n - 3] + "..." if n >= 4 else ""

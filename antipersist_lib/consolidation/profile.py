@@ -11,22 +11,26 @@ A stream regime may also say ``passes`` (cycle the pool; App. F.3 / J.1.3, H.1.2
 ``rule``: ``one_per_type`` | ``single_type``, ``per_type_limit``; App. G.1 / G.2; the rule fixes the batches'
 composition, so ``homogeneous`` may not contradict it), and any regime a ``backbone`` (a backbone profile that
 builds its banks; §4.1 / Fig. 4). The top-level ``context`` block (``overflow``: ``refuse`` | ``truncate_oldest``,
-``reserve_tokens``) sets what a prompt past the backbone's context length does (``consolidation.context``).
+``reserve_tokens``) sets what a prompt past the backbone's context length does (``consolidation.context``); under
+``refuse`` a profile whose largest estimated prompt or known memory passes it is refused when it loads
+(``check_profile_context``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.consolidation.context import CONTEXT_POLICIES, ContextSpec
+from antipersist_lib.consolidation import context as ctx
+from antipersist_lib.consolidation.context import CONTEXT_POLICIES, REFUSE, ContextSpec
 from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS, STAGE_RULES
 from antipersist_lib.consolidation.regimes import REGIMES, StageSpec, make_builder
 from antipersist_lib.consolidation.task_switch import SETUPS as SWITCH_SETUPS
 from antipersist_lib.envs import BENCHMARKS
-from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.envs.partitions import heldout_set_path, load_partition
 from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec, of_types
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
@@ -69,7 +73,16 @@ PROFILE_KEYS = {
 #: keys of the ``surgery`` block (App. I.1, Tables 12-13; ``consolidation.surgery``)
 SURGERY_KEYS = {"builder", "regime", "step", "remove"}
 #: keys of the ``task_switch`` block (§6.2, Figs. 10 and 18; ``consolidation.task_switch``)
-TASK_SWITCH_KEYS = {"sequence", "builder", "batch_size", "capacity", "setups", "judge", "heldout_limit"}
+TASK_SWITCH_KEYS = {
+    "sequence",
+    "builder",
+    "batch_size",
+    "capacity",
+    "setups",
+    "judge",
+    "heldout_limit",
+    "records_per_task",
+}
 POOL_KEYS = {"expert", "runs", "file", "successes_only"}
 EXPERT_KEYS = {"per_type", "seed", "types", "split", "allow_fewer"}
 REGIME_KEYS = {
@@ -98,6 +111,7 @@ EVALUATION_KEYS = {
     "steps",
     "no_memory",
     "task_types",
+    "heldout_set",
 }
 METHOD_ROW_KEYS = {"method", "params", "seed_pool", "iterations", "train_per_iteration", "train_pool_limit"}
 #: the kit methods that keep a trajectory store, and so can start from the study's pool (``seed_pool``)
@@ -219,6 +233,9 @@ class TaskSwitchSpec:
     setups: tuple[str, ...] = SWITCH_SETUPS
     judge: bool = True
     heldout_limit: int | None = None
+    #: records each task contributes: an integer, or a count per task type (the paper profile: Table 9's rollout
+    #: cases per task, App. F.3); None: all of the pool's records of the task
+    records_per_task: int | dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +264,9 @@ class StudyProfile:
     heldout_limit: int | None = None
     #: evaluate only held-out tasks of these types (Fig. 8(c)'s probe: the focal and the probe type)
     task_types: tuple[str, ...] | None = None
+    #: the named held-out set every memory is evaluated on (``evaluation.heldout_set``; the faulty-memories
+    #: paper's ALFWorld profiles: valid_seen_balanced_48, App. F.1); None: the partition's own held-out split
+    heldout_set: str | None = None
     max_steps: int = 50
     agent: dict[str, Any] = field(default_factory=dict)
     heldout_concurrency: int = 1
@@ -476,7 +496,19 @@ def _task_switch(value: Any, builders: list[str], path: Any) -> TaskSwitchSpec |
         setups=tuple(dict.fromkeys(setups)),
         judge=check_bool(spec.get("judge", True), "task_switch.judge", path),
         heldout_limit=check_int(spec.get("heldout_limit"), "task_switch.heldout_limit", path, minimum=1, optional=True),
+        records_per_task=_records_per_task(spec.get("records_per_task"), sequence, path),
     )
+
+
+def _records_per_task(value: Any, sequence: list[str] | None, path: Any) -> int | dict[str, int] | None:
+    """``task_switch.records_per_task``: null, an integer >= 1, or a mapping of the sequence's task types to one."""
+    key = "task_switch.records_per_task"
+    if value is None or not isinstance(value, dict):
+        return check_int(value, key, path, minimum=1, optional=True)
+    unknown = [t for t in value if sequence is not None and t not in sequence]
+    if unknown:
+        raise fail(path, f"'{key}' names task type(s) {unknown} that 'task_switch.sequence' does not hold")
+    return {str(t): int(check_int(n, f"{key}.{t}", path, minimum=1) or 1) for t, n in value.items()}
 
 
 def _surgery(value: Any, regimes: tuple[RegimeSpec, ...], builders: list[str], path: Any) -> SurgerySpec | None:
@@ -599,8 +631,11 @@ def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
     )
 
 
-def load_study_profile(path: str | Path) -> StudyProfile:
-    """Read and check a study profile; any unknown or malformed key is named in the error."""
+def load_study_profile(path: str | Path, *, context_check: bool = True) -> StudyProfile:
+    """Read and check a study profile; any unknown or malformed key is named in the error. With ``context_check``
+    the largest prompts it can send are estimated and, under ``context.overflow: refuse``, a profile whose estimate
+    passes its backbone's context is refused here (``check_profile_context``; a run given another endpoint checks
+    again against that endpoint's context before any call)."""
     path = Path(path)
     data = read_profile(path, PROFILE_KEYS)
     benchmark = data.get("benchmark")
@@ -648,6 +683,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             if "task_types" in evaluation
             else None
         ),
+        heldout_set=_heldout_set(evaluation.get("heldout_set"), benchmark, path),
         max_steps=int(check_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
         agent=agent,
         heldout_concurrency=int(
@@ -683,6 +719,7 @@ def load_study_profile(path: str | Path) -> StudyProfile:
             agent=agent,
             heldout_concurrency=profile.heldout_concurrency,
             benchmark_options=bench_opts,
+            heldout_set=profile.heldout_set,
         )
     except ValueError as exc:
         raise fail(path, f"'evaluation': {exc}") from None
@@ -692,10 +729,185 @@ def load_study_profile(path: str | Path) -> StudyProfile:
     for key, types in held_types:  # every evaluated type must have held-out tasks, before any call
         if types is not None:
             try:
-                of_types(load_partition(benchmark).heldout, list(types))
+                of_types(load_partition(benchmark, heldout_set=profile.heldout_set).heldout, list(types))
             except ValueError as exc:
                 raise fail(path, f"'{key}': {exc}") from None
+    if context_check:
+        check_profile_context(profile)
     return profile
+
+
+#: pool size when the pool is read from runs or a file that do not exist yet (the kit's assumption)
+ASSUMED_POOL = 64
+
+
+def expert_counts(profile: StudyProfile) -> dict[str, int]:
+    """Records per task type of an expert pool (``pool.expert``): per_type each, an upper bound under
+    ``allow_fewer`` (ScienceWorld: at most its train variations, stored in its partition's ``drawn_with.pools``; a replay
+    that fails may still leave fewer); empty for a pool of runs or a file."""
+    pool = profile.pool
+    if pool.kind != "expert" or not pool.per_type:
+        return {}
+    types = pool.types or tuple(
+        dict.fromkeys(t.task_type for t in getattr(load_partition(profile.benchmark), pool.split))
+    )
+    if pool.allow_fewer and profile.benchmark == "scienceworld":  # a task gives what its train variations hold
+        engine_pools = load_partition("scienceworld").drawn_with.get("pools", {})  # the engine's, stored
+        return {t: min(pool.per_type, len(engine_pools[t][0])) if t in engine_pools else pool.per_type for t in types}
+    return dict.fromkeys(types, pool.per_type)
+
+
+def pool_size(profile: StudyProfile, out: Path | None = None) -> tuple[int, str]:
+    """How many records the study's pool holds, and where the count comes from: expert replays (per type x task
+    types, or what the split holds with ``allow_fewer``), the pool already written to ``out``, an existing
+    ``pool.file``, else ``ASSUMED_POOL``."""
+    pool = profile.pool
+    counts = expert_counts(profile)
+    if counts:
+        fewer = " (at most: allow_fewer)" if pool.allow_fewer else ""
+        return sum(counts.values()), f"{pool.per_type} expert replays x {len(counts)} task types{fewer}"
+    for saved, what in (
+        (out / "pool.jsonl" if out is not None else None, "the pool already written to"),
+        (
+            Path(pool.file) if pool.file else None,
+            "the pool file",
+        ),
+    ):
+        if saved is not None and saved.is_file():
+            with saved.open(encoding="utf-8") as fh:
+                return sum(1 for line in fh if line.strip()), f"{what} {saved}"
+    return (
+        ASSUMED_POOL,
+        f"assumed {ASSUMED_POOL} trajectories (the pool is read from runs or a file when the study starts)",
+    )
+
+
+def update_count(build: Build, pool: int, n_types: int) -> int:
+    """How many updates a build makes: Static-All one, Static-Group one per task type, a stream its stages or
+    its batches over the pool times its passes."""
+    r = build.regime
+    if r.regime == "static_all":
+        return 1
+    if r.regime == "static_group":
+        return max(n_types, 1)
+    if r.stages is not None:
+        return r.stages.count
+    return math.ceil(pool / max(r.batch_size or 1, 1)) * r.passes
+
+
+def _regime_pool(profile: StudyProfile, regime: RegimeSpec, pool: int) -> int:
+    """Records a regime builds from: the pool, or (``types``) those of its task types where the count is known."""
+    counts = expert_counts(profile)
+    if regime.types is not None and counts:
+        return min(pool, sum(counts.get(t, 0) for t in regime.types))
+    return pool
+
+
+def largest_update(profile: StudyProfile, build: Build, pool: int) -> int:
+    """Records the largest update of a build consolidates at once: Static-All the regime's whole pool,
+    Static-Group its largest task type (expert replays: per_type; otherwise bounded by the whole pool), a stream
+    its batch size."""
+    r = build.regime
+    records = _regime_pool(profile, r, pool)
+    if r.regime == "static_all":
+        return records
+    if r.regime == "static_group":
+        counts = expert_counts(profile)
+        return min(records, max(counts.values())) if counts else records
+    return min(records, r.batch_size or 1)
+
+
+def memory_logs(profile: StudyProfile, build: Build, pool: int) -> int | None:
+    """The most trajectory logs an episodic baseline's evaluated memory holds, known before the run: FS=N its N;
+    All and Keep every record the regime adds (a stream: its stages' batches or the pool times its passes), plus
+    what the bank it continues from holds, down to the regime's capacity when the builder is capped. None for an
+    LLM-written memory (ACE playbook, AWM, DC, CLIN), which has no bound before the run (``fit_bank`` checks it)."""
+    fs = FS_PATTERN.fullmatch(build.builder)
+    if fs is not None:
+        return int(fs.group(1))
+    if build.builder not in ("all", "keep"):
+        return None
+    r = build.regime
+    n = _regime_pool(profile, r, pool)
+    if r.regime == "stream":
+        n = r.stages.count * (r.batch_size or 1) if r.stages is not None else n * r.passes
+    if r.initial is not None:
+        n += memory_logs(profile, Build(build.builder, profile.regime(r.initial)), pool) or 0
+    capped = build.builder == "all" or profile.options(build.builder).get("capped", True)
+    return min(n, r.capacity) if capped and r.capacity is not None else n
+
+
+def profile_prompt_sizes(profile: StudyProfile, endpoint: Any = None) -> list[ctx.PromptSize]:
+    """Every build's largest consolidation prompt (``context.consolidation_prompt``: its largest update's records
+    at summary_chars, the builder's own prompt, the reply cap) against the backbone that builds it, and every
+    episodic baseline's evaluated memory (``memory_logs`` x log_chars, plus the reserve) against each evaluation
+    backbone; the task-switch builder's batches as build "<builder>/task_switch". ``endpoint`` (an ``Endpoint``: the
+    one a run really uses) replaces the study's own backbone; backbones named by a regime or ``evaluation.backbones``
+    are read from their profiles. A backbone stating no context length gives sizes with ``context_length`` None."""
+    named: dict[str | None, tuple[int | None, str]] = {}
+
+    def context_of(backbone: str | None) -> tuple[int | None, str]:
+        if backbone not in named:
+            if backbone is None and endpoint is not None:
+                named[backbone] = (endpoint.context_length, str(endpoint.model))
+            else:
+                from antipersist_lib.serving.profiles import named_context_length
+
+                name = profile.backbone if backbone is None else backbone
+                try:
+                    named[backbone] = named_context_length(name, profile.backbone_options if backbone is None else None)
+                except ValueError as exc:
+                    raise fail(profile.path, f"backbone {name!r}: {exc}") from None
+        return named[backbone]
+
+    pool, _ = pool_size(profile)
+    sizes = []
+    for build in profile.builds():
+        options = profile.options(build.builder)
+        records = largest_update(profile, build, pool)
+        prompt = ctx.consolidation_prompt(build.builder, options, records)
+        if prompt is not None:
+            length, model = context_of(build.regime.backbone)
+            sizes.append(ctx.PromptSize(build.key, "consolidation", model, records, *prompt, length))
+        logs = memory_logs(profile, build, pool)
+        if logs is not None:
+            chars = ctx.log_memory(build.builder, options, logs)
+            for backbone in profile.eval_backbones or (None,):
+                length, model = context_of(backbone)
+                sizes.append(ctx.memory_sizes(build.key, model, logs, chars, length, profile.context))
+    switch = profile.task_switch
+    if switch is not None:
+        prompt = ctx.consolidation_prompt(switch.builder, profile.options(switch.builder), switch.batch_size)
+        if prompt is not None:
+            length, model = context_of(None)
+            key = f"{switch.builder}/task_switch"
+            sizes.append(ctx.PromptSize(key, "consolidation", model, switch.batch_size, *prompt, length))
+    return sizes
+
+
+def check_profile_context(profile: StudyProfile, endpoint: Any = None) -> list[ctx.PromptSize]:
+    """``profile_prompt_sizes``; under ``context.overflow: refuse`` a size past its backbone's context is refused
+    (``StudyProfileError`` naming the build, the sizes and the fixes). Under ``truncate_oldest`` the sizes are
+    returned (the study manifest records them) and the run cuts what does not fit."""
+    sizes = profile_prompt_sizes(profile, endpoint)
+    if profile.context.overflow == REFUSE:
+        message = ctx.refusal(sizes)
+        if message is not None:
+            raise fail(profile.path, message)
+    return sizes
+
+
+def _heldout_set(value: Any, benchmark: str, path: Any) -> str | None:
+    """``evaluation.heldout_set``: null or a held-out set of the benchmark whose file is committed."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise fail(path, f"'evaluation.heldout_set' must be a held-out set's name or null, got {value!r}")
+    try:
+        heldout_set_path(benchmark, value)
+    except ValueError as exc:
+        raise fail(path, f"'evaluation.heldout_set': {exc}") from None
+    return value
 
 
 class _Unused:

@@ -50,6 +50,16 @@ ACE_LABELS_SHOWN_ATTEMPTS = (
     "Each attempt's outcome is the environment's ground-truth success label, and each reference run is a "
     "known solution of the same task: compare the attempt with it to find where the agent went wrong or right."
 )
+#: plain ACE with rollouts: the attempt's own outcome is shown (the original's environment feedback), the target is not
+ACE_LABELS_ATTEMPT_OUTCOME = (
+    "Each attempt's outcome is what the environment reported for that attempt. No known solution of the task is "
+    "given: find from the attempt itself which steps moved it toward its goal and which did not."
+)
+#: added to the curator's section rule when the playbook has a token cap (``playbook_token_cap``)
+ACE_TOKEN_BUDGET = (
+    "The playbook may hold about {cap} tokens and now holds about {now}; past the cap the bullets with the "
+    "worst helpful-minus-harmful record are dropped, so prefer UPDATE to ADD."
+)
 ACE_SECTIONS_FIXED = (
     "File each lesson and each added bullet under one of these playbook sections, spelled as given: {sections}."
 )
@@ -84,14 +94,42 @@ Successful episodes:
 {episodes}
 
 Find the routines these episodes share and write each as a workflow an agent can follow on new
-tasks of the same kind. Use placeholders such as {{object}} and {{receptacle}} instead of the
-names of one episode; give each step as a command and the observation that shows it worked.
-Do not repeat a workflow already in memory. Write every workflow in this form:
+tasks of the same kind. {placeholder_rule} Give each step as a command and the observation that
+shows it worked. Do not repeat a workflow already in memory. Write every workflow in this form:
 ## Workflow: <short title>
 When to use: <the kind of task>
 Steps:
 1. <command> (expect: <observation>)
 If these episodes teach no new workflow, answer NONE."""
+
+#: the placeholder sentence of the AWM prompts: generic, or naming the benchmark's words (``placeholders``)
+AWM_PLACEHOLDERS_GENERIC = (
+    "Where an episode names a particular thing, place or value, write a placeholder in braces that says what "
+    "kind of thing goes there."
+)
+AWM_PLACEHOLDERS_NAMED = (
+    "Where an episode names a particular thing, place or value, write a placeholder in braces that says what "
+    "kind of thing goes there, such as {examples}."
+)
+#: AWM's re-induction (``mode: revise``): the stored workflows may be rewritten or removed, not only added to
+AWM_REVISE = """\
+Workflows in memory, each with its id:
+{workflows}
+
+New successful episodes:
+{episodes}
+
+Induce the workflow memory again from the stored workflows and these episodes. Keep a stored workflow
+as it is by not mentioning it; rewrite one that the episodes correct, sharpen or generalize; remove
+one that duplicates another or that the episodes show to be wrong; add a workflow for a routine the
+memory lacks. {placeholder_rule} Give each step as a command and the observation that shows it worked.
+Write every rewritten or new workflow in this form (a rewritten one keeps its id after "Workflow"):
+## Workflow w3: <short title>
+When to use: <the kind of task>
+Steps:
+1. <command> (expect: <observation>)
+and a new one as "## Workflow: <short title>" followed by the same lines. Remove a workflow with a line
+"## Remove: w5". If the memory needs no change, answer NONE."""
 
 # -- Dynamic Cheatsheet --------------------------------------------------------------------------
 
@@ -132,6 +170,33 @@ new rules these episodes support. Entries you do not mention are retained.
 Answer with a JSON list and nothing else:
 [{{"op": "retain", "id": "m1"}}, {{"op": "delete", "id": "m2"}},
  {{"op": "replace", "id": "m3", "text": "<rule>"}}, {{"op": "add", "text": "<rule>"}}]"""
+
+#: CLIN's whole-list rewrite (``update: rewrite``; faulty-memories G.1: the manager rewrites the entire memory
+#: every stage and overwrites rather than appends)
+CLIN_REWRITE = """\
+Memory ({n} items, at most {capacity}):
+{entries}
+
+New episodes, each with its evaluation report. Compare them with each other and with the memory:
+{episodes}
+
+Write the memory anew: the complete list of at most {capacity} items an agent should read before its
+next task. Fold what these episodes teach into the items, rewrite items they correct, merge items that
+say the same thing, and leave out what no longer holds. Every item is a self-contained insight; an
+item copied unchanged keeps its place. Items you leave out are deleted.
+Answer with a JSON list and nothing else, each item naming the old items it comes from (if any):
+[{{"text": "<item>", "from": ["m1", "m4"]}}, {{"text": "<item>", "from": []}}]"""
+#: the seed call of an empty memory (``seed_list: free_count``; G.1: one call over the whole pool that emits a
+#: free-count list of task-type-agnostic insights, the model choosing the count)
+CLIN_SEED_FREE = """\
+Episodes, each with its evaluation report:
+{episodes}
+
+Write the insights an agent should read before any task of these kinds: lessons that hold across
+task types rather than for one type alone. Choose how many items the episodes support; there is no
+target count. Every item is a self-contained insight.
+Answer with a JSON list and nothing else:
+[{{"text": "<item>"}}, {{"text": "<item>"}}]"""
 
 # -- Trajectory-log curation (Incr. Keep / One-Pass Keep) ----------------------------------------
 
@@ -180,6 +245,8 @@ PROMPTS: dict[str, str] = {
     "consolidation_ace_labels_shown": ACE_LABELS_SHOWN,
     "consolidation_ace_labels_hidden": ACE_LABELS_HIDDEN,
     "consolidation_ace_labels_shown_attempts": ACE_LABELS_SHOWN_ATTEMPTS,
+    "consolidation_ace_labels_attempt_outcome": ACE_LABELS_ATTEMPT_OUTCOME,
+    "consolidation_ace_token_budget": ACE_TOKEN_BUDGET,
     "consolidation_ace_sections_fixed": ACE_SECTIONS_FIXED,
     "consolidation_ace_sections_free": ACE_SECTIONS_FREE,
     "consolidation_ace_attempt": ACE_ATTEMPT,
@@ -188,10 +255,15 @@ PROMPTS: dict[str, str] = {
     "consolidation_ace_curator": ACE_CURATOR,
     "consolidation_awm_system": AWM_SYSTEM,
     "consolidation_awm_induce": AWM_INDUCE,
+    "consolidation_awm_revise": AWM_REVISE,
+    "consolidation_awm_placeholders_generic": AWM_PLACEHOLDERS_GENERIC,
+    "consolidation_awm_placeholders_named": AWM_PLACEHOLDERS_NAMED,
     "consolidation_dc_system": DC_SYSTEM,
     "consolidation_dc_rewrite": DC_REWRITE,
     "consolidation_clin_system": CLIN_SYSTEM,
     "consolidation_clin_update": CLIN_UPDATE,
+    "consolidation_clin_rewrite": CLIN_REWRITE,
+    "consolidation_clin_seed_free": CLIN_SEED_FREE,
     "consolidation_keep_system": KEEP_SYSTEM,
     "consolidation_keep_decide": KEEP_DECIDE,
     "consolidation_switch_judge_system": SWITCH_JUDGE_SYSTEM,

@@ -1,7 +1,8 @@
 """ACE's generator on a real engine: run a pool record's task with the playbook in context.
 
 The original ACE learns from the generator's own attempts: the generator answers each training
-task with the current playbook, and the reflector compares that attempt with the ground truth.
+task with the current playbook, and the reflector reads that attempt with its outcome (ACE_GT also
+with the ground-truth solution).
 ``EpisodeRollout`` is that generator for an agent benchmark: it resets the benchmark's engine to
 the record's task, runs the kit's ReAct agent (``core.agent.run_episode``) with the rendered
 playbook as a context block, and returns the attempt as a ``PoolRecord`` the reflector can read.

@@ -104,6 +104,7 @@ from antipersist_lib.consolidation.pool import (
     load_pool,
     pool_from_runs,
     save_pool,
+    summary_coverage,
 )
 from antipersist_lib.consolidation.profile import (
     METHOD_REGIME,
@@ -112,6 +113,7 @@ from antipersist_lib.consolidation.profile import (
     Build,
     MethodRow,
     StudyProfile,
+    check_profile_context,
     load_study_profile,
     table_column,
 )
@@ -230,6 +232,26 @@ def pool_fingerprint(pool: Sequence[PoolRecord], path: Path | None = None) -> di
     if path is not None and path.exists():
         out["file_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     return out
+
+
+def summary_budgets(profile: StudyProfile) -> dict[int, list[str]]:
+    """Each size at which the study's builders summarize pool records -> what reads it there: ``<builder> input``
+    (the prompt of a builder that calls a model) or ``<builder> log`` (a trajectory log stored in its bank)."""
+    uses: dict[int, list[str]] = {}
+    for b in profile.builders:
+        builder = make_builder(b, llm=object(), embedder=object(), seed=0, **profile.options(b))
+        if builder.needs_llm:
+            uses.setdefault(builder.summary_chars, []).append(f"{b} input")
+        if getattr(builder, "log_chars", None) is not None:
+            uses.setdefault(builder.log_chars, []).append(f"{b} log")
+    return dict(sorted(uses.items()))
+
+
+def summaries_kept(profile: StudyProfile, pool: Sequence[PoolRecord]) -> dict[str, Any]:
+    """The manifest's ``summaries``: per summary size the study uses, what reads it and how many of its actions
+    each of the pool's summaries keeps (``pool.summary_coverage``, outcome line included: the longer form), so a
+    budget too small for every action is visible in the study folder, not only in the prompts."""
+    return {str(n): {"read_by": uses, **summary_coverage(pool, n)} for n, uses in summary_budgets(profile).items()}
 
 
 def memory_dir(out: str | Path, build: Build) -> Path:
@@ -412,6 +434,7 @@ def _evaluate(
         heldout_concurrency=profile.heldout_concurrency,
         heldout_limit=profile.heldout_limit if heldout_limit is None else heldout_limit,
         task_types=profile.task_types if task_types is None else tuple(task_types),
+        heldout_set=profile.heldout_set,
         method_params=method_params,
         benchmark_options=dict(profile.benchmark_options),
         agent=dict(profile.agent),
@@ -490,8 +513,12 @@ def run_study(
     ``backbone`` replaces the profile's backbone (a profile name or file, or an ad-hoc ``Endpoint`` from
     ``--base-url/--model``). Preflight: before a build still to do, the chat endpoint (and for ACE, which
     deduplicates by embedding, the embedding endpoint) gets one small request; every evaluation run with work
-    left checks its own endpoints (``RunSpec.preflight``). ``preflight=False`` skips both."""
-    profile = load_study_profile(profile_path)
+    left checks its own endpoints (``RunSpec.preflight``). ``preflight=False`` skips both.
+
+    Context: the profile's largest prompts are estimated when it loads (``profile.check_profile_context``); given
+    another endpoint or backbone, the study's own backbone is checked against that endpoint's context instead, once
+    it is open and before any call. The estimates go into the manifest (``context.estimates``)."""
+    profile = load_study_profile(profile_path, context_check=endpoint is None and backbone is None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -499,6 +526,7 @@ def run_study(
     before = previous_wall_s(out)
     pool = obtain_pool(profile, out, root=Path(root) if root is not None else None)
     fingerprint = pool_fingerprint(pool, out / POOL_FILE)
+    summaries = summaries_kept(profile, pool)
     rows: list[dict[str, Any]] = []
     builds_info: list[dict[str, Any]] = []
     ledger = Ledger(out / LEDGER_FILE)
@@ -515,6 +543,8 @@ def run_study(
         ) as models:
             if models.note:
                 print("note:", models.note)
+            # the endpoint really used may not be the profile's backbone (--base-url, --backbone): its context decides
+            estimates = [s.to_dict() for s in check_profile_context(profile, models.endpoint)]
             print(
                 f"consolidation study {out}: {profile.benchmark}, model {models.endpoint.model} at "
                 f"{models.endpoint.base_url}, {len(pool)} pool record(s)",
@@ -522,6 +552,8 @@ def run_study(
             )
             regime_llms = _regime_llms(profile, ledger, out)
             manifest = _manifest(profile, models, fingerprint, started, status="running", regime_llms=regime_llms)
+            manifest["summaries"] = summaries
+            manifest["context"]["estimates"] = estimates
             atomic_write_json(out / MANIFEST_FILE, manifest)
             cache = ResponseCache(out / CACHE_DIR / _slug(models.endpoint.model)) if profile.response_cache else None
             embed_cache = (
@@ -661,8 +693,10 @@ def run_study(
                         _progress(rows[-1], f"method evaluation {done} of {method_evals}")
             frame = _write_results(out, rows, models.note)
             manifest = _manifest(profile, models, fingerprint, started, status="complete", regime_llms=regime_llms)
+            manifest["context"]["estimates"] = estimates
             manifest.update(
                 {
+                    "summaries": summaries,
                     **manifest_extra,
                     "builds": builds_info,
                     "evaluations": len(rows),
@@ -704,6 +738,7 @@ def _run_task_switch(
                 batch_size=spec.batch_size,
                 capacity=spec.capacity,
                 seed=profile.build_seed,
+                records_per_task=spec.records_per_task,
             ),
         )
         for bank in banks:
@@ -734,6 +769,7 @@ def _run_task_switch(
                         "index": bank.index,
                         "task_type": bank.task_type,
                         "entries": bank.entries,
+                        "records": bank.records,
                         "labels": labels,
                         "memory": relative_to(bank.path, out),
                         **res,
@@ -995,6 +1031,9 @@ def _manifest(
                 r.name: {"method": r.method, "condition": r.condition(), "params": r.params} for r in profile.methods
             },
             "seeds": list(profile.seeds),
+            # the held-out set every memory is evaluated on (null: the partition's own held-out split; each run's
+            # manifest also records it and the partition hash)
+            "heldout_set": profile.heldout_set,
             "context": {"overflow": profile.context.overflow, "reserve_tokens": profile.context.reserve_tokens},
             "regime_backbones": {
                 r.name: {"backbone": r.backbone, "endpoint": (regime_llms or {})[r.backbone].endpoint.describe()}

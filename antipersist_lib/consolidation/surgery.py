@@ -8,11 +8,13 @@ interactions and "click[Buy Now]"). The kit does this for any bank of a consolid
 The study evaluates the full bank and each bank minus one entry on the same held-out tasks and seeds
 (``study._run_surgery``); this module holds the bank edit, the action categories and the tables.
 
-Action categories (Table 13's, for WebShop): a search, a click on a result (an item), a page turn forward
-("Next >") or back ("< Prev"), "Buy Now", "Back to Search", and any other click (an option or a tab). Other
-benchmarks' actions are grouped by their first word (the verb), so the table still shows what the memory
-changes in the agent's behaviour. Kit choice where the paper is silent: its categories are described in
-prose (App. I.1), not as rules; the rules below are the kit's reading of that list.
+Action categories (Table 13's, for WebShop): the six of App. I.1's bullet list, by the UI element clicked, under
+the paper's names: search, click ASIN (a result's product page), click variant (an option on a product page),
+click [Next >] (a page turn; I.1 counts "< Prev" here too), click back ("Back to Search") and click [Buy Now];
+Table 13 adds "Buy Now (eps)", the episodes with at least one click [Buy Now]. Kit choice where I.1 is silent:
+the product page's tabs (Description, Features, Reviews, Attributes) are none of the six and are counted as
+"other click", shown only when used. Other benchmarks' actions are grouped by their first word (the verb), so
+the table still shows what the memory changes in the agent's behaviour.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ from antipersist_lib.rundir import RunDirectory
 #: the full bank's row label (the other rows are "minus <entry id>")
 FULL = "full"
 SURGERY_DIR = "surgery"
-#: WebShop's action categories (Table 13), in the order the table shows them
-WEBSHOP_CATEGORIES = ("search", "item", "next page", "prev page", "buy now", "back to search", "other click")
+#: WebShop's action categories (App. I.1's six, Table 13's rows), named and ordered as the paper prints them
+WEBSHOP_CATEGORIES = ("search", "click ASIN", "click variant", "click [Next >]", "click back", "click [Buy Now]")
+#: Table 13's last row: the episodes that issued at least one click [Buy Now]
+BUY_NOW_EPISODES = "Buy Now (eps)"
+#: a product page's tabs: clicks that are none of I.1's six categories
+WEBSHOP_TABS = ("description", "features", "reviews", "attributes")
 
 
 def without(bank: MemoryBank, entry_id: str) -> MemoryBank:
@@ -58,17 +64,17 @@ def webshop_category(action: str) -> str:
     if not m:
         return "other"
     target = m.group(1).strip()
-    if target.startswith("next"):
-        return "next page"
-    if target.startswith("< prev") or target.startswith("prev"):
-        return "prev page"
+    if target.startswith(("next", "< prev", "prev")):  # I.1: "< Prev" counts with the page turns
+        return "click [Next >]"
     if target == "buy now":
-        return "buy now"
+        return "click [Buy Now]"
     if target.startswith("back to search"):
-        return "back to search"
+        return "click back"
     if re.fullmatch(r"b[0-9a-z]{9}", target):  # a result's ASIN
-        return "item"
-    return "other click"
+        return "click ASIN"
+    if target in WEBSHOP_TABS:
+        return "other click"
+    return "click variant"
 
 
 def action_category(benchmark: str, action: str) -> str:
@@ -122,7 +128,8 @@ def outcome_table(rows: Sequence[dict[str, Any]], roots: Iterable[str | Path]) -
 
 def action_table(rows: Sequence[dict[str, Any]], roots: Iterable[str | Path], benchmark: str) -> pd.DataFrame:
     """Table 13's shape: action counts per category for each memory, summed over seeds and episodes, with the
-    number of episodes that issued at least one "buy now" (WebShop) and the page-turn share of all actions."""
+    number of episodes that issued at least one click [Buy Now] (WebShop) and the page-turn share of all
+    actions."""
     roots = [Path(r) for r in roots]
     out = []
     for memory, members in _by_memory(rows).items():
@@ -132,15 +139,15 @@ def action_table(rows: Sequence[dict[str, Any]], roots: Iterable[str | Path], be
             for e in episode_rows(_resolve(r["run_dir"], roots)):
                 cats = [action_category(benchmark, s.get("action", "")) for s in e["trajectory"]["steps"]]
                 counts.update(cats)
-                bought += "buy now" in cats
+                bought += "click [Buy Now]" in cats
         total = sum(counts.values())
         row: dict[str, Any] = {"memory": memory, "actions": total}
         order = list(WEBSHOP_CATEGORIES) if benchmark == "webshop" else sorted(counts)
         for c in order + sorted(set(counts) - set(order)):
             row[c] = counts.get(c, 0)
         if benchmark == "webshop":
-            row["buy now (eps)"] = bought
-            row["page-turn share"] = (counts["next page"] + counts["prev page"]) / total if total else None
+            row[BUY_NOW_EPISODES] = bought
+            row["page-turn share"] = counts["click [Next >]"] / total if total else None
         out.append(row)
     if not out:
         return pd.DataFrame(columns=["memory", "actions"])

@@ -13,6 +13,11 @@ both (normal / over-generalized / over-specific / garbage, the labels of K.2). F
 running total of the per-task scores of each setup ("Cumulative ends +203 points behind Fresh");
 Fig. 18 the running totals of the over-generalized and garbage entries found after each task.
 
+How many records a task contributes: ``records_per_task`` (an integer, or a count per task type; None: all of
+the pool's records of the task). The paper consolidates each task's rollout cases, Table 9's count per task (12 to
+40, 485 in all; App. F.3), so its profile lists those counts; a task the pool holds fewer records of uses what it
+holds. The first records of the task in pool order are taken.
+
 Kit choices where the paper is silent: a task's records are fed in batches of ``batch_size``, shuffled
 by ``seed`` (the stream regime's homogeneous batches); the judge sees an entry with the task types of the
 records it cites, and is asked once per entry per task (a cumulative entry that survives is judged
@@ -24,7 +29,7 @@ a finished task is never rebuilt, so an interrupted sequence resumes where it st
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -54,9 +59,20 @@ class SwitchBank:
     task_type: str
     path: Path
     entries: int
+    records: int | None = None  # the task's records the bank was built from (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "path": str(self.path)}
+
+
+def task_records(
+    records: Sequence[PoolRecord], task_type: str, records_per_task: int | Mapping[str, int] | None
+) -> list[PoolRecord]:
+    """The first ``records_per_task`` records of ``task_type`` in pool order (a mapping gives each task its own
+    count, a task it does not name keeps all of its records; None: all)."""
+    members = [r for r in records if r.task_type == task_type]
+    limit = records_per_task.get(task_type) if isinstance(records_per_task, Mapping) else records_per_task
+    return members if limit is None else members[: int(limit)]
 
 
 def check_sequence(pool: Sequence[PoolRecord], sequence: Sequence[str]) -> list[str]:
@@ -87,11 +103,13 @@ def switch_banks(
     batch_size: int = 4,
     capacity: int | None = None,
     seed: int = 0,
+    records_per_task: int | Mapping[str, int] | None = None,
 ) -> list[SwitchBank]:
     """Build (or, for finished tasks, load) one setup's bank after every task of the sequence.
 
     ``make_builder()`` gives a fresh builder (``regimes.make_builder``'s objects); each task's bank
-    is written to ``task_folder(...)/bank.json`` with its snapshots, before the next task starts."""
+    is written to ``task_folder(...)/bank.json`` with its snapshots, before the next task starts. Each task
+    is built from ``task_records(..., records_per_task)``."""
     if setup not in SETUPS:
         raise ValueError(f"setup must be one of {SETUPS}, got {setup!r}")
     records = check_pool(pool)
@@ -100,12 +118,12 @@ def switch_banks(
     previous: MemoryBank | None = None
     for index, task_type in enumerate(seq, start=1):
         folder = task_folder(out_dir, setup, index, task_type)
+        members = task_records(records, task_type, records_per_task)
         if (folder / BANK_FILE).exists():
             bank = load_bank(folder / BANK_FILE)
         else:
             if folder.exists():  # an unfinished task: build it again (a response cache answers its calls)
                 shutil.rmtree(folder)
-            members = [r for r in records if r.task_type == task_type]
             initial = previous if setup == "cumulative" else None
             bank = build_memory(
                 members,
@@ -118,7 +136,7 @@ def switch_banks(
                 out_dir=folder,
                 initial=initial,
             )
-        out.append(SwitchBank(setup, index, task_type, folder / BANK_FILE, len(bank.entries)))
+        out.append(SwitchBank(setup, index, task_type, folder / BANK_FILE, len(bank.entries), len(members)))
         previous = bank
     return out
 

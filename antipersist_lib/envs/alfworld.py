@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.envs.base import Environment, StepResult
-from antipersist_lib.envs.partitions import PARTITION_SEED, save_partition
+from antipersist_lib.envs.partitions import PARTITION_SEED, heldout_set_path, save_partition
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Partition, Task
 
@@ -44,6 +44,11 @@ GAME_FILENAME = "game.tw-pddl"
 TRAIN_SPLIT = "train"
 HELDOUT_SPLIT = "valid_unseen"
 TRAIN_PER_CATEGORY = 30
+#: the faulty-memories paper's evaluation split (App. F.1 ``eval_id_balanced_48``: 8 games per task type of the
+#: in-distribution test split, ``valid_seen``), a held-out set of ``envs.partitions.HELDOUT_SETS``
+SEEN_HELDOUT_SET = "valid_seen_balanced_48"
+SEEN_SPLIT = "valid_seen"
+SEEN_PER_CATEGORY = 8
 
 #: task-folder prefix -> short task type (the task-type retrieval filter uses the short name)
 CATEGORIES: dict[str, str] = {
@@ -456,6 +461,68 @@ def build_alfworld_partition(
     return Partition(BENCHMARK, seed, drawn_with, train, heldout, notes)
 
 
+def build_alfworld_seen_heldout(
+    data_dir: str | os.PathLike[str] | None = None,
+    seed: int = PARTITION_SEED,
+    *,
+    per_category: int = SEEN_PER_CATEGORY,
+    with_instructions: bool = True,
+) -> Partition:
+    """Draw the held-out set ``valid_seen_balanced_48`` (its training split is empty; ``load_partition``'s
+    ``heldout_set`` puts it beside the partition's training games).
+
+    Why: the faulty-memories paper evaluates consolidation on a 48-game subset of the in-distribution test split
+    with 8 games per task type (App. F.1); which 8 it does not say, so the kit draws them: one
+    ``random.Random(seed)`` visits the categories in ``CATEGORY_ORDER`` and takes ``rng.sample(pool,
+    per_category)`` of each category's solvable ``valid_seen`` games sorted by path, listed category by
+    category (draw order inside a category)."""
+    root = resolve_alfworld_data(data_dir)
+    by_cat: dict[str, list[tuple[str, dict[str, Any]]]] = {c: [] for c in CATEGORY_ORDER}
+    unsolvable = 0
+    for rel in list_games(root, SEEN_SPLIT):
+        game = read_game(root, rel)
+        if game.get("solvable") is True:
+            by_cat[category_of(rel)].append((rel, game))
+        else:
+            unsolvable += 1
+    rng = random.Random(seed)
+    drawn: list[tuple[str, dict[str, Any]]] = []
+    for cat in CATEGORY_ORDER:
+        if len(by_cat[cat]) < per_category:
+            raise ValueError(f"category {cat!r} has only {len(by_cat[cat])} solvable {SEEN_SPLIT} games")
+        drawn.extend(rng.sample(by_cat[cat], per_category))
+    heldout = tuple(
+        Task(
+            task_id=i,
+            benchmark=BENCHMARK,
+            task_type=category_of(rel),
+            instruction=instruction_from_game(game) if with_instructions else "",
+            split="heldout",
+            env_args={"game": rel},
+        )
+        for i, (rel, game) in enumerate(drawn)
+    )
+    drawn_with = {
+        "seed": seed,
+        "alfworld": _version("alfworld"),
+        "textworld": _version("textworld"),
+        "games": GAMES_DIRNAME,
+        "source_splits": {"heldout": SEEN_SPLIT},
+        "pool_sizes": {"heldout": {c: len(by_cat[c]) for c in CATEGORY_ORDER}},
+        "per_category": {"heldout": {c: per_category for c in CATEGORY_ORDER}},
+        "unsolvable_excluded": {SEEN_SPLIT: unsolvable},
+        "method": (
+            f"random.Random({seed}) then rng.sample(sorted solvable {SEEN_SPLIT} games of the category, "
+            f"{per_category}) for categories {list(CATEGORY_ORDER)} in that order"
+        ),
+    }
+    notes = (
+        f"ALFWorld held-out set {SEEN_HELDOUT_SET}: {len(heldout)} games of the in-distribution {SEEN_SPLIT} "
+        f"split, {per_category} per task type (faulty-memories paper App. F.1, eval_id_balanced_48)."
+    )
+    return Partition(BENCHMARK, seed, drawn_with, (), heldout, notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Regenerate the committed partition file: ``python -m antipersist_lib.envs.alfworld``."""
     import argparse
@@ -464,9 +531,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=None, help=f"game folder (default: ${DATA_ENV_VAR})")
     ap.add_argument("--seed", type=int, default=PARTITION_SEED)
     ap.add_argument("--out", default=None, help="output file (default: the committed partition)")
+    ap.add_argument(
+        "--heldout-set",
+        choices=[SEEN_HELDOUT_SET],
+        default=None,
+        help=f"draw this held-out set instead of the partition ({SEEN_HELDOUT_SET}: faulty-memories App. F.1)",
+    )
     args = ap.parse_args(argv)
-    part = build_alfworld_partition(args.data, args.seed)
-    path = save_partition(part, args.out)
+    if args.heldout_set:
+        part = build_alfworld_seen_heldout(args.data, args.seed)
+        out = args.out or heldout_set_path(BENCHMARK, args.heldout_set)
+    else:
+        part = build_alfworld_partition(args.data, args.seed)
+        out = args.out
+    path = save_partition(part, out)
     print(f"wrote {path}: {len(part.train)} train, {len(part.heldout)} heldout, hash {part.hash}")
     return 0
 

@@ -19,6 +19,12 @@ WebShop's and AppWorld's partitions are built by the user from their own install
 (``BUILD_COMMANDS``). ``ANTIPERSIST_PARTITIONS`` names a folder searched before the kit's own
 ``data/partitions`` (and written to by ``save_partition``), e.g. when the kit is installed
 read-only; a run records the partition's hash either way.
+
+Held-out sets (``HELDOUT_SETS``): a run may evaluate on another committed set of held-out tasks instead of
+its partition's own held-out split (``RunSpec.heldout_set``), e.g. ALFWorld's ``valid_seen_balanced_48``, the
+faulty-memories paper's in-distribution evaluation split (its App. F.1 ``eval_id_balanced_48``). Each is a file
+``<benchmark>.<name>.json`` of the same format with an empty training split; the training tasks stay the
+partition's, so only what is evaluated changes, and the partition's hash changes with it.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ BUILD_COMMANDS = {
 }
 
 
+#: named held-out sets a run may evaluate on instead of the partition's held-out split, per benchmark
+HELDOUT_SETS: dict[str, tuple[str, ...]] = {"alfworld": ("valid_seen_balanced_48",)}
+
+
 def partition_dirs() -> list[Path]:
     """Where partition files are looked for, in order: ``$ANTIPERSIST_PARTITIONS``, then the kit's."""
     kit = Path(str(resources.files("antipersist_lib") / "data" / "partitions"))
@@ -64,9 +74,41 @@ def partition_path(benchmark: str) -> Path:
     )
 
 
-def load_partition(benchmark: str, path: str | os.PathLike[str] | None = None) -> Partition:
+def heldout_set_path(benchmark: str, name: str) -> Path:
+    """The file of the held-out set ``name`` of ``benchmark``; an unknown name is an error naming the known ones."""
+    check_heldout_set(benchmark, name)
+    return partition_path(f"{benchmark}.{name}")
+
+
+def check_heldout_set(benchmark: str, name: str | None) -> None:
+    """None (the partition's own held-out split) or one of ``HELDOUT_SETS[benchmark]``."""
+    known = HELDOUT_SETS.get(benchmark, ())
+    if name is not None and name not in known:
+        raise ValueError(
+            f"heldout_set: {benchmark!r} has no held-out set {name!r}; "
+            f"known: {list(known) or 'none'} (null: the partition's own held-out split)"
+        )
+
+
+def load_partition(
+    benchmark: str, path: str | os.PathLike[str] | None = None, *, heldout_set: str | None = None
+) -> Partition:
     """The committed partition of ``benchmark`` (or one at ``path``); a missing file raises
-    FileNotFoundError naming the file and the command that builds it."""
+    FileNotFoundError naming the file and the command that builds it. With ``heldout_set`` its held-out split
+    is that set's tasks (``drawn_with["heldout_set"]`` says how they were drawn); the training split is kept."""
+    if heldout_set is not None:
+        base = load_partition(benchmark, path)
+        alt_path = heldout_set_path(benchmark, heldout_set)
+        if not alt_path.exists():
+            raise FileNotFoundError(
+                f"no held-out set {heldout_set!r} for {benchmark!r} at {alt_path}. "
+                f"Build it with `{BUILD_COMMANDS[benchmark]} --heldout-set {heldout_set}`."
+            )
+        alt = Partition.from_dict(json.loads(alt_path.read_text(encoding="utf-8")))
+        if alt.benchmark != benchmark:
+            raise ValueError(f"{alt_path} holds a held-out set of {alt.benchmark!r}, not {benchmark!r}")
+        drawn = {**base.drawn_with, "heldout_set": {"name": heldout_set, **alt.drawn_with}}
+        return Partition(benchmark, base.seed, drawn, base.train, alt.heldout, f"{base.notes} {alt.notes}".strip())
     if benchmark == "errandworld" and path is None:
         from antipersist_lib.envs.errand_world import partition as errand_partition
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.context_budget import CHARS_PER_TOKEN, backbone_context_length, estimated_tokens
 from antipersist_lib.core.planted import Plant
 from antipersist_lib.memory.similarity import EPS
 from antipersist_lib.memory.trajectory_store import abstraction_type_filter
@@ -46,10 +46,6 @@ SEED_PLACEHOLDER = "{seed}"
 FROZEN_RETRIEVALS = ("top_b", "all")
 #: Anti-Persistence's frozen-layer parameters that are not in ``AntiPersistenceConfig``
 FROZEN_LAYER_DEFAULTS: dict[str, Any] = {"frozen_skills_retrieval": "top_b"}
-#: characters per token assumed when checking a whole-library layer against the context length.
-#: BPE tokenizers average about four characters per token on English prose and fewer on code and
-#: JSON; three over-counts tokens, so a layer this rule lets through is unlikely to overflow.
-CHARS_PER_TOKEN = 3
 
 
 @dataclass(frozen=True)
@@ -178,17 +174,6 @@ def format_skills(skills: list[dict[str, str]]) -> str:
     if not skills:
         return ""
     return SKILLS_HEADER + "\n" + "\n\n".join(f"### {s['name']}\n{s['content']}" for s in skills)
-
-
-def estimated_tokens(text: str) -> int:
-    """Tokens ``text`` may take, by ``CHARS_PER_TOKEN`` (an over-estimate for prose)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def backbone_context_length(llm: Any) -> int | None:
-    """The backbone's context length as its endpoint states it (a profile's ``context_length``, the
-    embedded default's ``n_ctx``, ``--context-length``); None when nobody stated it."""
-    return getattr(getattr(llm, "endpoint", None), "context_length", None)
 
 
 class FrozenLayer:

@@ -31,7 +31,7 @@ from antipersist_lib.core.demonstrations import DemonstrationLibrary, render_blo
 from antipersist_lib.envs import BENCHMARKS, make_env
 from antipersist_lib.envs.base import Environment
 from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
-from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.envs.partitions import check_heldout_set, load_partition
 from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, set_aside_malformed
 from antipersist_lib.methods import METHODS, make_method, method_class, params_as_recorded, prompt_hashes
@@ -106,6 +106,7 @@ IDENTITY_KEYS = (
     "task_types",
     "judge",
     "request_shape",
+    "heldout_set",
 )
 
 
@@ -128,6 +129,10 @@ class RunSpec:
     #: only tasks of these types, in training and held-out alike (before the limits): a probe on chosen task
     #: types, e.g. the faulty-memories study's Fig. 8(c) (one ALFWorld type) or Fig. 10 (one ScienceWorld task)
     task_types: tuple[str, ...] | None = None
+    #: evaluate on this named held-out set instead of the partition's held-out split (``envs.partitions.
+    #: HELDOUT_SETS``; e.g. ALFWorld's valid_seen_balanced_48, the faulty-memories paper's App. F.1 split);
+    #: None: the partition's own (ALFWorld: valid_unseen, the main paper's Table 4)
+    heldout_set: str | None = None
     method_params: dict[str, Any] = field(default_factory=dict)
     benchmark_options: dict[str, Any] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
@@ -167,6 +172,7 @@ class RunSpec:
                 raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
         if self.subset not in SUBSET_ORDERS:
             raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
+        check_heldout_set(self.benchmark, self.heldout_set)
         if self.task_types is not None:
             types = self.task_types
             if isinstance(types, str) or not isinstance(types, (list, tuple)):
@@ -491,7 +497,7 @@ class Runner:
             None if self._embedder_server is not None else embedding_endpoint(spec.embedding)
         )
         self.env_factory = env_factory or (lambda: make_env(spec.benchmark, **spec.benchmark_options))
-        self.partition = partition or load_partition(spec.benchmark)
+        self.partition = partition or load_partition(spec.benchmark, heldout_set=spec.heldout_set)
         self.fsync = fsync
         self.on_event = on_event or (lambda kind, data: None)
         method_class(spec.method)  # fail early on import problems
@@ -540,6 +546,8 @@ class Runner:
             **({"subset": s.subset} if s.heldout_limit or s.train_pool_limit else {}),
             # recorded only when set, so runs made before the option resume unchanged
             **({"task_types": list(s.task_types)} if s.task_types else {}),
+            # which held-out set (recorded only when not the partition's own, so earlier runs resume unchanged)
+            **({"heldout_set": s.heldout_set} if s.heldout_set else {}),
             "n_train_pool": len(self.train_pool),
             "n_heldout": len(self.heldout),
             "backbone": s.backbone_label,
@@ -892,7 +900,7 @@ def run_episode_counts(spec: RunSpec) -> tuple[int, int]:
     from antipersist_lib.envs.partitions import PAPER_COUNTS
 
     try:
-        partition = load_partition(spec.benchmark)
+        partition = load_partition(spec.benchmark, heldout_set=spec.heldout_set)
     except Exception:  # noqa: BLE001 - a missing or unbuilt partition: Table 4's sizes, or the run's own limits
         counts = PAPER_COUNTS.get(spec.benchmark)
         heldout = (
@@ -928,7 +936,7 @@ def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
     merely re-reads (it makes no call and needs no endpoint). ``n_heldout``: the run's held-out tasks
     (default: from the benchmark's partition and ``heldout_limit``)."""
     if n_heldout is None:
-        heldout = of_types(load_partition(spec.benchmark).heldout, spec.task_types)
+        heldout = of_types(load_partition(spec.benchmark, heldout_set=spec.heldout_set).heldout, spec.task_types)
         n_heldout = len(limited_tasks(heldout, spec.heldout_limit, spec.subset))
     layout = RunDirectory(spec.run_dir())
     if not layout.is_run() or not n_heldout:

@@ -311,6 +311,19 @@ def load_profile(kind: str, name: str) -> dict[str, Any]:
     return data
 
 
+def named_context_length(backbone: str, backbone_options: dict[str, Any] | None = None) -> tuple[int | None, str]:
+    """The context length a study's backbone states before anything starts, and its model name: the embedded
+    default's ``n_ctx`` (from ``backbone_options``), else the backbone profile's ``context_length`` (None when it
+    states none). An unknown profile raises ``ValueError``. Every load-time context check of the kit asks here."""
+    if backbone == EMBEDDED:
+        from antipersist_lib.serving.embedded import EmbeddedBackbone
+
+        server = EmbeddedBackbone.from_options(backbone_options or {}, log_path=None)
+        return server.n_ctx, server.label
+    data = load_profile("backbones", backbone)
+    return data.get("context_length"), str(data.get("model", backbone))
+
+
 def resolve_base_url(data: dict[str, Any], kind: str) -> tuple[str, str]:
     """(base URL, where it came from): the profile's own variable, else the global variable of
     ``kind``, else the profile's ``base_url``."""
