@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_select(args: argparse.Namespace) -> int:
     """Audit one selection: re-derive a recorded decision from a run, or decide for a log + embedding
-    (with ``--run`` too: under that run's recorded configuration and seed)."""
+    (with ``--run`` too: under that run's recorded configuration and seed); ``--sensitivity``: count
+    the run's decisions each reading of an open choice changes."""
+    if args.sensitivity:
+        from antipersist_lib.analysis.audit import reading_sensitivity
+
+        if not args.run or args.log:
+            raise ValueError("select --sensitivity needs --run RUN_DIR (and no --log)")
+        report = reading_sensitivity(args.run, cache_dir=args.cache or _recorded_cache_dir(args.run))
+        print(json.dumps(report.to_dict(), indent=2))
+        for line in report.lines():  # stdout stays JSON for tools
+            print(line, file=sys.stderr)
+        return 0
     if args.run and not args.log:
         from antipersist_lib.analysis.audit import audit_decision
 
@@ -169,12 +181,20 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
         part = build_appworld_partition(args.dataset, seed=args.seed)
     elif args.benchmark == "alfworld" and args.heldout_set:
-        from antipersist_lib.envs.alfworld import SEEN_HELDOUT_SET, build_alfworld_seen_heldout
+        from antipersist_lib.envs.alfworld import (
+            SEEN_HELDOUT_SET,
+            UNSEEN_HELDOUT_SET,
+            build_alfworld_seen_heldout,
+            build_alfworld_unseen_heldout,
+        )
         from antipersist_lib.envs.partitions import heldout_set_path
 
-        if args.heldout_set != SEEN_HELDOUT_SET:
+        if args.heldout_set not in (SEEN_HELDOUT_SET, UNSEEN_HELDOUT_SET):
             heldout_set_path(args.benchmark, args.heldout_set)  # an unknown name: the error names the known ones
-        part = build_alfworld_seen_heldout(seed=args.seed)
+        if args.heldout_set == UNSEEN_HELDOUT_SET:
+            part = build_alfworld_unseen_heldout(seed=args.seed)
+        else:
+            part = build_alfworld_seen_heldout(seed=args.seed)
         args.out = args.out or heldout_set_path(args.benchmark, args.heldout_set)
     elif args.benchmark == "alfworld":
         from antipersist_lib.envs.alfworld import build_alfworld_partition
@@ -193,6 +213,18 @@ def load_run_params(path: str) -> dict:
     from antipersist_lib.serving.profiles import read_mapping
 
     return read_mapping(path)
+
+
+def ablation_folder_note(spec: Any) -> str:
+    """What a run of ``--method-param`` without ``--name`` is: an ablation folder (method + a hash of
+    its parameters), which the main tables (Tables 1, 6 and 7, Figures 2, 3, 8 to 10: ``results.main_runs``)
+    leave out, as they read only the folder named after the method."""
+    return (
+        f"note: --method-param without --name: this run's folder is {spec.run_name!r} ({spec.run_dir()}), "
+        f"an ablation folder; the main tables (Tables 1, 6, 7 and the figures of the main runs) read only the "
+        f"folder named after the method ({spec.method!r}) and leave this run out. The ablation notebooks pick "
+        "their folders by name (analysis/ablations.py); give --name to choose one."
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -242,6 +274,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif "cache_dir" not in settings:  # beside the runs it serves, wherever --out-root puts them
         settings["cache_dir"] = str(Path(settings.get("out_root") or RunSpec.out_root) / "cache")
     spec = RunSpec.from_dict(settings)
+    if args.method_param and not spec.name:
+        print(ablation_folder_note(spec))
     if spec.benchmark == "appworld":  # before the run directory exists: a missing install records nothing
         from antipersist_lib.envs.appworld import require_appworld
 
@@ -573,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     from antipersist_lib.core.config import TABLE3
-    from antipersist_lib.core.selector import HELDOUT_SELECTIONS
+    from antipersist_lib.core.selector import HELDOUT_SELECTIONS, UNSUPPORTED_POLICIES
 
     t3 = TABLE3.selector
     s = sub.add_parser(
@@ -619,7 +653,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--round-robin-iterations", dest="round_robin_iterations", type=int, help=f"default {t3.round_robin_iterations}"
     )
     s.add_argument("--epsilon", type=float, help=f"default {t3.epsilon}")
-    s.add_argument("--unsupported", choices=("exclude", "zero"), help=f"default {t3.unsupported}")
+    s.add_argument("--unsupported", choices=UNSUPPORTED_POLICIES, help=f"default {t3.unsupported}")
+    s.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="with --run: re-derive every recorded decision under each reading of the open choices "
+        "(analysis.audit.MODE_READINGS) and count, per phase, the decisions whose mode changes; no model calls",
+    )
     s.add_argument(
         "--heldout-selection",
         dest="heldout_selection",
@@ -831,7 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--heldout-set",
         default=None,
         help="draw this named held-out set instead (ALFWorld: valid_seen_balanced_48, the faulty-memories "
-        "paper's App. F.1 split); written to data/partitions/<benchmark>.<name>.json",
+        "paper's App. F.1 split; valid_unseen_balanced_50, 50 of the partition's held-out games balanced over "
+        "the task types); written to data/partitions/<benchmark>.<name>.json",
     )
     pa.set_defaults(func=_cmd_partition)
 

@@ -268,3 +268,48 @@ def test_embedding_retries_default_keeps_the_endpoint_retries(make_clients, tmp_
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="embedding_retries"):
             AntiPersistenceConfig(embedding_retries=bad)
+
+
+def test_the_baselines_read_table3_from_the_one_source():
+    """Abstraction memory's and ExpeL's B and synthesis tokens, and every method's 500-character
+    embedding prefix, come from ``core.config.TABLE3``: a changed source changes them (they were
+    literals of their own before). A fresh interpreter imports the methods after the change."""
+    import subprocess
+    import sys
+
+    script = """
+import dataclasses, json
+from antipersist_lib.core import config
+config.TABLE3 = dataclasses.replace(
+    config.TABLE3, budget=3, synthesis_max_tokens=77, task_filter="benchmark", embed_prefix_chars=11
+)
+from antipersist_lib.methods import abstraction_memory, base, expel, trajectory_memory
+
+class Embedder:
+    def embed(self, text, tags=None):
+        self.text = text
+
+class Ctx:
+    embedder = Embedder()
+
+class Task:
+    instruction, key = "go", "t/1"
+
+m = base.Method.__new__(base.Method)
+m.ctx = Ctx()
+m.embed_task(Task(), "x" * 40, "train", 1)
+print(json.dumps({
+    "am": [abstraction_memory.AbstractionMemory.DEFAULTS[k] for k in ("budget", "task_filter", "synthesis_max_tokens")],
+    "tm": trajectory_memory.TrajectoryMemoryMethod.DEFAULTS["budget"],
+    "expel": [expel.DEFAULTS["k_examples"], expel.DEFAULTS["max_tokens"]],
+    "prefix": m.ctx.embedder.text.count("x"),
+}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"am": [3, "benchmark", 77], "tm": 3, "expel": [3, 77], "prefix": 11}
+    from antipersist_lib.core.config import TABLE3
+    from antipersist_lib.serving.embeddings import OBSERVATION_PREFIX_CHARS
+
+    assert TABLE3.embed_prefix_chars == OBSERVATION_PREFIX_CHARS == 500  # one number, read by the config

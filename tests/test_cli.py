@@ -505,3 +505,21 @@ def test_every_option_of_every_command_says_what_it_is():
     import re
 
     assert "(default: smoke)" in re.sub(r"\s+", " ", sub.choices["notebooks"].format_help())
+
+
+def test_a_run_with_method_params_and_no_name_is_announced_as_an_ablation_folder(tmp_path, capsys, monkeypatch):
+    """Such a run used to fall silently out of the main tables (its folder is method + a hash)."""
+    from antipersist_lib.runner import protocol
+
+    ran = []
+    monkeypatch.setattr(protocol, "run_cell", lambda spec, **kw: ran.append(spec) or [])
+    base = ["run", "--method", "anti_persistence", "--benchmark", "errandworld", "--backbone", "loopback"]
+    base += ["--out-root", str(tmp_path / "runs"), "--no-cache"]
+    assert main([*base, "--method-param", "gamma=0.99"]) == 0
+    out = capsys.readouterr().out
+    folder = ran[-1].run_name
+    assert folder.startswith("anti_persistence-") and f"this run's folder is '{folder}'" in out
+    assert "an ablation folder" in out and "main tables" in out and "leave this run out" in out
+    assert main([*base, "--method-param", "gamma=0.99", "--name", "gamma-0.99"]) == 0  # named: the user chose it
+    assert main(base) == 0  # the default folder is the main run's
+    assert "ablation folder" not in capsys.readouterr().out

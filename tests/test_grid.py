@@ -364,9 +364,13 @@ def policy_label(mp: dict) -> str:
     return {"random": "random", "fixed": f"fixed: {mp.get('fixed_mode')}"}.get(mp.get("policy", "bandit"), "bandit")
 
 
+#: what every Anti-Persistence run of the paper's grids sets: B.3's one embedding call per task
+PAPER_AP_PARAMS = {"embedding_retries": 0}
+
+
 def is_default_run(spec) -> bool:
-    """The Table 3 default: the main grid's anti_persistence run, no parameter changed."""
-    return spec.method == "anti_persistence" and spec.method_params == {}
+    """The Table 3 default: the main grid's anti_persistence run, no parameter changed but B.3's one call."""
+    return spec.method == "anti_persistence" and spec.method_params == PAPER_AP_PARAMS
 
 
 @pytest.mark.parametrize("path", GRID_FILES, ids=lambda p: p.stem)
@@ -392,7 +396,8 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
     if path.stem == "paper":
         from antipersist_lib.methods import TABLE1_METHODS
 
-        assert set(runs) == set(TABLE1_METHODS) and all(s.method_params == {} for s in specs)
+        assert set(runs) == set(TABLE1_METHODS)
+        assert all(s.method_params == (PAPER_AP_PARAMS if s.method == "anti_persistence" else {}) for s in specs)
     elif path.stem == "table2_persist_vs_discard":
         assert set(runs) == set(ab.PERSISTENCE) and is_default_run(runs[ab.DEFAULT_RUN])
         assert {
@@ -410,7 +415,7 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
             for name, value in ab.SWEEPS[sw].items():
                 if name != ab.DEFAULT_RUN:
                     assert runs[name].method == "anti_persistence"
-                    assert runs[name].method_params == {ab.SWEEP_PARAMETERS[sw]: value}, (sw, name)
+                    assert runs[name].method_params == {ab.SWEEP_PARAMETERS[sw]: value, **PAPER_AP_PARAMS}, (sw, name)
     elif path.stem == "figure11a_skill_content":
         assert set(runs) == set(ab.SKILL_CONTENT) and {s.method for s in specs} == {"frozen_skills"}
         libraries = {n: s.method_params["library"] for n, s in runs.items()}
@@ -435,6 +440,26 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
         # step 2 freezes the skills step 1 admitted, each seed its own seed's
         layers = {s.seed: users_setup / s.method_params["frozen_skills"] for s in specs}
         assert layers == judges and len(set(layers.values())) == 3
+
+
+def test_the_papers_anti_persistence_runs_make_one_embedding_call_as_b3(users_setup):
+    """Every Anti-Persistence run of the paper's grids (main runs and variants) loads with
+    ``embedding_retries: 0``: B.3 makes one call, a failure means mode ``none``; the profiles used to
+    leave it at the endpoint's retries."""
+    from antipersist_lib.core.config import AntiPersistenceConfig
+
+    seen = 0
+    for path in GRID_FILES:
+        for r in load_grid(path).runs:
+            if r.spec.method == "anti_persistence":
+                seen += 1
+                assert r.spec.method_params.get("embedding_retries") == 0, (path.name, r.spec.run_name)
+                known = AntiPersistenceConfig().params()  # the config's own names (not the frozen layer's, planting's)
+                config = AntiPersistenceConfig.from_params(
+                    {k: v for k, v in r.spec.method_params.items() if k in known}
+                )
+                assert config.embedding_retries == 0
+    assert seen >= 3 * 3 * 3  # at least the main grid's 27
 
 
 def test_a_run_in_two_grid_files_has_one_identity(users_setup):

@@ -105,3 +105,66 @@ def test_other_profiles_keep_the_partitions_own_heldout_split(tmp_path):
     bad.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(StudyProfileError, match="'evaluation.heldout_set'.*valid_seen_balanced_48"):
         load_study_profile(bad)
+
+
+def test_the_unseen_balanced_set_is_50_of_the_partitions_own_heldout_games_balanced_over_the_types():
+    from antipersist_lib.envs.alfworld import UNSEEN_HELDOUT_SET
+
+    part = load_partition("alfworld", heldout_set=UNSEEN_HELDOUT_SET)
+    main = load_partition("alfworld")
+    assert len(part.heldout) == len({t.env_args["game"] for t in part.heldout}) == 50
+    assert set(part.heldout) <= set(main.heldout)  # the same tasks, ids included: a subset of the full 134
+    counts = Counter(t.task_type for t in part.heldout)
+    assert set(counts) == set(CATEGORY_ORDER) and sorted(counts.values()) == [8, 8, 8, 8, 9, 9]
+    assert part.train == main.train and part.hash != main.hash
+    assert part.drawn_with["heldout_set"]["name"] == UNSEEN_HELDOUT_SET
+    assert "not the paper's" in part.notes
+
+
+def test_rebuilding_the_unseen_set_with_its_seed_gives_the_committed_file():
+    from antipersist_lib.envs.alfworld import UNSEEN_HELDOUT_SET, build_alfworld_unseen_heldout
+
+    committed = json.loads(heldout_set_path("alfworld", UNSEEN_HELDOUT_SET).read_text(encoding="utf-8"))
+    rebuilt = build_alfworld_unseen_heldout(seed=PARTITION_SEED).to_dict()
+    assert rebuilt["splits"] == committed["splits"] and rebuilt["drawn_with"] == committed["drawn_with"]
+    other = build_alfworld_unseen_heldout(seed=PARTITION_SEED + 1)
+    assert [t.env_args for t in other.heldout] != [t["env_args"] for t in committed["splits"]["heldout"]]
+    assert (
+        sorted(Counter(t.task_type for t in build_alfworld_unseen_heldout(size=14).heldout).values())
+        == [2] * 4 + [3] * 2
+    )
+
+
+def test_main_job_and_grid_profiles_pass_a_heldout_set_through(tmp_path):
+    from antipersist_lib.envs.alfworld import UNSEEN_HELDOUT_SET
+    from antipersist_lib.runner.grid import load_grid
+    from antipersist_lib.runner.main_job import load_profile, profile_specs, run_tasks
+
+    base = {"methods": ["react"], "benchmarks": ["alfworld"], "seeds": [1]}
+    over = {"settings_by_benchmark": {"alfworld": {"heldout_set": UNSEEN_HELDOUT_SET}}}
+    (spec,) = profile_specs(
+        load_profile(_write(tmp_path, {**base, **over})),
+        backbone_label="x",
+        runs_root=tmp_path,
+        cache_dir=tmp_path,
+        judge=None,
+    )
+    assert spec.heldout_set == UNSEEN_HELDOUT_SET and len(run_tasks(spec)[1]) == 50
+    assert run_episode_counts(spec)[1] == 50
+    (plain,) = profile_specs(
+        load_profile(_write(tmp_path, base)), backbone_label="x", runs_root=tmp_path, cache_dir=tmp_path, judge=None
+    )
+    assert plain.heldout_set is None and len(run_tasks(plain)[1]) == 134
+    ep = {"name": "m", "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "ANTIPERSIST_TEST_KEY"}
+    grid = {**base, "name": "g", "backbones": [ep], "embedding": {**ep, "name": "e"}, "out_root": str(tmp_path)}
+    runs = load_grid(_write(tmp_path, {**grid, "heldout_set": {"alfworld": UNSEEN_HELDOUT_SET}})).runs
+    assert [r.spec.heldout_set for r in runs] == [UNSEEN_HELDOUT_SET]
+    assert [r.spec.heldout_set for r in load_grid(_write(tmp_path, grid)).runs] == [None]
+    with pytest.raises(ValueError, match="heldout_set must map benchmarks"):
+        load_grid(_write(tmp_path, {**grid, "heldout_set": UNSEEN_HELDOUT_SET}))
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "profile.yaml"
+    p.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return p

@@ -202,3 +202,41 @@ def test_grid_and_main_job_refuse_a_judge_no_run_uses(tmp_path):
     )
     prof = load_profile(profile)
     assert judge_model(prof, profile).endpoint.model == "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+
+
+def test_an_unparseable_judge_reply_is_counted_apart_warned_and_an_empty_frozen_layer_is_refused(tmp_path):
+    """A reply with neither ACCEPT nor REJECT used to count silently as a rejection, and a frozen layer
+    made of a store the judge emptied that way was accepted as an (empty) F.2 condition."""
+    from antipersist_lib.methods.abstraction_memory import judge_counts, judge_verdict
+    from antipersist_lib.methods.frozen_skills import read_skills
+
+    assert [judge_verdict(t) for t in ("ACCEPT\nfine", "reject: no", "I am not sure.", "")] == [
+        "accept",
+        "reject",
+        "unparseable",
+        "unparseable",
+    ]
+    with (
+        LoopbackServer(responder=errand_policy) as backbone,
+        LoopbackServer(responder=lambda req: "I am not sure about this one.", model_id="judge-model") as judge,
+    ):
+        s = spec(tmp_path, judge="gpt-judge")
+        with pytest.warns(UserWarning, match="neither ACCEPT nor REJECT: recorded as unparseable"):
+            run_cell(
+                s,
+                endpoint=endpoint(backbone.base_url, "scripted"),
+                embed_endpoint=endpoint(backbone.base_url, "scripted"),
+                judge_endpoint=endpoint(judge.base_url, "judge-model"),
+            )
+    verdicts = [json.loads(x) for x in (s.run_dir() / "state" / "judge.jsonl").read_text().splitlines()]
+    assert verdicts and {v["verdict"] for v in verdicts} == {"unparseable"}
+    assert not any(v["accepted"] for v in verdicts)  # still not admitted
+    assert judge_counts(s.run_dir()) == {"accepted": 0, "rejected": 0, "unparseable": len(verdicts)}
+    with (
+        pytest.warns(UserWarning, match="judge's replies were unparseable"),
+        pytest.raises(
+            ValueError,
+            match=rf"frozen layer would be empty \(judge verdicts: accepted 0, rejected 0, unparseable {len(verdicts)}\)",
+        ),
+    ):
+        read_skills(s.run_dir())

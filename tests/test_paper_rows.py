@@ -91,11 +91,21 @@ def _shrunk(name: str, url: str, out: Path) -> dict:
     return data
 
 
+def judging_errand_policy(req: dict) -> str:
+    """The scripted ErrandWorld player, and a judge that accepts: the player's "Thought: ... Action: ..."
+    is no verdict, and F.2's frozen layer refuses a store that unparseable replies left empty."""
+    from antipersist_lib.testing.loopback_server import last_user_text
+
+    if "Answer with one word on the first line: ACCEPT or REJECT" in last_user_text(req):
+        return "ACCEPT\nIt is consistent with the episode."
+    return errand_policy(req)
+
+
 @pytest.fixture(scope="module")
 def mixed_root() -> Path:
     shutil.rmtree(MIXED, ignore_errors=True)
     MIXED.mkdir(parents=True)
-    with LoopbackServer(responder=errand_policy) as srv:
+    with LoopbackServer(responder=judging_errand_policy) as srv:
         for name in GRID_ORDER:
             path = MIXED / f"{name}.yaml"
             path.write_text(yaml.safe_dump(_shrunk(name, srv.base_url, MIXED)))

@@ -48,3 +48,24 @@ def test_table7_rejects_mismatched_rows():
         table7({"anti_persistence": [1, 2, 3], "react": [1, 2]})
     with pytest.raises(ValueError, match="no row"):
         table7({"react": [1, 2]})
+
+
+def test_table7_pairs_unrounded_or_one_decimal_means_on_request():
+    """The paper's Table 7 paired Table 1's one-decimal means; this kit's own Table 7 pairs unrounded
+    means unless asked for the printed ones."""
+    from antipersist_lib.analysis import statistics
+
+    cells = {
+        "anti_persistence": [10.04, 20.04, 30.04, 40.04],
+        "react": [10.0, 20.0, 30.06, 40.0],
+    }
+    unrounded = statistics.table7(cells)[0]
+    assert (unrounded.positive, unrounded.negative) == (3, 1)
+    assert unrounded.mean_diff == pytest.approx((0.04 * 3 - 0.02) / 4)
+    printed = statistics.table7(cells, decimals=1)[0]
+    assert (printed.positive, printed.negative) == (0, 1)  # 10.0 vs 10.0 ..., 30.0 vs 30.1
+    assert printed.mean_diff == pytest.approx(-0.1 / 4)
+    assert statistics.printed_means([54.66, 1.25, 2.0]) == [54.7, 1.2, 2.0]  # as the table prints them
+    # the paper's own means are one-decimal already: both readings agree
+    t = statistics.table7(paper.table1_means())
+    assert [c.mean_diff for c in statistics.table7(paper.table1_means(), decimals=1)] == [c.mean_diff for c in t]

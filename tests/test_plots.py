@@ -172,3 +172,31 @@ def test_reproduction_figures_say_what_a_study_in_progress_has_not_recorded_yet(
         assert what in [t.get_text() for t in fig.axes[0].texts]
     fig = plots.immediate_effect(empty, paper={"none": 23.0, "useful": 40.0, "toxic": 20.0}, title="t")
     assert "0.40" in [t.get_text() for t in fig.axes[0].texts]  # the paper's F.1 values alone
+
+
+def _error_bars(fig) -> int:
+    from matplotlib.container import ErrorbarContainer
+
+    return sum(isinstance(c, ErrorbarContainer) for ax in fig.axes for c in ax.containers)
+
+
+def test_sweeps_and_bars_draw_the_spread_over_seeds_and_name_single_seeds():
+    df = pd.DataFrame(
+        {
+            "source": ["paper: q"] * 2 + ["this run: t"] * 2,
+            "benchmark": ["alfworld"] * 4,
+            "value": [1.0, 5.0, 1.0, 5.0],
+            "success": [86.0, 96.0, 10.0, 30.0],
+            "synthesis_mode_usage": [None, None, 0.1, 0.2],
+            "success_std": [None, None, 4.0, float("nan")],  # the paper prints none; 5.0 is one seed
+            "seeds": [None, None, 2, 1],
+        }
+    )
+    texts = lambda fig: " ".join(t.get_text() for t in fig.texts) + " ".join(ax.get_title() for ax in fig.axes)  # noqa: E731
+    fig = plots.sweep(df, param="B", title="Figure 12")
+    assert _error_bars(fig) == 1 and "1 point of this run from one seed" in texts(fig)
+    fig = plots.lambda_two_axes(df.assign(value=[0.0, 0.05, 0.0, 0.05]), title="Figure 7")
+    assert _error_bars(fig) == 1 and "from one seed" in texts(fig)
+    bars = df.assign(setting=df["source"], variant=["discard", "persist"] * 2)
+    fig = plots.success_bars(bars, x="setting", hue="variant", title="Table 2", hue_order=["discard", "persist"])
+    assert _error_bars(fig) == 1 and "1 bar of this run from one seed" in texts(fig)

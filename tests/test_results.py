@@ -241,7 +241,7 @@ def test_beside_paper_puts_both_sources_in_one_frame():
         {"policy": ["bandit", "random"], "benchmark": ["alf", "alf"], "backbone": ["tiny"] * 2, "success": [5.0, 1.0]}
     )
     both = results.beside_paper(cells, mine, key="policy")
-    assert list(both.columns) == ["source", "benchmark", "policy", "success", "setting"]
+    assert list(both.columns) == ["source", "benchmark", "policy", "success", "setting", "success_std", "seeds"]
     assert both["policy"].tolist() == ["bandit", "bandit", "random"]
     assert both["setting"].tolist() == ["paper: qwen / alf", "this run: tiny / alf", "this run: tiny / alf"]
     assert both["success"].tolist() == [96.0, 5.0, 1.0]
@@ -291,7 +291,15 @@ def test_sweep_frame_reads_values_from_variants_and_folders():
         ]
     )
     f = results.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
-    assert list(f.columns) == ["source", "benchmark", "value", "success", "synthesis_mode_usage"]
+    assert list(f.columns) == [
+        "source",
+        "benchmark",
+        "value",
+        "success",
+        "synthesis_mode_usage",
+        "success_std",
+        "seeds",
+    ]
     p = f[f["source"] == "paper: qwen3-coder-next"]
     assert sorted(set(p["value"])) == [0.98, 0.99, 0.998, 1.0] and p["synthesis_mode_usage"].isna().all()
     mine = f[f["source"] == "this run: tiny"].sort_values("value")
@@ -526,3 +534,101 @@ def test_runs_averaged_as_seeds_but_made_with_different_settings_are_named(tmp_p
     same = tmp_path / "scienceworld" / "embedded-gemma-3-270m" / "react" / "seed2" / "manifest.json"
     same.write_text(json.dumps({**json.loads(same.read_text()), "max_steps": 12}))
     assert results.load_iterations(tmp_path).attrs["mixed_settings"] == []
+
+
+# --- seed spread where the paper prints it (issue 44, point 5) ------------------------------------
+
+
+def test_table1_cells_name_their_seed_count_when_fewer_than_asked():
+    rows = []
+    for seed, v in ((42, 50.0), (43, 60.0), (44, 55.0)):
+        rows.append(("anti_persistence", "anti_persistence", "qwen3-coder-next", "alfworld", seed, 1, v))
+    for seed, v in ((42, 40.0), (43, 50.0)):  # one seed missing
+        rows.append(("react", "react", "qwen3-coder-next", "alfworld", seed, 1, v))
+    rows.append(("reflexion", "reflexion", "qwen3-coder-next", "alfworld", 42, 1, 41.2))  # one seed only
+    t1 = results.table1(_runs(rows))
+    assert t1.set_index("method")["seeds_asked"].tolist() == [3, 3, 3]  # the best-covered cell
+    t = results.table1_beside_paper(_runs(rows))
+    mine = ("qwen3-coder-next", "alfworld", "this run")
+    assert t.loc["anti_persistence", mine] == "55.0 ± 5.0"  # all the seeds asked for: no note
+    assert t.loc["react", mine] == "45.0 ± 7.1 (2 seeds)"
+    assert t.loc["reflexion", mine] == "41.2 (1 seed)"  # no spread, and said so (not a bare mean)
+    assert t.loc["react", ("qwen3-coder-next", "alfworld", "paper")] == "70.4 ± 1.8"  # the paper's cell: no note
+    # the profile's own seed count, when given, wins over the best-covered cell
+    asked = results.mean_std_table(results.table1(_runs(rows), seeds_asked=4), index="method", columns="benchmark")
+    assert asked.loc["anti_persistence", "alfworld"] == "55.0 ± 5.0 (3 seeds)"
+
+
+def test_table6_cells_name_their_seed_count_too():
+    rows = [
+        ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 42, 1, 0.0, 3.0),
+        ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 43, 1, 0.0, 5.0),
+        ("react", "react", "llama-4-scout", "webshop", 42, 1, 0.0, 2.0),
+    ]
+    t = results.table6_beside_paper(_runs(rows))
+    assert t.loc["anti_persistence", ("llama-4-scout", "webshop", "this run")] == "4.00 ± 1.41"
+    assert t.loc["react", ("llama-4-scout", "webshop", "this run")] == "2.00 (1 seed)"
+
+
+def test_variants_and_sweeps_carry_the_std_over_seeds():
+    runs = _runs(
+        [
+            ("anti_persistence", "gamma-0.98", "tiny", "alfworld", 42, 1, 10.0),
+            ("anti_persistence", "gamma-0.98", "tiny", "alfworld", 43, 1, 20.0),
+            ("anti_persistence", "anti_persistence", "tiny", "alfworld", 42, 1, 30.0),
+        ]
+    )
+    v = results.variants(runs, {"gamma-0.98": "0.98", "anti_persistence": "0.998"}).set_index("label")
+    assert v.loc["0.98", "success_std"] == pytest.approx(7.0710678)
+    assert pd.isna(v.loc["0.998", "success_std"]) and v.loc["0.998", "seeds"] == 1
+    f = results.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
+    mine = f[f["source"] == "this run: tiny"].set_index("value")
+    assert mine.loc[0.98, "success_std"] == pytest.approx(7.0710678) and mine.loc[0.98, "seeds"] == 2
+    printed = results.spread_table(f, index="value", columns=["source", "benchmark"])
+    assert printed.loc[0.98, ("this run: tiny", "alfworld")] == "15.0 ± 7.1"
+    assert printed.loc[0.998, ("this run: tiny", "alfworld")] == "30.0 (1 seed)"
+    assert printed.loc[0.98, ("paper: qwen3-coder-next", "alfworld")] == "90.0"  # the paper prints no spread here
+    f12 = results.figure12_frame(
+        runs.assign(variant=runs["variant"].replace({"gamma-0.98": "B-1"})), {"B": {"B-1": 1.0}, "B_hat": {}}
+    )
+    assert f12.loc[f12["source"] == "this run: tiny", "success_std"].tolist() == [pytest.approx(7.0710678)]
+
+
+def test_table2_beside_paper_prints_the_spread_of_both_sources():
+    runs = _runs(
+        [
+            ("anti_persistence", "anti_persistence", "tiny", "alfworld", 42, 1, 50.0),
+            ("anti_persistence", "anti_persistence", "tiny", "alfworld", 43, 1, 70.0),
+            ("anti_persistence", "persist", "tiny", "alfworld", 42, 1, 20.0),
+        ]
+    )
+    mine = results.variants(runs, {"anti_persistence": "discard", "persist": "persist"}).rename(
+        columns={"label": "variant"}
+    )
+    both = results.beside_paper(paper.table2(), mine, key="variant")
+    t = results.spread_table(both, index="setting", columns="variant")
+    assert t.loc["paper: llama-4-scout / alfworld", "discard"] == "54.7 ± 2.9"
+    assert t.loc["this run: tiny / alfworld", "discard"] == "60.0 ± 14.1"
+    assert t.loc["this run: tiny / alfworld", "persist"] == "20.0 (1 seed)"
+
+
+def test_table7_of_runs_from_unrounded_and_from_one_decimal_means():
+    rows = []
+    for bench, ours, theirs in (("a", 10.04, 10.0), ("b", 20.04, 20.0), ("c", 30.04, 30.06), ("d", 40.04, 40.0)):
+        rows.append(("anti_persistence", "anti_persistence", "tiny", bench, 42, 1, ours))
+        rows.append(("react", "react", "tiny", bench, 42, 1, theirs))
+    runs = _runs(rows)
+    assert results.table7_of_runs(runs).loc["react", "positive"] == 3  # unrounded, as before
+    assert results.table7_of_runs(runs, decimals=1).loc["react", "positive"] == 0  # the printed means tie
+    both = results.table7_of_runs_both(runs)
+    assert both.loc[("unrounded", "react"), "positive"] == 3
+    assert both.loc[("one-decimal", "react"), "negative"] == 1
+    assert both.loc[("one-decimal", "react"), "mean_diff"] == pytest.approx(-0.025)
+
+
+def test_f2_baselines_are_set_beside_table1s_cells_of_the_same_setting():
+    t = results.f2_baselines()
+    assert t.loc["no filter", "paper F.2 (Figure 11b)"] == 38.7 and t.loc["no filter", "paper Table 1"] == "38.3 ± 3.5"
+    assert t.loc["no frozen layer", "paper F.2 (Figure 11b)"] == 56.0
+    assert t.loc["no frozen layer", "paper Table 1"] == "54.0 ± 2.0"
+    assert t["method"].tolist() == ["abstraction_memory", "anti_persistence"]  # the main runs the kit reuses

@@ -676,3 +676,45 @@ def test_heldout_selection_does_not_touch_training_decisions():
         a = decide(log, iteration=iteration, position=position, epsilon=0.5, heldout_selection="exploit")
         b = decide(log, iteration=iteration, position=position, epsilon=0.5, heldout_selection="as_training")
         assert a == b and "Held-out" not in a.reason
+
+
+# --------------------------------------------------------------------------------------------
+# the reading of an unsupported mode (issue 44): compare the supported modes, or fall back
+
+
+def test_unsupported_fallback_sends_a_neighbourhood_missing_a_mode_to_global_best():
+    # LOCAL at gamma 0.5 has no corrective entry. "exclude" compares the other three on the local
+    # branch -> strategic (0.619283). "fallback" takes the global-best branch instead: recency means
+    # over the whole log anchored per mode, none = (0.0625 + 0.125 + 0) / 1.1875 = 0.157895,
+    # imitation = (0.95 * 0.125 - 0.05) / 1.125 = 0.061111, strategic = -0.05 -> none.
+    excl = decide(make_log(LOCAL), gamma=0.5, unsupported="exclude", **PLAIN)
+    fall = decide(make_log(LOCAL), gamma=0.5, unsupported="fallback", **PLAIN)
+    assert (excl.branch, excl.mode) == ("local_ucb", "strategic")
+    assert (fall.branch, fall.mode) == ("global_best", "none")
+    assert "['corrective']" in fall.reason and "fallback" in fall.reason
+    assert fall.estimates["none"] == approx(0.1578947)
+    assert fall.neighbours == excl.neighbours  # the neighbourhood is still reported
+
+
+def test_unsupported_fallback_changes_nothing_when_every_mode_is_supported():
+    log = full_log()
+    for setting in ("exclude", "fallback"):
+        d = decide(log, unsupported=setting, **PLAIN)
+        assert d.branch == "local_ucb" and d.mode == decide(log, **PLAIN).mode
+
+
+def test_a_recorded_neighbourhood_re_derives_the_decision_without_the_embedding():
+    log = make_log(LOCAL)
+    for setting in ("exclude", "fallback", "zero"):
+        cfg = SelectorConfig(gamma=0.5, unsupported=setting, **PLAIN)
+        sel = ModeSelector(cfg)
+        first = sel.select(log, Q, iteration=AFTER_RR, position=0, rng=np.random.default_rng(0))
+        again = sel.select(
+            log,
+            None,
+            iteration=AFTER_RR,
+            position=0,
+            rng=np.random.default_rng(0),
+            neighbourhood=(first.neighbours, first.similarities),
+        )
+        assert again.to_dict() == first.to_dict()

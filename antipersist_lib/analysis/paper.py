@@ -286,3 +286,85 @@ FIGURE8_STATEMENT = (
     "every setting used several modes and 'none' had nonzero frequency everywhere; on WebShop the stronger "
     "backbones favoured imitation and Llama-4-Scout favoured strategic."
 )
+
+#: Figure 4 (Section 4.3): final held-out success of these three methods from Table 1, on the six settings of
+#: Figure 2 (Llama-4-Scout and Qwen3-Coder-Next x three benchmarks); bars are means over 3 seeds, error bars stds
+FIGURE4_METHODS = ("abstraction_memory", "autorefine", "anti_persistence")
+FIGURE4_BACKBONES = ("llama-4-scout", "qwen3-coder-next")
+
+#: the counted claims of Sections 4.2-4.3, each (id, the paper's sentence, the paper's count as printed);
+#: ``analysis.results.text_claims`` recounts each on a Table 1 frame (a test recounts them on Table 1 itself)
+TEXT_CLAIMS: tuple[tuple[str, str, str], ...] = (
+    (
+        "best",
+        "Anti-persistence achieved the highest success rate in seven of the nine benchmark-backbone settings.",
+        "7 of 9",
+    ),
+    (
+        "beats_trajectory_memory",
+        "It achieved higher mean success than trajectory and abstraction memory in all nine settings, ...",
+        "9 of 9",
+    ),
+    (
+        "beats_abstraction_memory",
+        "It achieved higher mean success than trajectory and abstraction memory in all nine settings, ...",
+        "9 of 9",
+    ),
+    ("beats_joint_memory", "... and joint memory in eight.", "8 of 9"),
+    (
+        "average_anti_persistence",
+        "Averaged equally across settings, it reached 59.9%, ...",
+        f"{EQUAL_WEIGHT_AVERAGES['anti_persistence']:.1f}",
+    ),
+    (
+        "average_trajectory_memory",
+        "... compared with 53.5% for trajectory memory, ...",
+        f"{EQUAL_WEIGHT_AVERAGES['trajectory_memory']:.1f}",
+    ),
+    (
+        "average_abstraction_memory",
+        "... 49.0% for abstraction memory, ...",
+        f"{EQUAL_WEIGHT_AVERAGES['abstraction_memory']:.1f}",
+    ),
+    (
+        "average_joint_memory",
+        "... and 49.3% for joint memory.",
+        f"{EQUAL_WEIGHT_AVERAGES['joint_memory']:.1f}",
+    ),
+    (
+        "average_reflexion",
+        "It also exceeded Reflexion, the strongest agent baseline on average, which reached 52.9%.",
+        f"{EQUAL_WEIGHT_AVERAGES['reflexion']:.1f}",
+    ),
+    (
+        "strongest_agent_baseline",
+        "... Reflexion, the strongest agent baseline on average (of ReAct, Reflexion, ExpeL, AutoRefine) ...",
+        "reflexion",
+    ),
+    (
+        "abstraction_below_trajectory",
+        "Both abstraction memory and joint memory underperformed trajectory memory in seven of the nine settings.",
+        "7 of 9",
+    ),
+    (
+        "joint_below_trajectory",
+        "Both abstraction memory and joint memory underperformed trajectory memory in seven of the nine settings.",
+        "7 of 9",
+    ),
+    (
+        "best_memory_configuration_figure2",
+        "Anti-persistence achieved the highest final mean success in all six settings (Figure 2: the four memory "
+        "configurations).",
+        "6 of 6",
+    ),
+    (
+        "autorefine_vs_abstraction",
+        "AutoRefine improved mean success over abstraction memory in one of the six settings, matched it in one, "
+        "and performed worse in four.",
+        "better 1, equal 1, worse 4 of 6",
+    ),
+    ("beats_autorefine", "Anti-persistence achieved higher mean success than AutoRefine in all six.", "6 of 6"),
+)
+
+#: Tables 1-2's ALFWorld cells: Table 4 gives 134 held-out games; a mean of three seeds' k/n scores is K/(3n)
+ALFWORLD_HELDOUT = TABLE4["alfworld"][1]

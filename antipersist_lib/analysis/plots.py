@@ -131,11 +131,58 @@ def _wrap(label: str) -> str:
     return label.replace(": ", ":\n").replace(" / ", "\n")
 
 
+def one_seed_note(df: pd.DataFrame, what: str = "point") -> str:
+    """A figure's note on this run's points averaged over one seed, whose spread is unknown (no
+    error bar is drawn for them: a single seed's std is not zero). "" when there is none or the frame
+    carries no seed count."""
+    if "seeds" not in df.columns:
+        return ""
+    seeds = pd.to_numeric(df["seeds"], errors="coerce")
+    one = int((seeds == 1).sum())
+    if not one:
+        return ""
+    return f"{one} {what}{'s' if one > 1 else ''} of this run from one seed: no error bar (the spread over seeds is unknown)."
+
+
+def _std_of(df: pd.DataFrame) -> pd.Series:
+    """``success_std`` as floats (NaN where none: the paper printed none, or this run had one seed)."""
+    if "success_std" not in df.columns:
+        return pd.Series(float("nan"), index=df.index)
+    return pd.to_numeric(df["success_std"], errors="coerce")
+
+
+def _bar_error_bars(ax: plt.Axes, df: pd.DataFrame, *, x: str, hue: str, hue_order: list[str] | None) -> None:
+    """Error bars (± std over seeds, ``success_std``) on the bars ``sns.barplot`` drew: container i
+    holds hue level i, a bar centred near position j stands at x level j."""
+    std = _std_of(df)
+    if std.isna().all():
+        return
+    xs = list(dict.fromkeys(df[x]))
+    hues = [h for h in hue_order if h in set(df[hue])] if hue_order else list(dict.fromkeys(df[hue]))
+    for h, container in zip(hues, ax.containers):
+        for bar in container:
+            j = int(round(bar.get_x() + bar.get_width() / 2))
+            if not 0 <= j < len(xs):
+                continue
+            row = std[(df[x] == xs[j]) & (df[hue] == h)]
+            if len(row) and not pd.isna(row.iloc[0]):
+                ax.errorbar(
+                    bar.get_x() + bar.get_width() / 2,
+                    bar.get_height(),
+                    yerr=row.iloc[0],
+                    color="black",
+                    capsize=2,
+                    linewidth=0.8,
+                )
+
+
 def success_bars(
     df: pd.DataFrame, *, x: str, hue: str, title: str, note: str = "", hue_order: list[str] | None = None
 ) -> plt.Figure:
     """Grouped bars of success (%) with the paper's and this run's values side by side; every bar
-    carries its value, so a 0 % bar is visible as "0.0"."""
+    carries its value, so a 0 % bar is visible as "0.0". Where ``df`` has ``success_std`` (Table 2:
+    the paper's printed std, this run's std over seeds), each bar carries ± that std as an error
+    bar; a point of one seed gets none, and the note says so (``one_seed_note``)."""
     sns.set_theme(style="whitegrid")
     n = max(1, df[x].nunique())
     fig, ax = plt.subplots(figsize=(max(7.0, 1.9 * n), 4.4))
@@ -143,6 +190,8 @@ def success_bars(
     hues = len(hue_order) if hue_order else max(1, df[hue].nunique())
     for container in ax.containers:  # upright values stop touching once bars get narrow
         ax.bar_label(container, fmt="%.1f", fontsize=6, padding=1, rotation=90 if hues > 3 else 0)
+    _bar_error_bars(ax, df, x=x, hue=hue, hue_order=hue_order)
+    note = " ".join(part for part in (note, one_seed_note(df, "bar")) if part)
     ax.set_ylabel("held-out success (%)")
     ax.set_xlabel("")
     ax.set_ylim(0, max(100.0, float(df["success"].max() or 0)) + (14 if hues > 3 else 8))
@@ -236,16 +285,29 @@ def text_overlaps(fig: plt.Figure) -> list[tuple[str, str]]:
 def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: bool = False) -> plt.Figure:
     """Figures 5 and 12: success vs a hyperparameter, one panel per benchmark, paper and this run.
 
-    ``df`` columns: value (numeric), success, source, benchmark.
+    ``df`` columns: value (numeric), success, source, benchmark; optional success_std (± std over
+    seeds, drawn as error bars) and seeds (points of one seed get no error bar, and the note says so).
     """
     sns.set_theme(style="whitegrid")
     points = df.groupby(["source", "benchmark"])["value"].transform("nunique")
     df = df[points >= 2]  # a sweep of one point (e.g. only the default run exists) is not a sweep
+    note = " ".join(part for part in (note, one_seed_note(df)) if part)
     benches = list(dict.fromkeys(df["benchmark"])) or ["(no sweep runs)"]
     fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(4.2 * max(1, len(benches)), 3.6), squeeze=False)
     for ax, bench in zip(axes[0], benches):
         sub = df[df["benchmark"] == bench].sort_values("value")
         sns.lineplot(data=sub, x="value", y="success", hue="source", style="source", markers=True, dashes=False, ax=ax)
+        spread = sub[_std_of(sub).notna()]
+        if len(spread):  # ± std over seeds where there is one (not for the paper's unprinted spread, nor one seed)
+            ax.errorbar(
+                spread["value"],
+                spread["success"],
+                yerr=_std_of(spread),
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                linewidth=0.8,
+            )
         ax.set_title(bench)
         ax.set_xlabel(param)
         ax.set_ylabel("held-out success (%)")
@@ -274,13 +336,26 @@ def sweep_per_parameter(
 
 def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
     """Figure 7: held-out success (left axis) and synthesis-mode usage (right axis) vs lambda,
-    one panel per (benchmark, source). ``df`` columns: value, success, synthesis_mode_usage, benchmark, source."""
+    one panel per (benchmark, source). ``df`` columns: value, success, synthesis_mode_usage, benchmark, source;
+    optional success_std (success ± std over seeds as error bars) and seeds (one seed: no bar, said in the note)."""
     sns.set_theme(style="whitegrid")
+    note = " ".join(part for part in (note, one_seed_note(df)) if part)
     panels = list(dict.fromkeys(zip(df["benchmark"], df["source"])))
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.4 * max(1, len(panels)), 3.6), squeeze=False)
     for ax, (bench, source) in zip(axes[0], panels):
         sub = df[(df["benchmark"] == bench) & (df["source"] == source)].sort_values("value")
         ax.plot(sub["value"], sub["success"], marker="o", color="tab:blue", label="success")
+        spread = sub[_std_of(sub).notna()]
+        if len(spread):
+            ax.errorbar(
+                spread["value"],
+                spread["success"],
+                yerr=_std_of(spread),
+                fmt="none",
+                ecolor="tab:blue",
+                capsize=3,
+                linewidth=0.8,
+            )
         ax.set_ylabel("held-out success (%)", color="tab:blue")
         ax.set_ylim(-3, 103)
         ax.set_xlabel("lambda (cost weight)")
@@ -655,4 +730,41 @@ def toxic_share(df: pd.DataFrame, *, deleted_after: int, title: str, note: str =
     ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _titles(fig, ax, title, note)
     plt.close(fig)
+    return fig
+
+
+def figure4_bars(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
+    """Figure 4: final held-out success of abstraction memory, AutoRefine and Anti-Persistence per setting (bars:
+    mean over seeds, error bars: std), one panel per source (``results.figure4_frame``: the paper's six settings,
+    then this run's), so no bar of this run stands among the paper's. Every bar carries its value."""
+    sns.set_theme(style="whitegrid")
+    sources = list(dict.fromkeys(df["source"])) or ["paper"]
+    methods = [m for m in ("abstraction_memory", "autorefine", "anti_persistence") if m in set(df["method"])]
+    colors = method_colors(methods)
+    width = 0.8 / max(1, len(methods))
+    fig, axes = plt.subplots(len(sources), 1, figsize=(9.0, 3.4 * len(sources)), squeeze=False)
+    for ax, source in zip(axes[:, 0], sources):
+        sub = df[df["source"] == source]
+        settings = list(dict.fromkeys(zip(sub["backbone"], sub["benchmark"])))
+        for j, m in enumerate(methods):
+            for i, (bb, bench) in enumerate(settings):
+                cell = sub[(sub["method"] == m) & (sub["backbone"] == bb) & (sub["benchmark"] == bench)]
+                pos = i - 0.4 + width * (j + 0.5)
+                if cell.empty:
+                    ax.text(pos, 1, "n/a", ha="center", va="bottom", fontsize=6, color="dimgray", rotation=90)
+                    continue
+                v, s = float(cell["mean"].iloc[0]), cell["std"].iloc[0]
+                ax.bar(pos, v, width=width * 0.95, color=colors[m], label=m if i == 0 else None)
+                if pd.notna(s):
+                    ax.errorbar(pos, v, yerr=float(s), color="black", capsize=2, linewidth=0.8)
+                top = v + (float(s) if pd.notna(s) else 0.0)
+                ax.text(pos, top + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(settings)), [f"{b}\n{k}" for b, k in settings], fontsize=7)
+        ax.set_ylim(0, 112)
+        ax.set_ylabel("held-out success (%)")
+        ax.set_title(source, fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title)
+    footnote(fig, note, "Bars: mean over seeds; error bars: standard deviation over seeds.", top=0.95)
+    plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig

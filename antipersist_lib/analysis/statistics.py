@@ -49,19 +49,30 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
+def printed_means(values: Sequence[float], decimals: int = 1) -> list[float]:
+    """Cell means as a table prints them (``f"{v:.1f}"`` read back): the paper's Table 7 paired its
+    Table 1's one-decimal means, not the unrounded ones."""
+    return [float(f"{float(v):.{decimals}f}") for v in values]
+
+
 def table7(
     cells: dict[str, Sequence[float]],
     *,
     method: str = "anti_persistence",
     confidence: float = 0.95,
     wilcoxon_method: str = "exact",
+    decimals: int | None = None,
 ) -> list[Comparison]:
     """One Comparison per baseline (every key of ``cells`` except ``method``), settings paired by position.
 
     ``wilcoxon_method``: "exact" for the paper's few settings; "auto" for many paired units with ties
-    (e.g. task-level pairs, where most differences are 0 and scipy's exact distribution does not apply)."""
+    (e.g. task-level pairs, where most differences are 0 and scipy's exact distribution does not apply).
+    ``decimals``: pair the means rounded as a table prints them (1: the paper's one-decimal Table 1
+    means, ``printed_means``); None (the default) pairs them unrounded."""
     if method not in cells:
         raise ValueError(f"no row for {method!r} in the table (rows: {sorted(cells)})")
+    if decimals is not None:
+        cells = {m: printed_means(v, decimals) for m, v in cells.items()}
     pairs = {b: (cells[method], cells[b]) for b in cells if b != method}
     for b, (ours, other) in pairs.items():
         if len(other) != len(ours):

@@ -14,6 +14,7 @@ from antipersist_lib.core.selector import SelectorConfig
 from antipersist_lib.core.synthesis import FormatLimits
 from antipersist_lib.memory.trajectory_store import TASK_FILTERS
 from antipersist_lib.records import MODES
+from antipersist_lib.serving.embeddings import OBSERVATION_PREFIX_CHARS
 
 POLICIES = ("bandit", "fixed", "random")
 
@@ -38,7 +39,9 @@ class AntiPersistenceConfig:
     budget: int = 5  # B: records per retrieval
     contrast: int = 1  # contrasting successes shown with the failures in corrective mode
     lam: float = 0.05  # cost weight lambda in r = clip(y - lambda * kappa, -1, 1)
-    embed_prefix_chars: int = 500  # initial observation prefix in the embedding text (B.3)
+    #: initial observation prefix in the embedding text (B.3's truncate(obs, 500)); the number lives beside
+    #: ``embed_text`` (serving sits below core), every method reads it from here
+    embed_prefix_chars: int = OBSERVATION_PREFIX_CHARS
     synthesis_max_tokens: int = 1024
     synthesis_temperature: float = 0.0  # B.2: the synthesis LLM decodes greedily
     #: retries of the task's embedding request: None = the embedding endpoint's ``max_retries`` (profile,

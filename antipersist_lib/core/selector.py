@@ -56,12 +56,16 @@ Choices made where the paper is silent (each is a documented reading, not a pape
   which rescales the mode's weights by one positive factor and leaves its weighted mean
   unchanged. An empty log returns ``none``. Its decision reports the global counts and estimates,
   ``scores`` equal to the estimates (the maximised quantity) and no bonuses.
-* **Unsupported modes are excluded.** A mode whose neighbourhood weight is zero (absent from
-  ``N``, or present only with similarity <= 0) has an undefined estimate and is not a candidate
-  (the paper: "Unsupported means are undefined"). If no mode is supported, the decision falls
-  back to global-best. The alternative reading ``unsupported="zero"`` scores such a mode as
-  ``0.0 + bonus`` (optimistic for a negative-reward neighbourhood, pessimistic otherwise); it is
-  not the default.
+* **Unsupported modes** (option ``unsupported``). A mode whose neighbourhood weight is zero
+  (absent from ``N``, or present only with similarity <= 0) has an undefined estimate ("Unsupported
+  means are undefined", 3.2). Algorithm 1 describes the local branch only for "positive weight for
+  every compared mode" and leaves the other case to "separate branches", so it is a reading:
+  ``"exclude"`` (default) compares the supported modes on the local branch; ``"fallback"`` takes
+  the global-best branch as soon as any of the selector's modes is unsupported. Under both, no
+  supported mode at all means global-best. A third reading, ``"zero"``, scores an unsupported mode
+  as ``0.0 + bonus`` (optimistic for a negative-reward neighbourhood, pessimistic otherwise).
+  docs/choices.md argues the default; ``analysis.audit.reading_sensitivity`` counts how many of a
+  run's decisions each reading changes.
 * **Tie-breaking.** Neighbourhood ties keep the earlier log index (stable sort, ``top_k``); score
   ties (local and global) go to the earliest mode in ``modes`` order (``none`` first).
 * **Decay anchor.** The local weights use the paper's anchor ``t_max`` (the latest timestamp in
@@ -111,7 +115,9 @@ BRANCHES: tuple[str, ...] = (
 )
 """``fixed`` and ``random`` are not bandit branches: they mark the fixed-mode and uniformly random
 policies of the Figure 6 ablation."""
-UNSUPPORTED_POLICIES: tuple[str, ...] = ("exclude", "zero")
+#: the local branch when some mode has no weight in N: "exclude" (default: compare the supported
+#: modes), "fallback" (global-best when any mode is unsupported), "zero" (score it 0 + bonus)
+UNSUPPORTED_POLICIES: tuple[str, ...] = ("exclude", "fallback", "zero")
 #: how held-out decisions are made: "exploit" (default: no round-robin, warmup or epsilon on the
 #: frozen log) or "as_training" (every branch, as in training; runs recorded before the option)
 HELDOUT_SELECTIONS: tuple[str, ...] = ("exploit", "as_training")
@@ -136,7 +142,7 @@ class SelectorConfig:
     warmup_per_mode: int = 3  # W_init
     round_robin_iterations: int = 3
     epsilon: float = 0.1
-    unsupported: str = "exclude"  # "exclude" (paper) or "zero" (alternative reading)
+    unsupported: str = "exclude"  # readings of an unsupported mode: "exclude", "fallback" or "zero"
     heldout_selection: str = "exploit"  # held-out: "exploit" (frozen log, no coverage devices) or "as_training"
 
     def __post_init__(self) -> None:
@@ -162,6 +168,10 @@ class SelectorConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+#: a neighbourhood as a decision records it: (log ids, raw cosine similarities)
+Recorded = tuple[Sequence[int], Sequence[float]]
+
+
 def _opt_float(x: float | None) -> float | None:
     return None if x is None else float(x)
 
@@ -173,7 +183,7 @@ class LocalEstimates:
     ``neighbours`` are outcome-log indices (= timestamps), most similar first, aligned with
     ``similarities`` (raw cosines) and ``weights``. ``counts``/``estimates``/``bonuses``/``scores``
     are keyed by mode; an estimate is None when the mode has no positive weight in N, and its
-    score is then None (``unsupported="exclude"``) or ``0.0 + bonus`` (``"zero"``). ``best`` is the
+    score is then None (``unsupported="exclude"`` or ``"fallback"``) or ``0.0 + bonus`` (``"zero"``). ``best`` is the
     argmax over defined scores (ties to the earliest mode), None when no score is defined.
     """
 
@@ -341,17 +351,29 @@ class ModeSelector:
         chosen = self._default if best is None else self.modes[best]
         return {m: int(counts[j]) for j, m in enumerate(self.modes)}, estimates, chosen
 
-    def local_estimates(self, log: OutcomeLog, embedding: Any) -> LocalEstimates:
+    def local_estimates(
+        self, log: OutcomeLog, embedding: Any, *, neighbourhood: Recorded | None = None
+    ) -> LocalEstimates:
         """Neighbourhood, weights, estimates, bonuses and scores of Algorithm 1 (no overrides).
 
         Useful on its own for notebooks; ``select`` uses it on the trust and local branches.
+        ``neighbourhood`` (log ids, raw cosines) replaces the search when a decision is re-derived
+        from its record without the task embedding (held-out decisions of a run without a cache).
         """
         cfg = self.config
-        q = self._check_embedding(log, embedding)
         k = len(self.modes)
-        sims_all = log.matrix.similarities(q)  # one mat-vec over the entire log
-        nb = top_k(sims_all, cfg.neighbourhood)
-        sims = sims_all[nb]
+        if neighbourhood is None:
+            q = self._check_embedding(log, embedding)
+            sims_all = log.matrix.similarities(q)  # one mat-vec over the entire log
+            nb = top_k(sims_all, cfg.neighbourhood)
+            sims = sims_all[nb]
+        else:
+            nb = np.asarray(neighbourhood[0], dtype=np.int64)
+            sims = np.asarray(neighbourhood[1], dtype=np.float64)
+            if nb.size != sims.size or (nb.size and (nb.min() < 0 or nb.max() >= len(log))):
+                raise ValueError(
+                    f"a recorded neighbourhood must pair ids of the {len(log)}-entry log with similarities"
+                )
         n = int(nb.size)
         if n == 0:
             empty: dict[str, Any] = {m: None for m in self.modes}
@@ -434,11 +456,13 @@ class ModeSelector:
         position: int,
         rng: np.random.Generator,
         phase: str = "train",
+        neighbourhood: Recorded | None = None,
     ) -> ModeDecision:
         """Choose the mode for one task; ``iteration`` is 1-based, ``position`` 0-based.
 
         ``phase`` ("train" or "heldout") matters only with ``heldout_selection="exploit"``: a
         held-out decision then skips round-robin, warmup and epsilon (module docstring).
+        ``neighbourhood``: see ``local_estimates``; with it, ``embedding`` may be None (audits only).
         """
         cfg = self.config
         if not _is_int(iteration) or iteration < 1:
@@ -447,7 +471,7 @@ class ModeSelector:
             raise ValueError(f"position must be an integer >= 0, got {position!r}")
         if phase not in PHASES:
             raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
-        decision = self._select(log, embedding, iteration, position, rng, phase)
+        decision = self._select(log, embedding, iteration, position, rng, phase, neighbourhood)
         if phase == "heldout":
             how = (
                 "no round-robin, warmup or epsilon on the frozen log"
@@ -467,13 +491,14 @@ class ModeSelector:
         position: int,
         rng: np.random.Generator,
         phase: str,
+        neighbourhood: Recorded | None = None,
     ) -> ModeDecision:
         cfg = self.config
         exploit = phase == "heldout" and cfg.heldout_selection == "exploit"
         none_est = {m: None for m in self.modes}
 
         # 1. embedding failure (B.3)
-        if embedding is None:
+        if embedding is None and neighbourhood is None:
             return ModeDecision(
                 mode=self._default,
                 branch="no_embedding",
@@ -483,9 +508,10 @@ class ModeSelector:
                 bonuses=dict(none_est),
                 scores=dict(none_est),
             )
-        self._check_embedding(log, embedding)
+        if neighbourhood is None:
+            self._check_embedding(log, embedding)
         if exploit:  # held-out on the frozen log: straight to the trust test (steps 5-6)
-            return self._trust_then_ucb(log, embedding, None)
+            return self._trust_then_ucb(log, embedding, None, neighbourhood)
 
         # 2. round-robin over the first iterations
         if iteration <= cfg.round_robin_iterations:
@@ -535,17 +561,22 @@ class ModeSelector:
                 epsilon_draw=u,
             )
 
-        return self._trust_then_ucb(log, embedding, u)
+        return self._trust_then_ucb(log, embedding, u, neighbourhood)
 
-    def _trust_then_ucb(self, log: OutcomeLog, embedding: Any, u: float | None) -> ModeDecision:
+    def _trust_then_ucb(
+        self, log: OutcomeLog, embedding: Any, u: float | None, neighbourhood: Recorded | None = None
+    ) -> ModeDecision:
         """Steps 5-6: the trust test, then local KNN-UCB or the global-best fallback; ``u`` is
         the epsilon draw that preceded them (None when none was made)."""
         cfg = self.config
         # 5. neighbourhood and trust test
         if len(log) == 0:
             return self._global_decision(log, None, u, "The outcome log is empty")
-        local = self.local_estimates(log, embedding)
-        assert local.mean_similarity is not None
+        local = self.local_estimates(log, embedding, neighbourhood=neighbourhood)
+        if local.mean_similarity is None:
+            raise ValueError(
+                "the recorded neighbourhood is empty, but the log is not: the decision cannot be re-derived"
+            )
         if local.mean_similarity < cfg.rho:
             return self._global_decision(
                 log,
@@ -556,6 +587,14 @@ class ModeSelector:
         if local.best is None:
             return self._global_decision(
                 log, local, u, "No mode has positive weight in the neighbourhood (no local estimate is defined)"
+            )
+        missing = [m for m in self.modes if local.estimates[m] is None]
+        if missing and cfg.unsupported == "fallback":
+            return self._global_decision(
+                log,
+                local,
+                u,
+                f"Mode(s) {missing} have no positive weight in the neighbourhood (unsupported='fallback')",
             )
 
         # 6. local KNN-UCB
@@ -672,6 +711,7 @@ __all__ = [
     "ModeDecision",
     "ModeSelector",
     "SelectorConfig",
+    "Recorded",
     "PHASES",
     "decision_differences",
     "decision_rng",

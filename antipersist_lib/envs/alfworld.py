@@ -49,6 +49,10 @@ TRAIN_PER_CATEGORY = 30
 SEEN_HELDOUT_SET = "valid_seen_balanced_48"
 SEEN_SPLIT = "valid_seen"
 SEEN_PER_CATEGORY = 8
+#: a balanced 50-game subset of the partition's 134 held-out games (valid_unseen), a held-out set of
+#: ``envs.partitions.HELDOUT_SETS`` beside the full partition; neither is "the paper's" (docs/protocol.md)
+UNSEEN_HELDOUT_SET = "valid_unseen_balanced_50"
+UNSEEN_HELDOUT_SIZE = 50
 
 #: task-folder prefix -> short task type (the task-type retrieval filter uses the short name)
 CATEGORIES: dict[str, str] = {
@@ -523,6 +527,54 @@ def build_alfworld_seen_heldout(
     return Partition(BENCHMARK, seed, drawn_with, (), heldout, notes)
 
 
+def build_alfworld_unseen_heldout(
+    partition: Partition | None = None, seed: int = PARTITION_SEED, *, size: int = UNSEEN_HELDOUT_SIZE
+) -> Partition:
+    """Draw the held-out set ``valid_unseen_balanced_50`` from the partition's own held-out games (its training
+    split is empty; ``load_partition``'s ``heldout_set`` puts it beside the partition's training games).
+
+    Why: Tables 1-2's ALFWorld means fit three seeds of k/50 scores far more often than k/134 (docs/protocol.md,
+    "The denominator"), so a 50-game set is offered beside the full 134. Balanced over the six task types as evenly
+    as ``size`` allows: ``size // 6`` games per type, and one more for ``size % 6`` types. One ``random.Random(seed)``
+    first picks those types (``rng.sample(CATEGORY_ORDER, size % 6)``), then visits the types in ``CATEGORY_ORDER``
+    and takes ``rng.sample`` of each type's held-out games sorted by path; tasks keep the partition's task ids and
+    are listed type by type (draw order inside a type). Needs no game files: the partition (``partition`` or the
+    committed one) holds every held-out game."""
+    from antipersist_lib.envs.partitions import load_partition
+
+    base = partition if partition is not None else load_partition(BENCHMARK)
+    by_cat: dict[str, list[Task]] = {c: [] for c in CATEGORY_ORDER}
+    for task in base.heldout:
+        by_cat[task.task_type].append(task)
+    rng = random.Random(seed)
+    extra = set(rng.sample(CATEGORY_ORDER, size % len(CATEGORY_ORDER)))
+    per = {c: size // len(CATEGORY_ORDER) + (c in extra) for c in CATEGORY_ORDER}
+    drawn: list[Task] = []
+    for cat in CATEGORY_ORDER:
+        pool = sorted(by_cat[cat], key=lambda t: t.env_args["game"])
+        if len(pool) < per[cat]:
+            raise ValueError(f"task type {cat!r} has only {len(pool)} held-out games, {per[cat]} asked")
+        drawn.extend(rng.sample(pool, per[cat]))
+    drawn_with = {
+        "seed": seed,
+        "source_splits": {"heldout": f"the partition's held-out split ({HELDOUT_SPLIT})"},
+        "source_partition_hash": base.hash,
+        "pool_sizes": {"heldout": {c: len(by_cat[c]) for c in CATEGORY_ORDER}},
+        "per_category": {"heldout": per},
+        "method": (
+            f"random.Random({seed}); rng.sample({list(CATEGORY_ORDER)}, {size % len(CATEGORY_ORDER)}) types take one "
+            f"more than {size // len(CATEGORY_ORDER)}; then rng.sample(the type's held-out games sorted by path, n) "
+            "for the types in that order"
+        ),
+    }
+    notes = (
+        f"ALFWorld held-out set {UNSEEN_HELDOUT_SET}: {len(drawn)} of the partition's {len(base.heldout)} held-out "
+        f"{HELDOUT_SPLIT} games, balanced over the six task types; the kit's option beside the full partition, "
+        "not the paper's set."
+    )
+    return Partition(BENCHMARK, seed, drawn_with, (), tuple(drawn), notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Regenerate the committed partition file: ``python -m antipersist_lib.envs.alfworld``."""
     import argparse
@@ -533,12 +585,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="output file (default: the committed partition)")
     ap.add_argument(
         "--heldout-set",
-        choices=[SEEN_HELDOUT_SET],
+        choices=[SEEN_HELDOUT_SET, UNSEEN_HELDOUT_SET],
         default=None,
-        help=f"draw this held-out set instead of the partition ({SEEN_HELDOUT_SET}: faulty-memories App. F.1)",
+        help=f"draw this held-out set instead of the partition ({SEEN_HELDOUT_SET}: faulty-memories App. F.1; "
+        f"{UNSEEN_HELDOUT_SET}: 50 of the partition's held-out games, balanced over the task types)",
     )
     args = ap.parse_args(argv)
-    if args.heldout_set:
+    if args.heldout_set == UNSEEN_HELDOUT_SET:
+        part = build_alfworld_unseen_heldout(seed=args.seed)
+        out = args.out or heldout_set_path(BENCHMARK, args.heldout_set)
+    elif args.heldout_set:
         part = build_alfworld_seen_heldout(args.data, args.seed)
         out = args.out or heldout_set_path(BENCHMARK, args.heldout_set)
     else:

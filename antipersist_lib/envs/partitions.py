@@ -22,7 +22,9 @@ read-only; a run records the partition's hash either way.
 
 Held-out sets (``HELDOUT_SETS``): a run may evaluate on another committed set of held-out tasks instead of
 its partition's own held-out split (``RunSpec.heldout_set``), e.g. ALFWorld's ``valid_seen_balanced_48``, the
-faulty-memories paper's in-distribution evaluation split (its App. F.1 ``eval_id_balanced_48``). Each is a file
+faulty-memories paper's in-distribution evaluation split (its App. F.1 ``eval_id_balanced_48``), and
+``valid_unseen_balanced_50``, 50 of the partition's own 134 held-out games balanced over the six task types (an
+option beside the full partition; docs/protocol.md, "The denominator"). Each is a file
 ``<benchmark>.<name>.json`` of the same format with an empty training split; the training tasks stay the
 partition's, so only what is evaluated changes, and the partition's hash changes with it.
 """
@@ -56,7 +58,7 @@ BUILD_COMMANDS = {
 
 
 #: named held-out sets a run may evaluate on instead of the partition's held-out split, per benchmark
-HELDOUT_SETS: dict[str, tuple[str, ...]] = {"alfworld": ("valid_seen_balanced_48",)}
+HELDOUT_SETS: dict[str, tuple[str, ...]] = {"alfworld": ("valid_seen_balanced_48", "valid_unseen_balanced_50")}
 
 
 def partition_dirs() -> list[Path]:

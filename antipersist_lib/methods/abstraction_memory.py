@@ -21,7 +21,10 @@ iteration ``plant_iterations + 1`` (Remark 1's parent deletion). With a pairs fi
 invocation is logged in ``candidates.jsonl`` (P(H), the toxic signatures its text carries, whether it
 was admitted), which the reproduction analysis reads; condition ``none`` plants nothing and still
 reads every candidate. ``judge=True`` asks the judge model to accept or reject every new abstraction
-before admission; rejected candidates are counted, not stored. The judge is the run's ``judge``
+before admission; rejected candidates are counted, not stored. A reply that says neither ACCEPT nor
+REJECT is recorded as ``unparseable`` (``judge_verdict``), not admitted, counted and warned about:
+it is no rejection, and ``judge_counts`` tells the two apart (F.2's frozen layer names them when it
+would be empty). The judge is the run's ``judge``
 model profile when it names one (the paper's F.2 judge is a separate model), else the backbone;
 either way its calls go through the run's client and ledger with purpose ``judge``.
 
@@ -31,12 +34,15 @@ reading: one synthesis per training episode, mode chosen by the outcome, same pr
 
 from __future__ import annotations
 
+import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.planted import DELETION_REASON, PLANT_DEFAULTS, Plant
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
@@ -72,20 +78,48 @@ def format_stored(items: list[tuple[Any, float]]) -> str:
     return f"{STORED_HEADER}\n{body}"
 
 
+#: what the judge's reply said: the first ACCEPT or REJECT in it, or neither
+JUDGE_VERDICTS = ("accept", "reject", "unparseable")
+#: the judge's verdicts of a run, in its state folder (one line per judged candidate)
+JUDGE_LOG = "judge.jsonl"
+
+
+def judge_verdict(text: str) -> str:
+    """ "accept" or "reject" (the first of the two words in the reply), "unparseable" when it has neither."""
+    m = re.search(r"\b(ACCEPT|REJECT)\b", (text or "").upper())
+    return "unparseable" if m is None else m.group(1).lower()
+
+
 def judge_accepts(text: str) -> bool:
-    m = re.search(r"\b(ACCEPT|REJECT)\b", text.upper())
-    return bool(m) and m.group(1) == "ACCEPT"
+    return judge_verdict(text) == "accept"
+
+
+def judge_counts(run_dir: str | Path) -> dict[str, int]:
+    """How the judge of a run (``state/judge.jsonl``) decided: accepted, rejected, unparseable (all 0
+    when the run has no judge log). Lines written before verdicts were recorded count by ``accepted``."""
+    counts = {"accepted": 0, "rejected": 0, "unparseable": 0}
+    path = RunDirectory(run_dir).state_dir / JUDGE_LOG
+    if not path.exists():
+        return counts
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        verdict = rec.get("verdict") or ("accept" if rec.get("accepted") else "reject")
+        counts[{"accept": "accepted", "reject": "rejected"}.get(verdict, "unparseable")] += 1
+    return counts
 
 
 class AbstractionMemory(TrajectoryMemoryMethod):
     """S_k of synthesized guidance; M_k kept only as synthesis input (never shown)."""
 
     name = "abstraction_memory"
-    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, "judge.jsonl", RunDirectory.CANDIDATES)
+    state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, JUDGE_LOG, RunDirectory.CANDIDATES)
+    #: B, the task-type filter and the synthesis tokens as Anti-Persistence's (Table 3: ``TABLE3``)
     DEFAULTS: dict[str, Any] = {
-        "budget": 5,
-        "task_filter": "task_type",
-        "synthesis_max_tokens": 1024,
+        "budget": TABLE3.budget,
+        "task_filter": TABLE3.task_filter,
+        "synthesis_max_tokens": TABLE3.synthesis_max_tokens,
         "judge": False,
         "judge_max_tokens": 64,
         "seed_pool": None,
@@ -107,7 +141,8 @@ class AbstractionMemory(TrajectoryMemoryMethod):
         )
         self.params = take_params(params, self.DEFAULTS, self.name)
         self.store = AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync)
-        self._judge_log = JsonlWriter(self.path("judge.jsonl"), fsync=ctx.fsync) if self.params["judge"] else None
+        self._judge_log = JsonlWriter(self.path(JUDGE_LOG), fsync=ctx.fsync) if self.params["judge"] else None
+        self.judge_unparseable = 0  # this session's unparseable judge replies (all of them: ``judge_counts``)
         self.plant = Plant.from_params(self.params, ctx.benchmark)
         self._candidates = (
             JsonlWriter(self.path(RunDirectory.CANDIDATES), fsync=ctx.fsync) if self.plant.reads else None
@@ -270,9 +305,20 @@ class AbstractionMemory(TrajectoryMemoryMethod):
             max_tokens=int(self.params["judge_max_tokens"]),
             tags=tags,
         )
-        ok = judge_accepts(reply.text)
+        verdict = judge_verdict(reply.text)
+        ok = verdict == "accept"
         assert self._judge_log is not None
-        self._judge_log.append({"iteration": iteration, "position": position, "task": task.key, "accepted": ok})
+        self._judge_log.append(
+            {"iteration": iteration, "position": position, "task": task.key, "accepted": ok, "verdict": verdict}
+        )
+        if verdict == "unparseable":
+            self.judge_unparseable += 1
+            warnings.warn(
+                f"the judge's reply for task {task.key} (iteration {iteration}) says neither ACCEPT nor REJECT: "
+                f"recorded as unparseable and not admitted ({self.judge_unparseable} this session; "
+                f"{JUDGE_LOG} counts them apart from rejections). Reply: {reply.text[:120]!r}",
+                stacklevel=2,
+            )
         return ok
 
     def snapshot(self, iteration: int, path: Path) -> None:

@@ -50,7 +50,7 @@ import numpy as np
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import LEGACY_PARAMS, TABLE3, AntiPersistenceConfig
 from antipersist_lib.core.planted import PLANT_DEFAULTS, Plant
-from antipersist_lib.core.selector import ModeDecision, ModeSelector, decision_rng
+from antipersist_lib.core.selector import ModeDecision, ModeSelector, Recorded, decision_rng
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
@@ -75,15 +75,25 @@ def decide(
     policy: str = "bandit",
     fixed_mode: str | None = None,
     phase: str = "train",
+    neighbourhood: Recorded | None = None,
 ) -> ModeDecision:
     """Step 2 of Algorithm 1: the mode for this task (the bandit, or an ablation's fixed/random
     policy). A function of its inputs only, so an audit can re-derive a recorded decision.
-    ``phase`` lets the bandit apply ``heldout_selection`` to held-out tasks."""
+    ``phase`` lets the bandit apply ``heldout_selection`` to held-out tasks; ``neighbourhood`` is
+    for audits only (``ModeSelector.local_estimates``)."""
     if policy == "fixed":
         return selector.fixed(fixed_mode, embedding)  # type: ignore[arg-type]
     if policy == "random":
         return selector.random_policy(embedding, rng)
-    return selector.select(outcome_log, embedding, iteration=iteration, position=position, rng=rng, phase=phase)
+    return selector.select(
+        outcome_log,
+        embedding,
+        iteration=iteration,
+        position=position,
+        rng=rng,
+        phase=phase,
+        neighbourhood=neighbourhood,
+    )
 
 
 class AntiPersistence(Method):

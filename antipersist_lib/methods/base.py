@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.config import TABLE3
 from antipersist_lib.records import Task
 from antipersist_lib.serving.embeddings import embed_text
 
@@ -148,7 +149,7 @@ class Method(ABC):
 
     def embed_task(self, task: Task, initial_observation: str, phase: str, iteration: int) -> np.ndarray | None:
         return self.ctx.embedder.embed(
-            embed_text(task.instruction, initial_observation),
+            embed_text(task.instruction, initial_observation, TABLE3.embed_prefix_chars),
             tags={"phase": phase, "iteration": iteration, "task": task.key},
         )
 

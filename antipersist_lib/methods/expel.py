@@ -74,6 +74,7 @@ from typing import Any
 
 from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.synthesis import FormatLimits, format_record
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore, parents_of_records
@@ -162,8 +163,8 @@ DEFAULTS: dict[str, Any] = {
     "max_success_calls": 4,  # all-success groups per iteration
     "success_group_size": 4,
     "max_insights": 20,
-    "k_examples": 5,  # retrieved successful trajectories (the paper's budget B=5)
-    "max_tokens": 1024,  # per insight call
+    "k_examples": TABLE3.budget,  # retrieved successful trajectories (the paper's budget B=5, Table 3)
+    "max_tokens": TABLE3.synthesis_max_tokens,  # per insight call (Table 3's 1024 synthesis tokens)
     "temperature": 0.0,
     "trajectory_chars": 4000,  # clip per trajectory, in insight prompts and examples
 }

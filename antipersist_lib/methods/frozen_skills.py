@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,22 @@ def _skills_from_run(run_dir: Path) -> tuple[list[Skill], SkillSource]:
         for a in data.get("active", [])
         if a.get("text", "").strip()
     ]
+    from antipersist_lib.methods.abstraction_memory import judge_counts  # a method module of its own
+
+    counts = judge_counts(run_dir)
+    verdicts = ", ".join(f"{k} {v}" for k, v in counts.items())
+    if counts["unparseable"]:
+        warnings.warn(
+            f"skill library {run_dir}: {counts['unparseable']} of the judge's replies were unparseable "
+            f"(neither ACCEPT nor REJECT) and their candidates were not admitted (judge verdicts: {verdicts})",
+            stacklevel=3,
+        )
+    if not skills:
+        raise ValueError(
+            f"skill library {run_dir}: its last snapshot {snaps[-1].name} holds no abstraction, so the frozen "
+            f"layer would be empty (judge verdicts: {verdicts}); an empty layer is no F.2 condition: check "
+            "the judge's replies (state/judge.jsonl) or the run that made the store"
+        )
     model = None
     if layout.is_run():
         try:

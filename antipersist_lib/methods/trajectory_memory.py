@@ -20,7 +20,6 @@ from antipersist_lib.methods.base import Method, MethodContext, TaskContext, tak
 from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.serving.embeddings import OBSERVATION_PREFIX_CHARS
 
 
 class TrajectoryMemoryMethod(Method):
@@ -41,7 +40,7 @@ class TrajectoryMemoryMethod(Method):
 
     def begin(self) -> None:
         if self.seed_pool is not None:
-            seed_store(self.memory, self.seed_pool, self.ctx.embedder, prefix_chars=OBSERVATION_PREFIX_CHARS)
+            seed_store(self.memory, self.seed_pool, self.ctx.embedder, prefix_chars=TABLE3.embed_prefix_chars)
 
     def records_context(self, task: Task, embedding: Any) -> tuple[str, tuple[int, ...]]:
         got = self.memory.retrieve(embedding, "none", task, budget=int(self.params["budget"]))

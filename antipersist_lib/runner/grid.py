@@ -91,6 +91,7 @@ GRID_KEYS = {
     "train_pool_limit",
     "subset",
     "task_types",
+    "heldout_set",
     "agent",
     "method_params",
     "benchmark_options",
@@ -199,6 +200,11 @@ def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> N
     if not isinstance(by_bench, dict) or not set(by_bench) <= set(benchmarks):
         raise ValueError(
             f"{p}: task_types must map benchmarks of this grid ({benchmarks}) to lists of task types, got {by_bench!r}"
+        )
+    sets = data.get("heldout_set") or {}
+    if not isinstance(sets, dict) or not set(sets) <= set(benchmarks):
+        raise ValueError(
+            f"{p}: heldout_set must map benchmarks of this grid ({benchmarks}) to held-out set names, got {sets!r}"
         )
     for b in benchmarks:
         if b not in BENCHMARKS:
@@ -349,6 +355,8 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                             "subset": data.get("subset", "balanced"),
                             # per benchmark, like benchmark_options: {alfworld: [pick_and_place_simple]}
                             "task_types": (data.get("task_types") or {}).get(bench),
+                            # per benchmark too: {alfworld: valid_unseen_balanced_50} (envs.partitions.HELDOUT_SETS)
+                            "heldout_set": (data.get("heldout_set") or {}).get(bench),
                             "agent": dict(data.get("agent") or {}),
                             "method_params": params_for_seed(mparams, seed),
                             "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),

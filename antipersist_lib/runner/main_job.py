@@ -72,6 +72,7 @@ BENCHMARK_SETTING_KEYS = {
     "train_pool_limit",
     "max_steps",
     "task_types",  # only tasks of these types (a benchmark's subset, e.g. the types planted skills cover)
+    "heldout_set",  # a named held-out set of envs.partitions.HELDOUT_SETS instead of the partition's held-out split
     "seeds",  # a subset of the profile's seeds (a costly benchmark run on fewer seeds)
 }
 #: where the wall time of every run is added up across invocations (a resumed run's sessions together)
@@ -229,7 +230,7 @@ def run_tasks(spec: RunSpec) -> tuple[list[Any], list[Any]]:
     from antipersist_lib.records import limited_tasks
     from antipersist_lib.runner.protocol import of_types
 
-    part = load_partition(spec.benchmark)
+    part = load_partition(spec.benchmark, heldout_set=spec.heldout_set)
     train = limited_tasks(of_types(part.train, spec.task_types), spec.train_pool_limit, spec.subset)
     held = limited_tasks(of_types(part.heldout, spec.task_types), spec.heldout_limit, spec.subset)
     return train, held
@@ -372,6 +373,7 @@ def profile_specs(
                         train_pool_limit=setting(prof, bench, "train_pool_limit", None),
                         subset=prof.get("subset", "balanced"),
                         task_types=setting(prof, bench, "task_types", None),
+                        heldout_set=setting(prof, bench, "heldout_set", None),
                         # the profile's agent block, with a benchmark's own overrides on top
                         agent={
                             **(prof.get("agent", {}) or {}),
