@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.consolidation import context as ctx
+from antipersist_lib.consolidation import context_estimate as ctx
+from antipersist_lib.consolidation.context import REFUSE
 from antipersist_lib.consolidation.pool import summarize_trajectory
 from antipersist_lib.consolidation.profile import (
     check_profile_context,
@@ -46,7 +47,7 @@ def test_every_paper_profile_loads_or_is_refused_with_the_sizes(path):
         assert re.search(r"about \d+ characters, \d+ tokens", str(exc)) and "Fix:" in str(exc)
         return
     sizes = check_profile_context(profile)
-    assert sizes and all(s.fits for s in sizes if profile.context.overflow == ctx.REFUSE)
+    assert sizes and all(s.fits for s in sizes if profile.context.overflow == REFUSE)
     assert all(s.context_length for s in sizes)  # every paper backbone states its context
 
 

@@ -144,6 +144,15 @@ def one_seed_note(df: pd.DataFrame, what: str = "point") -> str:
     return f"{one} {what}{'s' if one > 1 else ''} of this run from one seed: no error bar (the spread over seeds is unknown)."
 
 
+def _seed_error_bars(ax: plt.Axes, sub: pd.DataFrame, color: str) -> None:
+    """± std over seeds at each swept value that has one (not for the paper's unprinted spread, nor for one seed)."""
+    spread = sub[_std_of(sub).notna()]
+    if len(spread):
+        ax.errorbar(
+            spread["value"], spread["success"], yerr=_std_of(spread), fmt="none", ecolor=color, capsize=3, linewidth=0.8
+        )
+
+
 def _std_of(df: pd.DataFrame) -> pd.Series:
     """``success_std`` as floats (NaN where none: the paper printed none, or this run had one seed)."""
     if "success_std" not in df.columns:
@@ -297,17 +306,7 @@ def sweep(df: pd.DataFrame, *, param: str, title: str, note: str = "", logx: boo
     for ax, bench in zip(axes[0], benches):
         sub = df[df["benchmark"] == bench].sort_values("value")
         sns.lineplot(data=sub, x="value", y="success", hue="source", style="source", markers=True, dashes=False, ax=ax)
-        spread = sub[_std_of(sub).notna()]
-        if len(spread):  # ± std over seeds where there is one (not for the paper's unprinted spread, nor one seed)
-            ax.errorbar(
-                spread["value"],
-                spread["success"],
-                yerr=_std_of(spread),
-                fmt="none",
-                ecolor="black",
-                capsize=3,
-                linewidth=0.8,
-            )
+        _seed_error_bars(ax, sub, "black")
         ax.set_title(bench)
         ax.set_xlabel(param)
         ax.set_ylabel("held-out success (%)")
@@ -345,17 +344,7 @@ def lambda_two_axes(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figu
     for ax, (bench, source) in zip(axes[0], panels):
         sub = df[(df["benchmark"] == bench) & (df["source"] == source)].sort_values("value")
         ax.plot(sub["value"], sub["success"], marker="o", color="tab:blue", label="success")
-        spread = sub[_std_of(sub).notna()]
-        if len(spread):
-            ax.errorbar(
-                spread["value"],
-                spread["success"],
-                yerr=_std_of(spread),
-                fmt="none",
-                ecolor="tab:blue",
-                capsize=3,
-                linewidth=0.8,
-            )
+        _seed_error_bars(ax, sub, "tab:blue")
         ax.set_ylabel("held-out success (%)", color="tab:blue")
         ax.set_ylim(-3, 103)
         ax.set_xlabel("lambda (cost weight)")

@@ -27,7 +27,7 @@ from antipersist_lib.analysis import paper, provenance, statistics
 from antipersist_lib.methods import TABLE1_METHODS
 from antipersist_lib.records import MODES
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import mode_fractions, summarize_iteration
+from antipersist_lib.runner.protocol import IDENTITY_KEYS, mode_fractions, summarize_iteration
 
 
 def _roots(roots: Any) -> list[Path]:
@@ -55,22 +55,9 @@ def load_manifest(run: str | Path) -> dict[str, Any]:
     return RunDirectory(run).read_manifest()
 
 
-#: manifest fields that must agree for runs to be averaged as seeds of one design (run folder, backbone and
-#: benchmark already do): everything that changes what a seed measures, but the seed and the iteration count
-AVERAGED_SETTINGS = (
-    "method_params",
-    "train_per_iteration",
-    "max_steps",
-    "agent",
-    "partition_hash",
-    "train_pool_limit",
-    "heldout_limit",
-    "subset",
-    "task_types",
-    "embedding",
-    "request_shape",
-    "benchmark_options",
-)
+#: manifest fields that must agree for runs to be averaged as seeds of one design: the run's identity (what a
+#: resume checks) but what the run folder, backbone and benchmark already separate, and the seed itself
+AVERAGED_SETTINGS = tuple(k for k in IDENTITY_KEYS if k not in ("method", "backbone", "benchmark", "seed"))
 
 
 def _mixed_settings(group: tuple[str, str, str], made: dict[str, list[str]]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.consolidation import context as ctx
+from antipersist_lib.consolidation import context_estimate as ctx
 from antipersist_lib.consolidation.context import CONTEXT_POLICIES, REFUSE, ContextSpec
 from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS, STAGE_RULES
 from antipersist_lib.consolidation.regimes import REGIMES, StageSpec, make_builder
