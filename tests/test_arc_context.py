@@ -36,14 +36,14 @@ def paper_copy(tmp_path: Path, **changes) -> Path:
 
 def test_the_paper_profile_fits_its_backbone_at_the_last_checkpoint():
     profile = study.load_study_profile(PAPER)  # the check runs while it loads
-    sizes = study.profile_prompt_sizes(profile)
+    sizes = context.profile_prompt_sizes(profile)
     assert {s.prompt for s in sizes} == {"solver", "evaluation", "decision", "extraction"}
     largest = max(sizes, key=lambda s: s.tokens)
     assert largest.tokens <= GPT_54_CONTEXT
     # the buffer really is full in the measured prompts: 50 carried at |B| = 8, and the step's 8 new in a decision
     auto8 = [s for s in sizes if s.condition == "auto-gt-b50-t8"]
     assert {s.prompt: s.episodes for s in auto8} == {"solver": 50, "evaluation": 50, "decision": 58, "extraction": 58}
-    assert study.named_context_length(profile) == (GPT_54_CONTEXT, "gpt-5.4")
+    assert context.named_context_length(profile) == (GPT_54_CONTEXT, "gpt-5.4")
 
 
 def test_the_uncapped_paper_profile_is_refused_when_it_loads_with_sizes_and_fix(tmp_path):

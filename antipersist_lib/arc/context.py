@@ -17,16 +17,18 @@ but refuses every realistic profile; the guard checks the real ones).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from antipersist_lib.arc.controller import StreamConfig, allowed_actions, gt_code, task_examples
-from antipersist_lib.arc.generator import ArcTask
+from antipersist_lib.arc.generator import FRESH_POOL, ArcTask, make_task, pool_plan
 from antipersist_lib.arc.prompts import decision_messages, extraction_messages, solver_messages
 from antipersist_lib.arc.stores import Episode
 from antipersist_lib.context_budget import CHARS_PER_TOKEN, messages_text, request_tokens
+from antipersist_lib.studies import fail
 
 #: how many stream tasks are rendered to find the largest episodes (the generator draws every task the same
 #: way, so a few dozen already hold the large scenes; the run's guard checks the rest)
@@ -162,3 +164,66 @@ def refusal(sizes: Sequence[PromptSize], context_length: int, model: str) -> str
         "|B| = 8), run fewer steps or checkpoints, show fewer examples (task_examples, stream.history_examples), "
         "lower stream.solver_max_tokens / manager_max_tokens, or use a backbone with a longer context"
     )
+
+
+# -- a study profile's check (``arc.study.load_study_profile`` and ``run_profile``) ------------------------------
+
+
+#: what a prompt that outgrew the context during a run can do (the abstract store has no cap, App. D.1)
+CONTEXT_FIX = (
+    "cap the episodic buffer (episodic_capacity), run fewer steps, lower stream.solver_max_tokens, or use a backbone "
+    "with a longer context; re-running resumes, complete conditions are kept"
+)
+
+
+def named_context_length(profile: Any) -> tuple[int | None, str]:
+    """The context length the profile's backbone states, and its model name: the embedded default's ``n_ctx``, a
+    backbone profile's ``context_length`` (None when it states none)."""
+    from antipersist_lib.serving import profiles
+
+    try:
+        return profiles.named_context_length(profile.backbone, profile.backbone_options)
+    except ValueError as exc:
+        raise fail(profile.path, f"'backbone': {exc}") from None
+
+
+def profile_prompt_sizes(profile: Any) -> list[PromptSize]:
+    """Every condition's largest prompts (``arc.context``), rendered from a sample of the stream's and the
+    evaluated tasks."""
+    sample = replace(profile.train_pool, limit=min(profile.train_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
+    stream_tasks = _sample_tasks(sample, profile.n_train, profile.n_test)
+    held = replace(profile.heldout_pool, limit=min(profile.heldout_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
+    eval_tasks = _sample_tasks(held, profile.n_train, profile.n_test)
+    sizes = []
+    for cond in profile.conditions + profile.fig2_conditions:
+        config = profile.stream_config(cond)
+        last = max(profile.checkpoints_of(cond))
+        sizes += condition_prompts(cond.name, config, last, stream_tasks, eval_tasks, profile.eval_sources)
+    return sizes
+
+
+@functools.lru_cache(maxsize=8)
+def _sample_tasks(spec: Any, n_train: int, n_test: int) -> tuple[ArcTask, ...]:
+    """A pool's first tasks (cached: loading a profile twice renders the same sample)."""
+    if spec.name == FRESH_POOL:
+        plan = pool_plan(FRESH_POOL, spec.seed, size=max(int(spec.limit or 1), SAMPLE_TASKS))[: spec.limit]
+    else:
+        plan = pool_plan(spec.name, spec.seed)[: spec.limit]
+    return tuple(make_task(e.family, e.skill, e.seed, n_train=n_train, n_test=n_test) for e in plan)
+
+
+def check_profile_context(
+    profile: Any, context_length: int | None = None, model: str | None = None
+) -> list[PromptSize]:
+    """The profile's largest prompts, refused (``StudyProfileError`` naming sizes and fixes) when one exceeds the
+    context length: the one given (the endpoint a run really uses), else the one its backbone names. A backbone
+    stating no context length is not checked."""
+    if context_length is None:
+        context_length, named = named_context_length(profile)
+        model = model or named
+    sizes = profile_prompt_sizes(profile)
+    if context_length is not None:
+        message = refusal(sizes, int(context_length), model or profile.backbone)
+        if message is not None:
+            raise fail(profile.path, message)
+    return sizes

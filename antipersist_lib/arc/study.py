@@ -42,7 +42,7 @@ Kit choices where the paper is silent:
 - ``episodic_capacity`` (``batch`` only): the buffer's budget apart from |B| (Table 4's 50 in the paper profile);
   ``train_pool: {name: fresh}`` streams a new task at every position (§6.1's fresh examples); a stream that would
   cycle a fixed pool must say ``revisit: true``. Loading renders every condition's largest prompts against the
-  named backbone's context and refuses what does not fit (``check_profile_context``, ``arc.context``); a run
+  named backbone's context and refuses what does not fit (``arc.context.check_profile_context``); a run
   checks again against its real endpoint and measures every request before sending it (``PromptGuard``).
 - Table 4's numbers average the evaluated checkpoint memories (``coverage_average: checkpoints``, steps > 0;
   ``arc.analysis.table4_averages``) or every step (``steps``).
@@ -67,7 +67,6 @@ notebooks' run-or-load step ``obtain_study``; the tables are in ``arc.analysis``
 
 from __future__ import annotations
 
-import functools
 import itertools
 import shutil
 import time
@@ -79,8 +78,10 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.arc import context
-from antipersist_lib.arc.context import SAMPLE_TASKS
+from antipersist_lib.arc.context import (
+    CONTEXT_FIX,
+    check_profile_context,
+)
 from antipersist_lib.arc.controller import (
     CONFIG_FILE,
     DECIDE_ON,
@@ -681,66 +682,6 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
     if context_check:
         check_profile_context(profile)
     return profile
-
-
-#: what a prompt that outgrew the context during a run can do (the abstract store has no cap, App. D.1)
-CONTEXT_FIX = (
-    "cap the episodic buffer (episodic_capacity), run fewer steps, lower stream.solver_max_tokens, or use a backbone "
-    "with a longer context; re-running resumes, complete conditions are kept"
-)
-
-
-def named_context_length(profile: StudyProfile) -> tuple[int | None, str]:
-    """The context length the profile's backbone states, and its model name: the embedded default's ``n_ctx``, a
-    backbone profile's ``context_length`` (None when it states none)."""
-    from antipersist_lib.serving import profiles
-
-    try:
-        return profiles.named_context_length(profile.backbone, profile.backbone_options)
-    except ValueError as exc:
-        raise fail(profile.path, f"'backbone': {exc}") from None
-
-
-def profile_prompt_sizes(profile: StudyProfile) -> list[context.PromptSize]:
-    """Every condition's largest prompts (``arc.context``), rendered from a sample of the stream's and the
-    evaluated tasks."""
-    sample = replace(profile.train_pool, limit=min(profile.train_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
-    stream_tasks = _sample_tasks(sample, profile.n_train, profile.n_test)
-    held = replace(profile.heldout_pool, limit=min(profile.heldout_pool.limit or SAMPLE_TASKS, SAMPLE_TASKS))
-    eval_tasks = _sample_tasks(held, profile.n_train, profile.n_test)
-    sizes = []
-    for cond in profile.conditions + profile.fig2_conditions:
-        config = profile.stream_config(cond)
-        last = max(profile.checkpoints_of(cond))
-        sizes += context.condition_prompts(cond.name, config, last, stream_tasks, eval_tasks, profile.eval_sources)
-    return sizes
-
-
-@functools.lru_cache(maxsize=8)
-def _sample_tasks(spec: PoolSpec, n_train: int, n_test: int) -> tuple[ArcTask, ...]:
-    """A pool's first tasks (cached: loading a profile twice renders the same sample)."""
-    if spec.name == FRESH_POOL:
-        plan = pool_plan(FRESH_POOL, spec.seed, size=max(int(spec.limit or 1), SAMPLE_TASKS))[: spec.limit]
-    else:
-        plan = pool_plan(spec.name, spec.seed)[: spec.limit]
-    return tuple(make_task(e.family, e.skill, e.seed, n_train=n_train, n_test=n_test) for e in plan)
-
-
-def check_profile_context(
-    profile: StudyProfile, context_length: int | None = None, model: str | None = None
-) -> list[context.PromptSize]:
-    """The profile's largest prompts, refused (``StudyProfileError`` naming sizes and fixes) when one exceeds the
-    context length: the one given (the endpoint a run really uses), else the one its backbone names. A backbone
-    stating no context length is not checked."""
-    if context_length is None:
-        context_length, named = named_context_length(profile)
-        model = model or named
-    sizes = profile_prompt_sizes(profile)
-    if context_length is not None:
-        message = context.refusal(sizes, int(context_length), model or profile.backbone)
-        if message is not None:
-            raise fail(profile.path, message)
-    return sizes
 
 
 def _seeds(data: dict[str, Any], path: Any) -> tuple[int, ...]:
