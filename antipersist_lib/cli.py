@@ -470,13 +470,13 @@ def _cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
-    """The faulty-memories study runners (their own modules hold the command line; this forwards to it)."""
-    if args.study == "arc-study":
-        from antipersist_lib.arc.study import main as study_main
-    elif args.study == "arc-probes":
-        from antipersist_lib.arc.probes import main as study_main
-    else:
-        from antipersist_lib.consolidation.study import main as study_main
+    """The faulty-memories study runners (``study_commands`` holds their command lines; this forwards to them)."""
+    from antipersist_lib import study_commands
+
+    study_main = {
+        "arc-study": study_commands.arc_study_main,
+        "arc-probes": study_commands.arc_probes_main,
+    }.get(args.study, study_commands.consolidation_study_main)
     argv = ["--profile", args.profile] + (["--out", args.out] if args.out else [])
     for flag, key in (
         ("--base-url", "base_url"),

@@ -12,8 +12,10 @@ Layout::
     calls.jsonl              the LLM call ledger (every call made, including those of episodes
                              interrupted by a crash: they were paid for)
     state/                   the method's own stores (trajectories.jsonl, outcome_log.jsonl,
-                             abstractions/events.jsonl, and each method's own files)
-    snapshots/               per-iteration abstraction-store snapshots, abstractions_iter_NN.json
+                             abstractions/events.jsonl, and each method's own files); the task
+                             embeddings of the first two in trajectories.emb, outcome_log.emb
+    snapshots/               per-iteration abstraction-store snapshots, abstractions_iter_NN.json, and
+                             their embeddings, each once, in abstractions.emb
     demonstrations/          the agent's in-context demonstrations (expert replays), only when the
                              run has icl_examples > 0 and no cache_dir (core/demonstrations.py)
     summary.json             per-iteration metrics (rewritten atomically after each evaluation)
@@ -110,6 +112,11 @@ class RunDirectory:
     #: the stores' files inside ``state/`` (each method lists its own in ``Method.state_files``)
     TRAJECTORIES = "trajectories.jsonl"
     OUTCOME_LOG = "outcome_log.jsonl"
+    #: their task embeddings, each entry named by a line of its journal (``jsonl.sidecar_path``); not
+    #: line files, so not in ``state_files``: a line cut back on resume leaves its entry unnamed, and
+    #: the rerun episode names it again
+    TRAJECTORY_EMBEDDINGS = "trajectories.emb"
+    OUTCOME_LOG_EMBEDDINGS = "outcome_log.emb"
     ABSTRACTIONS = "abstractions"  # an AbstractionStore folder
     ABSTRACTION_EVENTS = "abstractions/events.jsonl"  # its journal (abstraction_store.EVENTS_FILE)
     #: every synthesis invocation of a run that reads planted signatures (core/planted.py): P(H), the

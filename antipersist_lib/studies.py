@@ -366,12 +366,14 @@ def command_line(
     argv: Sequence[str] | None,
     *,
     study: str,
+    command: str,
     description: str,
     run: Callable[[str, Path], Any],
     show: Callable[[Any], Any],
     plan: Callable[..., Any] | None = None,
 ) -> int:
-    """``--profile`` / ``--out`` (default ``outputs/<study>/<profile name>``): run or resume the study, print
+    """``python -m antipersist_lib <command>``: ``--profile`` / ``--out`` (default
+    ``outputs/<study>/<profile name>``): run or resume the study, print
     ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message, an
     endpoint that does not answer (its preflight) exits 3. ``--base-url URL --model NAME`` (with
     ``--api-key-env``, ``--context-length``) replace the profile's backbone by an ad-hoc chat endpoint,
@@ -383,7 +385,7 @@ def command_line(
 
     import pandas as pd
 
-    parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib.{study}.study", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib {command}", description=description)
     parser.add_argument("--profile", required=True, help=f"a study profile, e.g. params/{study}/smoke.yaml")
     parser.add_argument("--out", help=f"output folder (default outputs/{study}/<profile name>)")
     from antipersist_lib.errors import LLMError

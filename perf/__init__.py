@@ -21,9 +21,12 @@ BENCHMARKS: dict[str, str] = {
     "planning": "perf.planning",
     "embedded": "perf.embedded_tokens",
     "servers": "perf.embedded_servers",
+    "rehearsal": "perf.rehearsal",
 }
-#: run only when asked for (needs the local llama.cpp model and takes minutes)
-OPTIONAL: frozenset[str] = frozenset({"embedded", "servers"})
+#: run only when asked for (embedded, servers: need the local llama.cpp model and take minutes, ``--embedded``)
+OPTIONAL: frozenset[str] = frozenset({"embedded", "servers", "rehearsal"})
+#: of those, run only by name (``--only``): the paper-grid rehearsal takes about half an hour
+ON_REQUEST: frozenset[str] = frozenset({"rehearsal"})
 
 COLUMNS = ("benchmark", "setting", "measured", "unit", "target", "ratio", "pass")
 
@@ -61,7 +64,7 @@ def run_suite(
     """Run the selected benchmarks in order; ``only`` names one of ``BENCHMARKS``."""
     if only is not None and only not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {only!r}; expected one of {tuple(BENCHMARKS)}")
-    names = [only] if only else [n for n in BENCHMARKS if n not in OPTIONAL or embedded]
+    names = [only] if only else [n for n in BENCHMARKS if n not in ON_REQUEST and (n not in OPTIONAL or embedded)]
     rows: list[dict[str, Any]] = []
     for name in names:
         log(f"[benchmarks] {name}{' (quick)' if quick else ''} ...")

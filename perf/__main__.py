@@ -2,7 +2,9 @@
 
 The table is printed and written as ``benchmarks.json`` (rows plus run metadata) and
 ``benchmarks.md`` under ``--out`` (default ``outputs/benchmarks``); a ``--quick`` run writes
-``benchmarks_quick.*`` so it never overwrites the full run's numbers.
+``benchmarks_quick.*`` so it never overwrites the full run's numbers. The paper-grid rehearsal
+runs only when named: ``--only rehearsal`` (about half an hour; ``python -m perf.rehearsal --help``
+for its own options and output root).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from . import BENCHMARKS, markdown, run_suite
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=tuple(BENCHMARKS), help="run one benchmark")
+    ap.add_argument("--only", choices=tuple(BENCHMARKS), help="run one benchmark (rehearsal: only this way)")
     ap.add_argument("--quick", action="store_true", help="small settings (about a minute)")
     ap.add_argument(
         "--embedded", action="store_true", help="include the embedded llama.cpp tokens/s benchmark (minutes)"

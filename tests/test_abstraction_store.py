@@ -12,10 +12,12 @@ import pytest
 
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.abstraction_store import (
+    SNAPSHOT_EMBEDDINGS,
     STAT_FIELDS,
     Abstraction,
     AbstractionStore,
     parents_of_records,
+    read_snapshot,
 )
 from antipersist_lib.memory.trajectory_store import MemoryRecord
 from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
@@ -175,7 +177,7 @@ def test_snapshot(tmp_path):
     s.retire(b.abstraction_id)
     out = tmp_path / "snaps" / "iter_003.json"
     s.snapshot(out, iteration=3, method="abstraction_memory")
-    snap = json.loads(out.read_text(encoding="utf-8"))
+    snap = read_snapshot(out)
     assert snap["iteration"] == 3 and snap["method"] == "abstraction_memory"
     assert snap["n_created"] == 2
     assert [x["abstraction_id"] for x in snap["active"]] == ["abs-000000"]
@@ -185,8 +187,32 @@ def test_snapshot(tmp_path):
     assert Abstraction.from_dict(act) == a
     s.update_stats(a.abstraction_id, votes=1)
     s.snapshot(out, iteration=4)
-    assert json.loads(out.read_text(encoding="utf-8"))["active"][0]["stats"]["votes"] == 1
-    assert [p.name for p in out.parent.iterdir()] == ["iter_003.json"]
+    assert read_snapshot(out)["active"][0]["stats"]["votes"] == 1
+    assert sorted(p.name for p in out.parent.iterdir()) == [SNAPSHOT_EMBEDDINGS, "iter_003.json"]
+
+
+def test_snapshots_name_embeddings_and_hold_each_once_however_many_iterations(tmp_path):
+    """Issue 45's rehearsal: every snapshot rewrote every abstraction's 4096-d embedding as JSON text, so a
+    run's snapshots grew with the square of its iterations (143 MiB per abstraction-memory run) and so did
+    the memory that wrote them. Each embedding is now written once, beside the snapshots."""
+    rng = np.random.default_rng(0)
+    s = AbstractionStore()
+    folder = tmp_path / "snapshots"
+    for it in range(1, 6):
+        for _ in range(4):  # four new abstractions per iteration
+            s.add(f"rule {len(s)}", kind="rule", embedding=rng.standard_normal(256).astype(np.float32))
+        s.snapshot(folder / f"abstractions_iter_{it:02d}.json", iteration=it)
+    raw = json.loads((folder / "abstractions_iter_05.json").read_text(encoding="utf-8"))
+    assert all(a["embedding_ref"] and "embedding" not in a for a in raw["active"])  # named, not written
+    emb = folder / SNAPSHOT_EMBEDDINGS
+    assert emb.stat().st_size < 20 * (256 * 4 + 64)  # 20 embeddings, each once (float32), not 4+8+...+20
+    last = read_snapshot(folder / "abstractions_iter_05.json")
+    assert [Abstraction.from_dict(a) for a in last["active"]] == list(s)  # every value back, exactly
+    assert "embedding" not in read_snapshot(folder / "abstractions_iter_05.json", embeddings=False)["active"][0]
+    # a snapshot written before this change (the numbers inline) reads as it is
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"iteration": 1, "active": [list(s)[0].to_dict()]}), encoding="utf-8")
+    assert Abstraction.from_dict(read_snapshot(old)["active"][0]) == list(s)[0]
 
 
 def mrec(i: int, parents) -> MemoryRecord:

@@ -119,7 +119,7 @@ def test_heldout_evaluation_writes_nothing(make_clients, tmp_path):
     c, ap = build(make_clients, tmp_path)
     train(ap, make_tasks("train", 8), iteration=1)
     before = _digest(tmp_path)
-    assert set(before) == {"trajectories.jsonl", "outcome_log.jsonl"}
+    assert set(before) == {"trajectories.jsonl", "outcome_log.jsonl", "trajectories.emb", "outcome_log.emb"}
     ap.freeze()
     held = run(ap, make_tasks("heldout", 5), iteration=4, phase="heldout")
     assert _digest(tmp_path) == before

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from antipersist_lib import study_commands
 from antipersist_lib.analysis import faulty_paper, plots
 from antipersist_lib.arc import analysis, figures, study
 from antipersist_lib.arc.controller import gt_code
@@ -273,7 +274,9 @@ def test_missing_isolation_refuses_before_any_model_call(tmp_path, monkeypatch, 
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             study.run_study(write_profile(tmp_path, TINY), tmp_path / "out", endpoint=endpoint, log=lambda *a: None)
         assert calls == [] and not (tmp_path / "out").exists()
-        code = study.main(["--profile", str(write_profile(tmp_path, TINY)), "--out", str(tmp_path / "cli")])
+        code = study_commands.arc_study_main(
+            ["--profile", str(write_profile(tmp_path, TINY)), "--out", str(tmp_path / "cli")]
+        )
     assert code == 4 and "bubblewrap (bwrap) is not installed" in capsys.readouterr().err
 
 
@@ -343,7 +346,7 @@ def test_paper_frames_have_the_printed_shape():
 
 def test_command_line_names_a_bad_key(tmp_path, capsys):
     path = write_profile(tmp_path, {**TINY, "stpes": 3})
-    assert study.main(["--profile", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert study_commands.arc_study_main(["--profile", str(path), "--out", str(tmp_path / "out")]) == 2
     assert "unknown key(s) ['stpes']" in capsys.readouterr().err
 
 

@@ -402,12 +402,11 @@ def test_doctor_checks_an_adhoc_endpoint(capsys):
 
 
 def test_study_commands_forward_the_endpoint_flags(tmp_path, monkeypatch):
-    from antipersist_lib.arc import study as arc_study
-    from antipersist_lib.consolidation import study as consolidation_study
+    from antipersist_lib import study_commands
 
     seen = []
-    for module in (arc_study, consolidation_study):
-        monkeypatch.setattr(module, "main", lambda argv: seen.append(list(argv)) or 0)
+    for name in ("arc_study_main", "consolidation_study_main"):
+        monkeypatch.setattr(study_commands, name, lambda argv: seen.append(list(argv)) or 0)
     flags = ["--base-url", "http://h:1/v1", "--model", "org/m", "--api-key-env", "K", "--context-length", "99"]
     assert main(["arc-study", "--profile", "p.yaml", *flags]) == 0
     assert (

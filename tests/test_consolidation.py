@@ -22,7 +22,6 @@ from antipersist_lib.consolidation.episodic import (
     KeepCurator,
     all_logs,
     few_shot,
-    incremental_keep,
     one_pass_keep,
 )
 from antipersist_lib.consolidation.parsing import ReplyError, extract_json
@@ -37,7 +36,13 @@ from antipersist_lib.consolidation.pool import (
     summarize_trajectory,
     summary_coverage,
 )
-from antipersist_lib.consolidation.regimes import BANK_FILE, SNAPSHOTS_FILE, build_memory, make_builder
+from antipersist_lib.consolidation.regimes import (
+    BANK_FILE,
+    SNAPSHOTS_FILE,
+    build_memory,
+    incremental_keep,
+    make_builder,
+)
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.envs.alfworld import category_of, read_game
 from antipersist_lib.envs.partitions import load_partition

@@ -20,6 +20,7 @@ from antipersist_lib.consolidation import analysis, figures, study
 from antipersist_lib.consolidation import prompts as CP
 from antipersist_lib.consolidation.bank import load_bank
 from antipersist_lib.consolidation.pool import batches, load_pool
+from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell
 from antipersist_lib.serving.llm import Endpoint
@@ -174,7 +175,8 @@ def test_method_rows_start_from_the_pool_and_train_on_their_own(tiny_study):
         manifest = json.loads((out / rd / "manifest.json").read_text())
         assert manifest["method_params"]["seed_pool"] == str(out / study.POOL_FILE)
         layout = RunDirectory(out / rd)
-        stored = [json.loads(line) for line in layout.state_path(RunDirectory.TRAJECTORIES).read_text().splitlines()]
+        # read_jsonl: the embeddings are in trajectories.emb, shown inline (issue 45)
+        stored = [x.value for x in read_jsonl(layout.state_path(RunDirectory.TRAJECTORIES))]
         seeds = [r for r in stored if r["iteration"] == 0]
         assert [r["task"]["task_id"] for r in seeds] == [p.task.task_id for p in pool]  # the pool, in order, once
         trained = int(manifest["iterations"]) * int(manifest["train_per_iteration"])

@@ -19,6 +19,7 @@ from antipersist_lib.cli import main
 from antipersist_lib.envs.errand_world import ErrandWorld
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.methods import params_as_recorded
+from antipersist_lib.runner import replay
 from antipersist_lib.runner.protocol import RunSpec, run_cell
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
@@ -137,7 +138,7 @@ def test_select_log_takes_the_seed_and_setting_of_the_run(runs, tmp_path, capsys
 
 
 def test_the_walkthrough_replays_an_old_run_as_it_ran(runs, tmp_path):
-    llm, embedder = walkthrough.replay_clients(runs["old"], runs["cache"])  # no model: the run's cache answers
+    llm, embedder = replay.replay_clients(runs["old"], runs["cache"])  # no model: the run's cache answers
     w = walkthrough.walk(
         runs["old"],
         llm=llm,

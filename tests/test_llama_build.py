@@ -57,6 +57,12 @@ def test_a_native_build_on_an_avx512_machine_is_beyond_the_baseline_and_a_portab
     assert llama_build.beyond_baseline(portable, BASELINES["x86-64-v3"]) == set()
     assert "LLAMAFILE" not in llama_build.compiled_features(portable)  # build options are not instructions
     assert llama_build.beyond_baseline(portable, BASELINES["x86-64-v2"]) == {"AVX", "AVX2", "F16C", "FMA", "BMI2"}
+    # a report that names no instruction set checks nothing: unverifiable, never "within the baseline"
+    for silent in ("", "CPU : LLAMAFILE = 1 | REPACK = 1 |"):
+        report = llama_build.parse_system_info(silent)
+        assert llama_build.beyond_baseline(report, BASELINES["x86-64-v3"]) == set()
+        assert llama_build.unverifiable(report, BASELINES["x86-64-v3"])
+    assert not llama_build.unverifiable(portable, BASELINES["x86-64-v3"])
 
 
 def test_a_cpu_without_avx2_is_refused_before_start_with_the_fix():

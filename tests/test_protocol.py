@@ -240,6 +240,35 @@ def test_run_spec_validation_names_the_field():
         RunSpec(method="react", benchmark="alfworld", backbone="x", agent={"temp": 0})
 
 
+def test_a_run_records_the_seeds_its_profile_planned_outside_its_identity(tmp_path):
+    """The tables name a short cell from this record (issue 44); a profile gaining a seed must not make
+    its finished runs a different configuration, so the record is not part of the identity."""
+    from antipersist_lib.runner.protocol import IDENTITY_KEYS, Runner
+    from antipersist_lib.serving.llm import Endpoint
+
+    with pytest.raises(ValueError, match="seeds_planned must list integer seeds including this run's seed 4"):
+        RunSpec(method="react", benchmark="errandworld", backbone="x", seed=4, seeds_planned=(1, 2, 3))
+    with pytest.raises(ValueError, match="seeds_planned must be null or a list of seeds"):
+        RunSpec(method="react", benchmark="errandworld", backbone="x", seed=1, seeds_planned="1,2")
+    ep = Endpoint(base_url="http://127.0.0.1:9/v1", model="never-called", api_key_env="ANTIPERSIST_TEST_KEY")
+
+    def manifest(**kw):
+        spec = RunSpec(
+            method="react",
+            benchmark="errandworld",
+            backbone="x",
+            embedding="bow",
+            out_root=str(tmp_path),
+            seed=2,
+            train_per_iteration=2,
+            **kw,
+        )
+        return Runner(spec, endpoint=ep, embed_endpoint=ep)._manifest(None, None)
+
+    assert manifest(seeds_planned=[3, 1, 2])["seeds_planned"] == [1, 2, 3]
+    assert "seeds_planned" not in manifest() and "seeds_planned" not in IDENTITY_KEYS
+
+
 def test_run_directory_lock_and_manifest_mismatch(tmp_path):
     rd = RunDirectory(tmp_path / "run").open()
     with pytest.raises(RunLockedError, match="in use by another process"):

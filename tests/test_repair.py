@@ -5,6 +5,7 @@ a crash's fragment in a file without a journal is set aside once, not warned abo
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -14,7 +15,12 @@ import pytest
 from antipersist_lib.jsonl import TORN_SUFFIX, JsonlWriter, read_jsonl, set_aside_malformed
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import RunSpec, run_cell
-from antipersist_lib.runner.repair import CommittedRecordLostError, lost_committed, repair_committed
+from antipersist_lib.runner.repair import (
+    CommittedRecordLostError,
+    lost_committed,
+    repair_committed,
+    repair_embeddings,
+)
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
@@ -91,6 +97,40 @@ def test_a_committed_last_line_cut_at_every_byte_is_rebuilt_exactly(finished, tm
         if cut > start:  # the damaged bytes are kept, not destroyed
             assert (work / (rel + TORN_SUFFIX)).read_bytes() == original[start:cut] + b"\n"
     assert lost_committed(finished, [finished / r for r in STATE], committed) == []  # the original is whole
+
+
+@pytest.mark.parametrize("rel", ["state/outcome_log.jsonl", "state/trajectories.jsonl"])
+def test_a_lost_line_whose_embedding_entry_was_cut_too_is_rebuilt_with_its_entry(finished, tmp_path, rel):
+    """A line names its embedding in the binary file beside the journal (``.emb``); a crash or copy that cut
+    both must not leave a rebuilt line naming an entry that is gone (the record would be skipped on load)."""
+    from antipersist_lib.jsonl import EMBEDDING_REF, sidecar_path
+
+    work = _copy(finished, tmp_path / "run")
+    journal, emb = work / rel, sidecar_path(work / rel)
+    original_journal, original_emb = journal.read_bytes(), emb.read_bytes()
+    last = json.loads(original_journal.splitlines()[-1])
+    assert EMBEDDING_REF in last  # the line names its embedding; the numbers are in the .emb file
+    journal.write_bytes(original_journal[: _last_line_start(journal) + 7])
+    emb.write_bytes(original_emb[:-9])  # the last entry torn
+    done = repair_committed(RunDirectory(work), [work / r for r in STATE], _last_state(finished))
+    assert len(done) == 1 and "rebuilt 1 committed line" in done[0]
+    assert journal.read_bytes() == original_journal
+    # the cut entry may be an earlier line's (an embedding is stored once): the resume's second step puts
+    # back every entry a committed line names, from the other store's file
+    done = repair_embeddings(RunDirectory(work), [work / r for r in STATE])
+    assert emb.read_bytes() == original_emb
+    assert [x.value for x in read_jsonl(journal)] == [x.value for x in read_jsonl(finished / rel)]
+    assert repair_embeddings(RunDirectory(work), [work / r for r in STATE]) == []  # nothing left to do
+
+
+def test_an_embedding_entry_no_file_holds_stops_the_run_naming_the_file(finished, tmp_path):
+    from antipersist_lib.jsonl import sidecar_path
+
+    work = _copy(finished, tmp_path / "run")
+    for rel in ("state/outcome_log.jsonl", "state/trajectories.jsonl"):
+        sidecar_path(work / rel).write_bytes(b"")  # both copies of every embedding gone
+    with pytest.raises(CommittedRecordLostError, match=r"no longer holds and no other file of the run does"):
+        repair_embeddings(RunDirectory(work), [work / r for r in STATE])
 
 
 def test_a_resumed_run_keeps_the_committed_entry_the_old_kit_dropped(finished, tmp_path):

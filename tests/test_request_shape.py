@@ -288,15 +288,21 @@ def test_the_manifest_form_rebuilds_the_endpoint():
 
 
 def test_unshaped_callers_are_none(tmp_path: Path):
-    """Every chat request of the kit goes through LLMClient or the preflight's shaped body: no other module
-    builds a chat completion itself."""
+    """Every chat request of the kit goes through ``llm.post_chat`` (LLMClient and the preflight's shaped
+    body): no other module builds a chat completion itself."""
     root = Path(__file__).resolve().parents[1] / "antipersist_lib"
-    callers = sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*.py")
-        if "chat.completions.create(" in p.read_text(encoding="utf-8")
-    )
-    assert callers == ["serving/llm.py", "serving/preflight.py"]
+    texts = {str(p.relative_to(root)): p.read_text(encoding="utf-8") for p in root.rglob("*.py")}
+    assert [name for name, text in texts.items() if "chat.completions.create(" in text] == []
+    # besides post_chat, only the embedded server's self-check (one token, before the server is handed out)
+    assert sorted(name for name, text in texts.items() if "/chat/completions" in text) == [
+        "serving/embedded.py",
+        "serving/llm.py",
+        "testing/loopback_server.py",
+    ]
+    assert sorted(name for name, text in texts.items() if "post_chat(" in text) == [
+        "serving/llm.py",
+        "serving/preflight.py",
+    ]
 
 
 # -- whole runs through the papers' model profiles ----------------------------------------------------------

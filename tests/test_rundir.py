@@ -28,6 +28,7 @@ def named_by_layout(rd: RunDirectory) -> set[Path]:
     names = {rd.manifest_path, rd.journal_path, rd.calls_path, rd.summary_path, rd.lock_path}
     names |= {rd.episodes_path(p) for p in ("train", "heldout")}
     names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG)}
+    names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORY_EMBEDDINGS, RunDirectory.OUTCOME_LOG_EMBEDDINGS)}
     names |= {rd.state_path(RunDirectory.ABSTRACTION_EVENTS), rd.state_path(RunDirectory.CANDIDATES)}
     names |= {rd.snapshot_path(i) for i in range(1, 10)}
     return names
@@ -206,6 +207,48 @@ def test_subpackages_form_layers_without_cycles():
     # the leaves import nothing else of the kit
     for leaf in ("errors", "jsonl", "tolerance", "textfit"):
         assert graph.get(leaf, set()) <= {"errors"}, f"{leaf} must stay at the bottom"
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """module -> the kit's modules it imports, function-local imports included; ``from pkg import mod``
+    counts as importing ``pkg.mod`` when that is a module (a package's ``__init__`` is the package)."""
+    lib = ROOT / "antipersist_lib"
+    modules = {}
+    for path in lib.rglob("*.py"):
+        parts = ("antipersist_lib", *path.relative_to(lib).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found = []
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            graph[module] |= {name for name in found if name in modules and name != module}
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_from_inside_a_function():
+    """Issue 46: four two-module circles were held together by function-local imports, which the package
+    test cannot see (both ends in one package)."""
+    graph = _module_imports()
+    assert len(graph) > 100 and "antipersist_lib.runner.protocol" in graph["antipersist_lib.runner.replay"]
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: list[str]) -> None:
+        state[u] = 1
+        for v in sorted(graph[u]):
+            if state.get(v) == 1:
+                cycle = [*path, u][[*path, u].index(v) :] + [v]
+                raise AssertionError(f"import circle between modules: {' -> '.join(cycle)}")
+            if state.get(v) is None:
+                visit(v, [*path, u])
+        state[u] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
 
 
 def test_a_run_extended_by_iterations_says_so_in_its_manifest(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from antipersist_lib.errors import FrozenStateError
+from antipersist_lib.jsonl import read_jsonl, ref_of
 from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
@@ -352,4 +353,8 @@ def test_memory_record_from_file_is_memory_record(tmp_path):
     add(mem, 0, 10, True)
     mem.close()
     d = json.loads(p.read_text(encoding="utf-8"))
-    assert MemoryRecord.from_dict(d) == mem[0]
+    assert "embedding" not in d and d["embedding_ref"] == ref_of(mem[0].embedding)  # the numbers are in t.emb
+    # read as records (jsonl.read_jsonl), the line holds the numbers again, as old stores wrote them
+    (line,) = read_jsonl(p)
+    assert MemoryRecord.from_dict(line.value) == mem[0]
+    assert MemoryRecord.from_dict(d, embedding=np.asarray(mem[0].embedding)) == mem[0]

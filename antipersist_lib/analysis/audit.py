@@ -182,7 +182,7 @@ def audit_decision(
                 "a held-out decision needs the task embedding: give the run's response cache (select --cache DIR; "
                 "the run's manifest names it as cache_dir when the run recorded one) or an embedding (--embedding FILE)"
             )
-        from antipersist_lib.analysis.walkthrough import replay_clients
+        from antipersist_lib.runner.replay import replay_clients
 
         _, embedder = replay_clients(run, cache_dir)
         embedding = embedder.embed(

@@ -23,13 +23,13 @@ episode of the run instead. Engine (infrastructure) failures are left out of bot
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.memory.abstraction_store import read_snapshot
 from antipersist_lib.rundir import RunDirectory
 
 N_MIN = 3
@@ -116,7 +116,7 @@ def available_by_iteration(run_dir: Path) -> dict[int, set[str]]:
     """iteration -> ids in the store during that iteration's held-out evaluation (snapshots)."""
     out = {}
     for snap in RunDirectory(run_dir).snapshot_paths():
-        data = json.loads(snap.read_text(encoding="utf-8"))
+        data = read_snapshot(snap, embeddings=False)
         out[int(data["iteration"])] = {a["abstraction_id"] for a in data.get("active", [])}
     return out
 

@@ -24,7 +24,6 @@ undefined.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 
 from antipersist_lib.core.planted import PLANT_PREFIX, PlantedSkills, read_planted
 from antipersist_lib.jsonl import read_jsonl
-from antipersist_lib.memory.abstraction_store import AbstractionStore
+from antipersist_lib.memory.abstraction_store import AbstractionStore, read_snapshot
 from antipersist_lib.rundir import RunDirectory
 
 #: designs whose runs hold an abstraction store; every other design's candidates are never admitted
@@ -297,7 +296,7 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
                 row.get("signatures"), bool(row.get("admitted")),
             )  # fmt: skip
         for snap in layout.snapshot_paths():
-            data = json.loads(snap.read_text(encoding="utf-8"))
+            data = read_snapshot(snap, embeddings=False)
             it = int(data.get("iteration", snap.stem.rsplit("_", 1)[-1]))
             for a in data.get("active", []):
                 aid = str(a["abstraction_id"])

@@ -7,7 +7,7 @@ retrieved records, the temporary guidance, the execution, and then the proof tha
 was discarded: the state files are byte-identical before and after, the guidance text occurs in
 no file of the run directory or the working copy, and the episode record has no field for it.
 
-Replay: every request of a run is in its response cache, so ``replay_clients(run_dir, cache_dir)``
+Replay: every request of a run is in its response cache, so ``runner.replay.replay_clients(run_dir, cache_dir)``
 builds clients whose endpoint is unreachable: the walkthrough then runs without any model and
 fails loudly (naming the cache) if a request is not cached. Pointing ``llm``/``embedder`` at a
 live endpoint runs the same task afresh.
@@ -34,13 +34,13 @@ from antipersist_lib.methods import make_method, params_as_recorded
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.replay import replay_clients
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
-from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.llm import LLMClient
 
 #: branches whose audit carries per-mode estimates, most informative first
 BRANCH_PREFERENCE = ("local_ucb", "global_best", "epsilon", "warmup", "round_robin", "fixed", "random", "no_embedding")
-UNREACHABLE = "http://127.0.0.1:9/v1"  # discard port: nothing answers, so a cache miss fails at once
 
 
 @dataclass
@@ -164,30 +164,6 @@ def choose_episode(run_dir: str | Path, position: int | None = None, phase: str 
     return min(
         cands, key=lambda r: (rank.get(r["meta"]["branch"], len(rank)), not r["calls"]["synthesis"], r["position"])
     )
-
-
-def replay_clients(
-    run_dir: str | Path, cache_dir: str | Path, *, ledger: Ledger | None = None
-) -> tuple[LLMClient, Embedder]:
-    """Clients with the run's own endpoint settings (so cache keys match) but an unreachable
-    address: every answer must come from the response cache under ``cache_dir``, in the folders of the
-    servers the run recorded (``protocol.replay_cache``)."""
-    from antipersist_lib.runner.protocol import _slug, replay_cache
-
-    man = RunDirectory(run_dir).read_manifest()
-    ledger = ledger or Ledger()
-    chat = Endpoint(**{**man["endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
-    emb = Endpoint(**{**man["embedding_endpoint"], "base_url": UNREACHABLE, "max_retries": 0, "timeout_s": 5.0})
-    cache_root = Path(cache_dir)
-    for ep in (chat, emb):
-        if not (cache_root / _slug(ep.model)).is_dir():
-            raise FileNotFoundError(
-                f"no response cache for model {ep.model!r} under {cache_root} "
-                "(replay needs the cache the run wrote; use a live endpoint instead)"
-            )
-    llm = LLMClient(chat, ledger=ledger, cache=replay_cache(cache_root, man, "backbone"), seed=int(man["seed"]))
-    embedder = Embedder(emb, ledger=ledger, cache=replay_cache(cache_root, man, "embedding"))
-    return llm, embedder
 
 
 def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:

@@ -557,7 +557,7 @@ NO_LINEAGE = (
 )
 JUDGE_HOWTO = (
     "This study ran no LLM judge. Add `judge: true` (or `judge: {conditions: [...]}`) to the study profile "
-    "and run `python -m antipersist_lib.arc.study --profile <profile> --out <study folder>` again: complete "
+    "and run `python -m antipersist_lib arc-study --profile <profile> --out <study folder>` again: complete "
     "conditions are kept and only the judge calls (one per final abstract entry) are made."
 )
 SURGERY_HOWTO = (

@@ -98,7 +98,6 @@ from antipersist_lib.studies import (
     check_list,
     check_mapping,
     check_names,
-    command_line,
     fail,
     manifest_base,
     obtain_folder,
@@ -915,24 +914,3 @@ def summary(out_dir: str | Path | None) -> dict[str, Any]:
         "calls": man["calls"],
         "wall_s": man["wall_s"],
     }
-
-
-# -- command line ---------------------------------------------------------------------------------------
-
-
-def _show(result: ProbeResult) -> pd.DataFrame:
-    return result.frame[["stream", "step", "eval_family", "eval_kind", "accuracy", "abstract_entries"]]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return command_line(
-        argv,
-        study="arc",
-        description="Run an ARC-AGI Stream probe profile (Figs. 8(a), 8(b), 11).",
-        run=run_probes,
-        show=_show,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

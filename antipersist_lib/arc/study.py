@@ -125,7 +125,6 @@ from antipersist_lib.studies import (
     check_int,
     check_list,
     check_mapping,
-    command_line,
     fail,
     manifest_base,
     obtain_folder,
@@ -1318,7 +1317,9 @@ def load_study_rows(out_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of a finished study's results, each naming its seed (older studies: the manifest's one seed)."""
     path = Path(out_dir) / RESULTS_JSON
     if not path.exists():
-        raise FileNotFoundError(f"no study results at {path}: run `python -m antipersist_lib.arc.study` first")
+        raise FileNotFoundError(
+            f"no study results at {path}: run `python -m antipersist_lib arc-study --profile <profile>` first"
+        )
     manifest = Path(out_dir) / MANIFEST_FILE
     seed = (read_json(manifest).get("seed") if manifest.exists() else None) or 0
     return [{**row, "seed": row.get("seed", seed)} for row in read_json(path)["rows"]]
@@ -1469,28 +1470,3 @@ def obtain_study(
         results_file=RESULTS_JSON,
         what="study",
     )
-
-
-# -- command line ---------------------------------------------------------------------------------------
-
-
-def _show(result: StudyResult) -> pd.DataFrame:
-    cols = ["condition", "step", "eval_set", "accuracy", "buffer_size", "abstract_entries", "covered", "fused"]
-    return result.frame[cols]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from antipersist_lib.arc.plan import plan_arc_study
-
-    return command_line(
-        argv,
-        study="arc",
-        description="Run an ARC-AGI Stream study profile.",
-        run=run_study,
-        show=_show,
-        plan=plan_arc_study,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

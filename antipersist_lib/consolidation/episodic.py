@@ -160,15 +160,3 @@ def few_shot(pool: Sequence[PoolRecord], n: int, seed: int, *, log_chars: int = 
 def one_pass_keep(pool: Sequence[PoolRecord], llm: Any, **kw: Any) -> MemoryBank:
     """One-Pass Keep: one keep/delete call over the whole pool."""
     return KeepCurator(llm, **kw).update(MemoryBank("keep"), check_pool(pool))
-
-
-def incremental_keep(
-    pool: Sequence[PoolRecord], llm: Any, *, batch_size: int, homogeneous: bool = False, seed: int = 0, **kw: Any
-) -> MemoryBank:
-    """Incr. Keep: the keep/delete curator over Stream batches (``regimes.build_memory`` with
-    ``out_dir`` keeps every step)."""
-    from antipersist_lib.consolidation.regimes import build_memory
-
-    return build_memory(
-        pool, KeepCurator(llm, **kw), "stream", batch_size=batch_size, homogeneous=homogeneous, seed=seed
-    )

@@ -312,3 +312,13 @@ def _meta(
         "prompt_hashes": P.hashes(tuple(getattr(builder, "prompt_names", ()))),
         "initial": None if initial is None else {"method": initial.method, "step": initial.step},
     }
+
+
+def incremental_keep(
+    pool: Sequence[PoolRecord], llm: Any, *, batch_size: int, homogeneous: bool = False, seed: int = 0, **kw: Any
+) -> MemoryBank:
+    """Incr. Keep: the keep/delete curator over Stream batches (``build_memory`` with ``out_dir`` keeps
+    every step). It lives here, not beside One-Pass Keep in ``episodic``, because it needs the regimes."""
+    return build_memory(
+        pool, KeepCurator(llm, **kw), "stream", batch_size=batch_size, homogeneous=homogeneous, seed=seed
+    )

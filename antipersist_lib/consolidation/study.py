@@ -135,7 +135,6 @@ from antipersist_lib.studies import (
     MANIFEST_FILE,
     StudyModels,
     StudyProfileError,  # (re-exported: what a caller of run_study catches)
-    command_line,
     manifest_base,
     open_models,
     previous_wall_s,
@@ -1178,35 +1177,3 @@ def obtain_study(
             outs.append(out)
         return outs
     raise ValueError(f"mode must be one of ('paper', 'load', 'run'), got {mode!r}")
-
-
-# -- command line -----------------------------------------------------------------------------------
-
-
-def _show(result: StudyResult) -> pd.DataFrame:
-    from antipersist_lib.consolidation.analysis import seed_means
-
-    switch = load_task_switch(result.out)
-    if result.frame.empty and switch:  # a task-switch study: its table instead of an empty one
-        from antipersist_lib.consolidation.task_switch import switch_table
-
-        return switch_table(switch).round(1)
-    cols = ["builder", "condition", "step", "n_entries", "update_errors", "success", "seeds"]
-    return seed_means(result.frame)[cols].round(1)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from antipersist_lib.consolidation.plan import plan_consolidation_study
-
-    return command_line(
-        argv,
-        study="consolidation",
-        description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
-        run=run_study,
-        show=_show,
-        plan=plan_consolidation_study,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,7 +18,8 @@ the task's position in its split list. ``env_args`` holds what the adapter needs
 WebShop's and AppWorld's partitions are built by the user from their own install
 (``BUILD_COMMANDS``). ``ANTIPERSIST_PARTITIONS`` names a folder searched before the kit's own
 ``data/partitions`` (and written to by ``save_partition``), e.g. when the kit is installed
-read-only; a run records the partition's hash either way.
+read-only; a run records the partition's hash either way. ErrandWorld, the kit's test world, is generated
+unless that folder holds an ``errandworld.json`` (``perf.rehearsal`` writes one of the paper's pool sizes).
 
 Held-out sets (``HELDOUT_SETS``): a run may evaluate on another committed set of held-out tasks instead of
 its partition's own held-out split (``RunSpec.heldout_set``), e.g. ALFWorld's ``valid_seen_balanced_48``, the
@@ -112,9 +113,14 @@ def load_partition(
         drawn = {**base.drawn_with, "heldout_set": {"name": heldout_set, **alt.drawn_with}}
         return Partition(benchmark, base.seed, drawn, base.train, alt.heldout, f"{base.notes} {alt.notes}".strip())
     if benchmark == "errandworld" and path is None:
-        from antipersist_lib.envs.errand_world import partition as errand_partition
+        # the test world is generated (12 training / 6 held-out tasks); a file in $ANTIPERSIST_PARTITIONS alone
+        # (never the kit's folder) sizes it otherwise, e.g. perf.rehearsal's paper-sized pools
+        env = os.environ.get("ANTIPERSIST_PARTITIONS")
+        if not env or not (Path(env) / "errandworld.json").exists():
+            from antipersist_lib.envs.errand_world import partition as errand_partition
 
-        return errand_partition()
+            return errand_partition()
+        path = Path(env) / "errandworld.json"
     p = Path(path) if path is not None else partition_path(benchmark)
     if not p.exists():
         where = " or ".join(str(d / f"{benchmark}.json") for d in partition_dirs()) if path is None else str(p)

@@ -11,7 +11,10 @@ were in context when those trajectories were generated. Scoring metadata (inject
 counts, votes) is mutable and kept apart from the immutable content.
 
 On disk the store is an append-only event log (``events.jsonl``: add / retire / stats events),
-replayed on load, plus atomic per-iteration snapshots for analysis.
+replayed on load, plus atomic per-iteration snapshots for analysis. A snapshot names each
+abstraction's task embedding by its ``embedding_ref``; the numbers are written once into
+``abstractions.emb`` beside the snapshots (``jsonl.EmbeddingFile``), so K snapshots of a growing
+store cost the text K times but each embedding once. ``read_snapshot`` puts them back in place.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.jsonl import EMBEDDING_REF, EmbeddingFile, atomic_write_json, read_json
 from antipersist_lib.memory.journaled_store import JournaledStore
 from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
 
 log = logging.getLogger(__name__)
+
+#: the file beside a run's snapshots that holds their abstractions' embeddings (each one once)
+SNAPSHOT_EMBEDDINGS = "abstractions.emb"
 
 #: the event journal inside a store's directory
 EVENTS_FILE = "events.jsonl"
@@ -50,13 +56,20 @@ class Abstraction:
     name: str | None = None
     embedding: tuple[float, ...] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["parents"] = list(self.parents)
-        d["derived_from"] = list(self.derived_from)
-        d["source_records"] = list(self.source_records)
-        d["embedding"] = None if self.embedding is None else list(self.embedding)
-        return d
+    def to_dict(self, *, with_embedding: bool = True) -> dict[str, Any]:
+        """The stored form; ``with_embedding=False`` leaves ``"embedding"`` None (a snapshot names it instead)."""
+        return {
+            "abstraction_id": self.abstraction_id,
+            "text": self.text,
+            "kind": self.kind,
+            "parents": list(self.parents),
+            "created_iteration": self.created_iteration,
+            "derived_from": list(self.derived_from),
+            "source_records": list(self.source_records),
+            "task_type": self.task_type,
+            "name": self.name,
+            "embedding": None if self.embedding is None or not with_embedding else list(self.embedding),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Abstraction:
@@ -309,15 +322,25 @@ class AbstractionStore(JournaledStore):
         return [(cands[i], float(sims[i])) for i in top_k(sims, k)]
 
     def snapshot(self, path: str | os.PathLike[str], **meta: Any) -> None:
-        """Write the current S_k (active objects and their stats) atomically as JSON."""
-        atomic_write_json(
-            path,
-            {
-                **meta,
-                "active": [{**self._all[a].to_dict(), "stats": asdict(self._stats[a])} for a in self._active],
-                "n_created": len(self._all),
-            },
-        )
+        """Write the current S_k (active objects and their stats) atomically as JSON; each embedding
+        goes into ``abstractions.emb`` beside it first (once for all snapshots), the JSON names it."""
+        embeddings = EmbeddingFile(Path(path).parent / SNAPSHOT_EMBEDDINGS)
+        active = []
+        try:
+            embeddings.open_for_append()
+            for aid in self._active:
+                a = self._all[aid]
+                row = {**a.to_dict(with_embedding=False), "stats": asdict(self._stats[aid])}
+                if a.embedding is not None:  # in the field's place, as read_snapshot puts the numbers back
+                    ref = embeddings.put(a.embedding)
+                    row = {
+                        (EMBEDDING_REF if k == "embedding" else k): (ref if k == "embedding" else v)
+                        for k, v in row.items()
+                    }
+                active.append(row)
+        finally:
+            embeddings.close()
+        atomic_write_json(path, {**meta, "active": active, "n_created": len(self._all)})
 
 
 def parents_of_records(records: Iterable[Any]) -> tuple[str, ...]:
@@ -326,3 +349,17 @@ def parents_of_records(records: Iterable[Any]) -> tuple[str, ...]:
     for m in records:
         out.update(getattr(m, "parents", ()))
     return tuple(sorted(out))
+
+
+def read_snapshot(path: str | os.PathLike[str], *, embeddings: bool = True) -> dict[str, Any]:
+    """A snapshot as ``AbstractionStore.snapshot`` wrote it, each abstraction's embedding back in its
+    ``"embedding"`` field (``embeddings=False``: the reference is left, nothing else is read). Older
+    snapshots hold the numbers themselves and are returned as they are. An entry missing from
+    ``abstractions.emb`` leaves that abstraction with its reference, and a warning."""
+    data = read_json(path)
+    active = data.get("active") if isinstance(data, dict) else None
+    if not embeddings or not isinstance(active, list) or not any(EMBEDDING_REF in a for a in active):
+        return data
+    store = EmbeddingFile(Path(path).parent / SNAPSHOT_EMBEDDINGS)
+    data["active"] = [store.inline(a, str(path)) if EMBEDDING_REF in a else a for a in active]
+    return data

@@ -5,6 +5,11 @@ One append-only JSONL file, one seven-field record per eligible training attempt
 written, in particular no guidance text: the log records *which* mode was used and how it went,
 never *what* was synthesized. Logical timestamps are not stored; on load they are the ranks of
 the valid records in file order (0, 1, 2, ...), and each append gets the next rank.
+
+The embedding's numbers are kept in ``outcome_log.emb`` beside the file and the line names them
+(``"embedding_ref"`` in place of ``"embedding"``; ``jsonl.py``); lines of older
+logs hold them inline and load as before. Read as a list of dicts (``jsonl.read_jsonl``), both
+kinds show ``"embedding": [numbers]``.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.jsonl import EMBEDDING_REF, encode_embedding, ref_of
 from antipersist_lib.memory.journaled_store import JournaledStore
-from antipersist_lib.memory.similarity import EmbeddingMatrix
+from antipersist_lib.memory.similarity import EmbeddingMatrix, EmbeddingPool
 from antipersist_lib.records import MODES
 
 log = logging.getLogger(__name__)
@@ -70,9 +76,17 @@ class OutcomeRecord:
     instruction: str
     timestamp: int = -1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, inline: bool = False, ref: str | None = None) -> dict[str, Any]:
+        """The line the log writes: the embedding named by its ``embedding_ref`` (the numbers go
+        into ``outcome_log.emb``), or held inline with ``inline=True``. A function of the record
+        alone, so a lost line is rebuilt byte for byte (``runner/repair.py``); ``ref`` is for the
+        log, which has just computed the reference of this very embedding."""
+        if inline:
+            head: dict[str, Any] = {"embedding": [float(x) for x in self.embedding]}
+        else:
+            head = {EMBEDDING_REF: ref if ref is not None else ref_of(self.embedding)}
         return {
-            "embedding": [float(x) for x in self.embedding],
+            **head,
             "mode": self.mode,
             "reward": float(self.reward),
             "raw_success": bool(self.raw_success),
@@ -82,13 +96,22 @@ class OutcomeRecord:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, timestamp: int = -1) -> OutcomeRecord:
-        """Validate one stored line; raises ValueError naming the bad field."""
-        if not isinstance(d, dict):
-            raise ValueError("record is not a JSON object")
-        missing = [f for f in FIELDS if f not in d]
-        if missing:
-            raise ValueError(f"missing field(s) {missing}")
+    def from_dict(cls, d: Any, timestamp: int = -1, *, embedding: np.ndarray | None = None) -> OutcomeRecord:
+        """Validate one stored line; raises ValueError naming the bad field. A line that names its
+        embedding (``embedding_ref``) needs it resolved: ``embedding`` (the store passes it)."""
+        vec, fields = parse_record(d, embedding)
+        return cls(embedding=tuple(vec.tolist()), **fields, timestamp=timestamp)
+
+
+def parse_record(d: Any, embedding: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """(embedding as a float64 vector, the other six fields) of one stored line; raises ValueError
+    naming the bad field. ``embedding`` is the vector an ``embedding_ref`` line names."""
+    if not isinstance(d, dict):
+        raise ValueError("record is not a JSON object")
+    missing = [f for f in FIELDS if f not in d and not (f == "embedding" and EMBEDDING_REF in d)]
+    if missing:
+        raise ValueError(f"missing field(s) {missing}")
+    if "embedding" in d:
         emb = d["embedding"]
         # vectorised checks (a 4096-d record): element types in one pass over type objects, then
         # finiteness on the float64 array; booleans are numbers to Python but not to this schema
@@ -98,58 +121,75 @@ class OutcomeRecord:
             vec = np.array(emb, dtype=np.float64)
         except OverflowError:  # an integer too large for a float (a damaged line)
             raise ValueError("field 'embedding' has non-finite values") from None
-        if not np.isfinite(vec).all():
-            raise ValueError("field 'embedding' has non-finite values")
-        if d["mode"] not in MODES:
-            raise ValueError(f"field 'mode' is {d['mode']!r}, not one of {MODES}")
-        reward = d["reward"]
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not -1.0 <= reward <= 1.0:
-            raise ValueError(f"field 'reward' must be a number in [-1, 1], got {reward!r}")
-        if not isinstance(d["raw_success"], bool):
-            raise ValueError("field 'raw_success' must be true or false")
-        if not isinstance(d["task_type"], str):
-            raise ValueError("field 'task_type' must be a string")
-        if isinstance(d["task_id"], bool) or not isinstance(d["task_id"], int):
-            raise ValueError("field 'task_id' must be an integer")
-        if not isinstance(d["instruction"], str):
-            raise ValueError("field 'instruction' must be a string")
-        return cls(
-            embedding=tuple(vec.tolist()),
-            mode=d["mode"],
-            reward=float(reward),
-            raw_success=d["raw_success"],
-            task_type=d["task_type"],
-            task_id=d["task_id"],
-            instruction=d["instruction"][:INSTRUCTION_MAX_CHARS],
-            timestamp=timestamp,
-        )
+    elif embedding is None:
+        raise ValueError(f"field {EMBEDDING_REF!r} names an embedding that was not read (read the log as a store)")
+    else:
+        vec = np.asarray(embedding, dtype=np.float64).reshape(-1)
+        if vec.size == 0:
+            raise ValueError(f"field {EMBEDDING_REF!r} names an empty embedding")
+    if not np.isfinite(vec).all():
+        raise ValueError("field 'embedding' has non-finite values")
+    if d["mode"] not in MODES:
+        raise ValueError(f"field 'mode' is {d['mode']!r}, not one of {MODES}")
+    reward = d["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not -1.0 <= reward <= 1.0:
+        raise ValueError(f"field 'reward' must be a number in [-1, 1], got {reward!r}")
+    if not isinstance(d["raw_success"], bool):
+        raise ValueError("field 'raw_success' must be true or false")
+    if not isinstance(d["task_type"], str):
+        raise ValueError("field 'task_type' must be a string")
+    if isinstance(d["task_id"], bool) or not isinstance(d["task_id"], int):
+        raise ValueError("field 'task_id' must be an integer")
+    if not isinstance(d["instruction"], str):
+        raise ValueError("field 'instruction' must be a string")
+    fields = {
+        "mode": d["mode"],
+        "reward": float(reward),
+        "raw_success": d["raw_success"],
+        "task_type": d["task_type"],
+        "task_id": d["task_id"],
+        "instruction": d["instruction"][:INSTRUCTION_MAX_CHARS],
+    }
+    return vec, fields
 
 
 class OutcomeLog(JournaledStore):
     """L_k: append-only, reloadable, with the embeddings held as one matrix for KNN lookups.
 
     ``OutcomeLog(path)`` streams an existing file in order, skipping malformed lines (invalid
-    JSON, torn writes, records failing the schema, a wrong embedding dimension) with a logged
-    warning. ``OutcomeLog(None)`` keeps the log in memory only. ``read_only=True`` is for audits:
-    the file must exist, is never created, repaired or appended to, and ``append`` raises.
+    JSON, torn writes, records failing the schema, a wrong embedding dimension, an embedding
+    missing from ``outcome_log.emb``) with a logged warning. ``OutcomeLog(None)`` keeps the log
+    in memory only. ``read_only=True`` is for audits: the log must exist; nothing is created,
+    repaired or appended to, and ``append`` raises. ``pool``: an ``EmbeddingPool`` shared with the
+    trajectory memory, so one product per task scores both (``similarity.py``); without one the
+    log scores its own rows.
     """
 
     what = "outcome log"
+    embeddings = True
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, fsync: bool = True, read_only: bool = False
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        fsync: bool = True,
+        read_only: bool = False,
+        pool: EmbeddingPool | None = None,
     ) -> None:
         super().__init__(path, fsync=fsync, read_only=read_only)
         self._records: list[OutcomeRecord] = []
-        self._matrix = EmbeddingMatrix()
+        self._matrix = EmbeddingMatrix(pool=pool)
         self._mode_idx: list[int] = []
         self._rewards: list[float] = []
         self._cols: tuple[np.ndarray, np.ndarray] | None = None
-        self._exact: list[np.ndarray] = []
+        self._exact: list[np.ndarray | None] = []
         self.skipped_lines = 0
         for line in self._journal_lines():
             try:
-                self._add(OutcomeRecord.from_dict(line.value, timestamp=len(self._records)))
+                stored = self._stored_embedding(line.value)
+                vec, fields = parse_record(line.value, stored)
+                exact32 = None if stored is None else stored.dtype == np.float32
+                self._add_row(vec, OutcomeRecord((), **fields, timestamp=len(self._records)), exact32=exact32)
             except ValueError as exc:
                 log.warning("%s:%d: skipping invalid outcome-log record: %s", self.path, line.lineno, exc)
         if self.path is not None and self.path.exists():
@@ -160,12 +200,22 @@ class OutcomeLog(JournaledStore):
         self._open_journal()
 
     def _add(self, rec: OutcomeRecord) -> None:
-        vec = np.asarray(rec.embedding, dtype=np.float64)
-        self._matrix.append(vec)  # raises ValueError on a dimension mismatch
-        # kept as a compact float64 row (exact values, 8 bytes per number) instead of a tuple of
-        # Python floats (32 bytes per number); ``log[i]`` rebuilds the full record on access
-        self._exact.append(vec)
-        self._records.append(dataclasses.replace(rec, embedding=()))
+        self._add_row(np.asarray(rec.embedding, dtype=np.float64), rec)
+
+    def _add_row(
+        self, vec: np.ndarray, rec: OutcomeRecord, *, exact32: bool | None = None, checked: bool = False
+    ) -> None:
+        """Add a record whose embedding is ``vec`` (``rec.embedding`` is not read). ``exact32``:
+        whether float32 holds ``vec`` exactly, when the caller knows (the stored entry's type);
+        ``checked``: ``vec`` passed ``EmbeddingPool.check`` already."""
+        self._matrix.append(vec, checked=checked)  # raises ValueError on a dimension mismatch
+        # the exact values: the float32 matrix row itself when it holds them (what an endpoint
+        # returns), else a compact float64 row (8 bytes per number, not a tuple's 32);
+        # ``log[i]`` rebuilds the full record on access
+        if exact32 is None:
+            exact32 = bool(np.array_equal(vec.astype(np.float32), vec))
+        self._exact.append(None if exact32 else np.array(vec, dtype=np.float64))
+        self._records.append(dataclasses.replace(rec, embedding=()) if rec.embedding else rec)
         self._mode_idx.append(MODES.index(rec.mode))
         self._rewards.append(rec.reward)
 
@@ -184,9 +234,10 @@ class OutcomeLog(JournaledStore):
     ) -> OutcomeRecord:
         """Append one eligible attempt; the caller applies ``skip_reason`` first."""
         self._check_writable()
-        rec = OutcomeRecord.from_dict(
+        vec = np.array(embedding, dtype=np.float64).reshape(-1)
+        vec, fields = parse_record(
             {
-                "embedding": [float(x) for x in np.asarray(embedding, dtype=np.float64).reshape(-1)],
+                EMBEDDING_REF: "",
                 "mode": mode,
                 "reward": float(reward),
                 "raw_success": bool(raw_success),
@@ -194,12 +245,15 @@ class OutcomeLog(JournaledStore):
                 "task_id": int(task_id),
                 "instruction": instruction[:INSTRUCTION_MAX_CHARS],
             },
-            timestamp=len(self._records),
+            vec,
         )
-        if self._matrix.dim is not None and len(rec.embedding) != self._matrix.dim:
-            raise ValueError(f"embedding has dimension {len(rec.embedding)}, the log holds {self._matrix.dim}")
-        self._journal_append(rec.to_dict())
-        self._add(rec)
+        if self._matrix.dim is not None and vec.size != self._matrix.dim:
+            raise ValueError(f"embedding has dimension {vec.size}, the log holds {self._matrix.dim}")
+        vec = self._matrix.pool.check(vec)  # every check that could refuse the row, before anything is written
+        rec = OutcomeRecord(tuple(vec.tolist()), **fields, timestamp=len(self._records))
+        encoded = encode_embedding(vec)
+        self._journal_append(rec.to_dict(ref=encoded[0]), embedding=encoded)
+        self._add_row(vec, rec, exact32=encoded[1][4:5] == b"f", checked=True)
         return rec
 
     # -- reading ---------------------------------------------------------------------------
@@ -221,7 +275,9 @@ class OutcomeLog(JournaledStore):
 
     def __getitem__(self, i: int) -> OutcomeRecord:
         i = range(len(self._records))[i]  # negative indices and IndexError as for a list
-        return dataclasses.replace(self._records[i], embedding=tuple(self._exact[i].tolist()))
+        exact = self._exact[i]
+        values = self._matrix.row(i) if exact is None else exact
+        return dataclasses.replace(self._records[i], embedding=tuple(values.tolist()))
 
     @property
     def matrix(self) -> EmbeddingMatrix:

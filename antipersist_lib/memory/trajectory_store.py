@@ -11,6 +11,11 @@ Candidates are first restricted to the current task type (the task-type filter o
 Records without an embedding (embedding call failed) or from infrastructure failures stay in
 the store (nothing recorded is lost) but are never retrieved: the first cannot be ranked, the
 second's outcome says nothing about the agent.
+
+Embeddings are kept in ``trajectories.emb`` beside the journal, each line naming its own
+(``"embedding_ref"``; ``jsonl.py``); lines of older stores hold the numbers
+inline and load as before. Given the outcome log's ``EmbeddingPool``, both stores are scored by
+one product per task (``similarity.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.jsonl import EMBEDDING_REF, encode_embedding, ref_of
 from antipersist_lib.memory.journaled_store import JournaledStore
-from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
+from antipersist_lib.memory.similarity import EmbeddingMatrix, EmbeddingPool, top_k
 from antipersist_lib.records import MODES, EpisodeOutcome, Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -69,21 +75,39 @@ class MemoryRecord:
     def retrievable(self) -> bool:
         return self.embedding is not None and not self.outcome.infra_failure
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, inline: bool = False, ref: str | None = None) -> dict[str, Any]:
+        """The line the store writes: an embedding named by its ``embedding_ref`` (the numbers go
+        into ``trajectories.emb``), or held inline with ``inline=True``; ``"embedding": null``
+        for a record without one. A function of the record alone (``runner/repair.py``); ``ref``
+        is for the store, which has just computed the reference of this very embedding."""
+        if self.embedding is None:
+            emb: dict[str, Any] = {"embedding": None}
+        elif inline:
+            emb = {"embedding": [float(x) for x in self.embedding]}
+        else:
+            emb = {EMBEDDING_REF: ref if ref is not None else ref_of(self.embedding)}
         return {
             "record_id": self.record_id,
             "task": self.task.to_dict(),
             "trajectory": self.trajectory.to_dict(),
             "outcome": self.outcome.to_dict(),
-            "embedding": None if self.embedding is None else [float(x) for x in self.embedding],
+            **emb,
             "parents": list(self.parents),
             "iteration": self.iteration,
             "mode": self.mode,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemoryRecord:
+    def from_dict(cls, d: dict[str, Any], *, embedding: Any = None) -> MemoryRecord:
+        """One stored line; a line that names its embedding (``embedding_ref``) needs it resolved:
+        ``embedding`` (the store passes it; ``jsonl.read_jsonl`` shows such lines inline)."""
         emb = d.get("embedding")
+        if EMBEDDING_REF in d:
+            if embedding is None:
+                raise ValueError(
+                    f"field {EMBEDDING_REF!r} names an embedding that was not read (read through the store)"
+                )
+            emb = np.asarray(embedding, dtype=np.float64).reshape(-1).tolist()
         mode = d.get("mode")
         if mode is not None and mode not in MODES:
             raise ValueError(f"field 'mode' is {mode!r}, not one of {MODES}")
@@ -110,9 +134,11 @@ class Retrieved:
 
 class TrajectoryStore(JournaledStore):
     """M_k, optionally backed by ``trajectories.jsonl`` (reloaded in order, tolerant of torn lines);
-    ``read_only=True`` opens an existing file for an audit."""
+    ``read_only=True`` opens an existing file for an audit; ``pool``: an ``EmbeddingPool`` shared
+    with the outcome log (one product per task scores both), else the store scores its own rows."""
 
     what = "trajectory memory"
+    embeddings = True
 
     def __init__(
         self,
@@ -121,13 +147,14 @@ class TrajectoryStore(JournaledStore):
         task_filter: str = "task_type",
         fsync: bool = True,
         read_only: bool = False,
+        pool: EmbeddingPool | None = None,
     ) -> None:
         if task_filter not in TASK_FILTERS:
             raise ValueError(f"task_filter is {task_filter!r}, expected one of {TASK_FILTERS}")
         super().__init__(path, fsync=fsync, read_only=read_only)
         self.task_filter = task_filter
         self._records: list[MemoryRecord] = []
-        self._matrix = EmbeddingMatrix()
+        self._matrix = EmbeddingMatrix(pool=pool)
         self._row_of: list[int] = []  # matrix row -> record index
         self._next_id = 0  # ids only grow; a record lost to a corrupt line leaves a gap, never a reuse
         self._cache: tuple[np.ndarray, ...] | None = None
@@ -138,7 +165,7 @@ class TrajectoryStore(JournaledStore):
         self._col_type: list[int] = []
         for line in self._journal_lines():
             try:
-                self._add(MemoryRecord.from_dict(line.value))
+                self._add(MemoryRecord.from_dict(line.value, embedding=self._stored_embedding(line.value)))
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("%s:%d: skipping invalid memory record: %s", self.path, line.lineno, exc)
         self._open_journal()
@@ -184,7 +211,11 @@ class TrajectoryStore(JournaledStore):
         )
         if emb is not None and self._matrix.dim is not None and len(emb) != self._matrix.dim:
             raise ValueError(f"embedding has dimension {len(emb)}, memory holds {self._matrix.dim}")
-        self._journal_append(rec.to_dict())
+        encoded = None
+        if emb is not None:
+            self._matrix.pool.check(emb)  # every check that could refuse the row, before anything is written
+            encoded = encode_embedding(emb)
+        self._journal_append(rec.to_dict(ref=None if encoded is None else encoded[0]), embedding=encoded)
         self._add(rec)
         return rec
 

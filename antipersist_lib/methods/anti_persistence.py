@@ -54,6 +54,7 @@ from antipersist_lib.core.selector import ModeDecision, ModeSelector, Recorded, 
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
+from antipersist_lib.memory.similarity import EmbeddingPool
 from antipersist_lib.memory.trajectory_store import TrajectoryStore, abstraction_type_filter
 from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
@@ -116,10 +117,13 @@ class AntiPersistence(Method):
             {k: v for k, v in self.params.items() if k not in self.LAYER_PARAMS}
         )
         self.selector = ModeSelector(self.config.selector)
+        # M_k and L_k hold the same task embeddings: one pool, so one product per task scores both
+        # (the selector's and the retrieval's rankings are unchanged; memory/similarity.py)
+        pool = EmbeddingPool(dedupe=True)
         self.memory = TrajectoryStore(
-            self.path(RunDirectory.TRAJECTORIES), task_filter=self.config.task_filter, fsync=ctx.fsync
+            self.path(RunDirectory.TRAJECTORIES), task_filter=self.config.task_filter, fsync=ctx.fsync, pool=pool
         )
-        self.outcome_log = OutcomeLog(self.path(RunDirectory.OUTCOME_LOG), fsync=ctx.fsync)
+        self.outcome_log = OutcomeLog(self.path(RunDirectory.OUTCOME_LOG), fsync=ctx.fsync, pool=pool)
         self.store = (
             AbstractionStore(self.path(RunDirectory.ABSTRACTIONS), fsync=ctx.fsync) if self.config.persist else None
         )

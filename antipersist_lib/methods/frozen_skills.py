@@ -32,6 +32,7 @@ import numpy as np
 
 from antipersist_lib.context_budget import CHARS_PER_TOKEN, backbone_context_length, estimated_tokens
 from antipersist_lib.core.planted import Plant
+from antipersist_lib.memory.abstraction_store import read_snapshot
 from antipersist_lib.memory.similarity import EPS
 from antipersist_lib.memory.trajectory_store import abstraction_type_filter
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
@@ -132,7 +133,7 @@ def _skills_from_run(run_dir: Path) -> tuple[list[Skill], SkillSource]:
         )
         raise ValueError(f"skill library {run_dir}: a run directory must hold snapshots/abstractions_iter_*.json{hint}")
     try:
-        data = json.loads(snaps[-1].read_text(encoding="utf-8"))
+        data = read_snapshot(snaps[-1])
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read skill library snapshot {snaps[-1]}: {exc}") from exc
     skills = [

@@ -47,7 +47,7 @@ from antipersist_lib.records import (
     limited_tasks,
 )
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.repair import repair_committed
+from antipersist_lib.runner.repair import repair_committed, repair_embeddings
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient, server_identity
@@ -148,6 +148,10 @@ class RunSpec:
     #: when the runner is given ``judge_endpoint``; None: the backbone judges. Only for a method that judges
     #: (``Method.uses_judge``, e.g. abstraction_memory with judge: true)
     judge: str | None = None
+    #: the seeds of the profile (main job or grid) this run is one of; recorded in the manifest so that the
+    #: tables can name a cell that averages fewer seeds even when every cell is short. Not part of the
+    #: run's identity (adding a seed to a profile does not change its runs); None for a run made alone
+    seeds_planned: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.preflight, bool):
@@ -173,6 +177,15 @@ class RunSpec:
         if self.subset not in SUBSET_ORDERS:
             raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
         check_heldout_set(self.benchmark, self.heldout_set)
+        if self.seeds_planned is not None:
+            planned = self.seeds_planned
+            if isinstance(planned, (str, bytes)) or not isinstance(planned, (list, tuple)):
+                raise ValueError(f"seeds_planned must be null or a list of seeds, got {planned!r}")
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in planned) or self.seed not in planned:
+                raise ValueError(
+                    f"seeds_planned must list integer seeds including this run's seed {self.seed}, got {list(planned)!r}"
+                )
+            object.__setattr__(self, "seeds_planned", tuple(sorted(set(planned))))
         if self.task_types is not None:
             types = self.task_types
             if isinstance(types, str) or not isinstance(types, (list, tuple)):
@@ -560,6 +573,8 @@ class Runner:
             **({"embedding_endpoint": self.embed_endpoint.describe()} if self.embed_endpoint is not None else {}),
             **self._judge_manifest(),
             "seed": s.seed,
+            # the profile's seeds (recorded only when known, so runs made alone or before it resume unchanged)
+            **({"seeds_planned": list(s.seeds_planned)} if s.seeds_planned else {}),
             "iterations": s.iterations,
             "train_per_iteration": s.train_per_iteration,
             "max_steps": s.max_steps,
@@ -668,6 +683,7 @@ class Runner:
             # a committed line damaged since its commit is rebuilt (or named) before the cut back to the commit
             repair_committed(layout, state_paths, journal.last_state)
             rd.recover(state_paths, journal.last_state)
+            repair_embeddings(layout, state_paths)  # an entry a committed line names, lost from its .emb
             for unjournaled in (layout.episodes_path("heldout"), layout.calls_path):
                 set_aside_malformed(unjournaled)  # a crash's fragment is set aside once, not warned about forever
             ledger = Ledger(layout.calls_path)

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.jsonl import JsonlWriter, read_jsonl, set_aside
+from antipersist_lib.jsonl import (
+    EMBEDDING_REF,
+    EmbeddingFile,
+    JsonlWriter,
+    encode_embedding,
+    read_jsonl,
+    set_aside,
+    sidecar_path,
+)
 from antipersist_lib.memory.outcome_log import OutcomeRecord
 from antipersist_lib.memory.trajectory_store import MemoryRecord
 from antipersist_lib.rundir import RunDirectory, count_lines
@@ -102,7 +110,7 @@ def _same_episode(record: dict[str, Any], episode: dict[str, Any]) -> bool:
     )
 
 
-def _rebuild_outcome_log(layout: RunDirectory, have: int, want: int) -> list[dict[str, Any]]:
+def _rebuild_outcome_log(layout: RunDirectory, have: int, want: int) -> list[OutcomeRecord]:
     logged = [e for e in _train_episodes(layout) if (e.get("meta") or {}).get("logged")]
     stored = _values(layout.state_path(RunDirectory.TRAJECTORIES))
     out = []
@@ -126,11 +134,11 @@ def _rebuild_outcome_log(layout: RunDirectory, have: int, want: int) -> list[dic
             "task_id": int(task["task_id"]),
             "instruction": task["instruction"],
         }
-        out.append(OutcomeRecord.from_dict(entry).to_dict())  # written as the log writes it
+        out.append(OutcomeRecord.from_dict(entry))
     return out
 
 
-def _rebuild_trajectories(layout: RunDirectory, have: int, want: int) -> list[dict[str, Any]]:
+def _rebuild_trajectories(layout: RunDirectory, have: int, want: int) -> list[MemoryRecord]:
     stored = [r for r in _values(layout.state_path(RunDirectory.TRAJECTORIES)) if isinstance(r, dict)]
     episodes = _train_episodes(layout)
     # the records a run's training adds are its episodes in order, after any seeded records (M_0)
@@ -164,12 +172,12 @@ def _rebuild_trajectories(layout: RunDirectory, have: int, want: int) -> list[di
             "iteration": ep["iteration"],
             "mode": meta.get("mode"),
         }
-        out.append(MemoryRecord.from_dict(record).to_dict())  # written as the store writes it
+        out.append(MemoryRecord.from_dict(record))
         next_id += 1
     return out
 
 
-#: state file name -> how its lost lines are rebuilt (layout, complete lines, committed lines)
+#: state file name -> how its lost lines are rebuilt (layout, complete lines, committed lines): the records
 REBUILDERS = {
     RunDirectory.OUTCOME_LOG: _rebuild_outcome_log,
     RunDirectory.TRAJECTORIES: _rebuild_trajectories,
@@ -198,9 +206,19 @@ def repair_committed(layout: RunDirectory, files: Iterable[Path], committed: dic
                 "and run the same command again; or move the run folder away to start the run afresh."
             )
         aside = _keep_fragment(lost.path, lost.complete)
+        # each line names its embedding in the binary file beside the journal: the entry goes in first
+        # (a no-op where the file still holds it), as the store itself writes them
+        embeddings = EmbeddingFile(sidecar_path(lost.path))
+        try:
+            embeddings.open_for_append()
+            for rec in records:
+                if rec.embedding is not None:
+                    embeddings.put(rec.embedding)
+        finally:
+            embeddings.close()
         with JsonlWriter(lost.path) as writer:
             for rec in records:
-                writer.append(rec)
+                writer.append(rec.to_dict())  # written as the store writes it
         note = f"; the damaged bytes are kept in {aside.name}" if aside is not None else ""
         message = (
             f"{rel}: rebuilt {len(records)} committed line(s) from line {lost.first_line} on, from the run's "
@@ -208,4 +226,47 @@ def repair_committed(layout: RunDirectory, files: Iterable[Path], committed: dic
         )
         log.warning("%s", message)
         done.append(message)
+    return done
+
+
+def repair_embeddings(layout: RunDirectory, files: Iterable[Path]) -> list[str]:
+    """Put back the embedding entries that lines of ``files`` name but their ``.emb`` file lost (a copy cut
+    short, a damaged stretch), taking each from the other store's ``.emb``: an entry is named by a digest of
+    its bytes, so one embedding has one name in both files. Call it after the cut back to the last commit,
+    so every line it checks is committed. Raises ``CommittedRecordLostError`` (naming the file and the fix)
+    where no file holds an entry; what was put back before stays, and is correct."""
+    journals = [p for p in files if p.name in REBUILDERS and p.exists()]
+    sidecars = {p: EmbeddingFile(sidecar_path(p)) for p in journals}
+    done = []
+    try:
+        for path in journals:
+            own = sidecars[path]
+            named = (x.value.get(EMBEDDING_REF) for x in read_jsonl(path, inline_embeddings=False))
+            missing = [ref for ref in dict.fromkeys(named) if isinstance(ref, str) and ref not in own]
+            if not missing:
+                continue
+            own.open_for_append()
+            for ref in missing:
+                source = next((f for q, f in sidecars.items() if q != path and ref in f), None)
+                vec = source.get(ref) if source is not None else None
+                if vec is None:
+                    rel = own.path.relative_to(layout.path)
+                    raise CommittedRecordLostError(
+                        f"{path}: a committed line names embedding {ref}, which {rel} no longer holds and no other "
+                        f"file of the run does. Restore {rel} from a copy of the run and run the same command "
+                        "again; or move the run folder away to start the run afresh."
+                    )
+                again, entry = encode_embedding(vec)
+                if again != ref:  # pragma: no cover - the encoding is a function of the bytes
+                    raise RuntimeError(f"{source.path}: entry {ref} re-encodes as {again}")
+                own.put_entry(ref, entry)
+            message = (
+                f"{own.path.relative_to(layout.path)}: put back {len(missing)} embedding entr"
+                f"{'y' if len(missing) == 1 else 'ies'} that committed lines name, from the run's other store"
+            )
+            log.warning("%s", message)
+            done.append(message)
+    finally:
+        for f in sidecars.values():
+            f.close()
     return done

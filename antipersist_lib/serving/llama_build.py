@@ -285,6 +285,13 @@ def beyond_baseline(report: dict[str, str], baseline: Baseline) -> set[str]:
     return compiled_features(report) - set(baseline.report_features)
 
 
+def unverifiable(report: dict[str, str], baseline: Baseline) -> bool:
+    """True when the report names no instruction set although the baseline has some: a build whose CPU
+    backend is loaded at run time (``GGML_BACKEND_DL``) reports nothing until it is loaded, and an empty
+    report would otherwise pass ``beyond_baseline`` without a single feature checked."""
+    return bool(baseline.report_features) and not compiled_features(report)
+
+
 def system_info(lib_dir: Path, timeout_s: float = 60.0) -> str:
     """llama.cpp's own report (``llama_print_system_info``), asked in a child process so that a library that
     cannot run here kills the child, not the caller."""
@@ -455,6 +462,12 @@ def build(
         "build_s": json.loads((dest / COMPILE_FILE).read_text(encoding="utf-8"))["compile_s"],
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if not base.native and unverifiable(report, base):
+        raise BenchmarkUnavailableError(
+            f"the build for baseline {base.name!r} reports no instruction set (llama.cpp's report: "
+            f"{report_text!r}), so its portability cannot be checked; a build with runtime-loaded CPU backends "
+            "(GGML_BACKEND_DL) says nothing until one is loaded. The build was not marked finished"
+        )
     extra = beyond_baseline(report, base) if not base.native else set()
     if extra:
         raise BenchmarkUnavailableError(

@@ -32,8 +32,8 @@ from antipersist_lib.serving.llm import (
     _call_with_retries,
     _make_openai_client,
     _TransientReplyError,
+    post_chat,
 )
-from antipersist_lib.serving.request_shape import sdk_arguments
 
 PREFLIGHT_PROMPT = "Reply with the single word OK."
 PREFLIGHT_EMBED_TEXT = "preflight check"
@@ -124,7 +124,7 @@ def _check_chat(endpoint: Endpoint) -> str:
             top_p=None,
             seed=None,
         )  # shaped like every call of the run (a GPT-5 model refuses max_tokens)
-        resp = client.chat.completions.create(model=endpoint.model, **sdk_arguments(endpoint.request_shape, body))
+        resp = post_chat(client, endpoint.model, body)
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
             raise _TransientReplyError("malformed chat response (no choices)")

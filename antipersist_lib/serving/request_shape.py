@@ -186,14 +186,6 @@ PRESETS: dict[str, RequestShape] = {
 }
 
 
-def sdk_arguments(shape: RequestShape, body: Mapping[str, Any]) -> dict[str, Any]:
-    """``body`` as keyword arguments of the openai SDK's ``chat.completions.create``: the fields the SDK
-    knows by name, and the profile's ``extra_body`` fields under ``extra_body`` (sent as they are)."""
-    extra = {k: body[k] for k in shape.extra_body if k in body}
-    named = {k: v for k, v in body.items() if k not in extra}
-    return {**named, **({"extra_body": extra} if extra else {})}
-
-
 def shape_from(value: Any, where: str) -> RequestShape:
     """A profile's ``request_shape``: a preset name, a mapping with ``preset`` and overrides, a manifest's
     ``describe()`` or a ``RequestShape``; errors name ``where``."""
