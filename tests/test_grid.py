@@ -383,6 +383,7 @@ def test_grid_files_load_with_the_papers_design(users_setup, path):
     assert len(specs) == n_runs and len({s.run_dir() for s in specs}) == n_runs
     assert {s.backbone for s in specs} == backbones and {s.benchmark for s in specs} == benchmarks
     assert {s.seed for s in specs} == {42, 43, 44} and {s.iterations for s in specs} == {iterations}
+    assert {s.seeds_planned for s in specs} == {(42, 43, 44)}
     assert {s.max_steps for s in specs} == {50} and {s.heldout_limit for s in specs} == {None}
     # where params/0*/paper.yaml look (runs_root); the reproduction study keeps a root of its own (its ReAct runs
     # see only the task types its planted skills cover, so they are not the main grid's ReAct runs)

@@ -227,6 +227,7 @@ def test_the_cpu_profile_runs_every_design_on_three_benchmarks_with_three_seeds(
     assert specs[0].benchmark == "textworld_express"
     # seed-major within a benchmark: an interrupted study already pairs every method on its first seed
     assert [s.seed for s in specs[:5]] == [1] * 5
+    assert {s.seeds_planned for s in specs} == {(1, 2, 3)}  # recorded, so the tables can name a short cell
     assert prof["backbone"]["model"] == "qwen2.5-coder-1.5b-instruct"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from antipersist_lib.analysis import plots
 
@@ -111,6 +112,43 @@ def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
     assert stars == [41.6, 54.7]  # Llama's own Table 1 values, not an average over backbones
     xs = [line.get_xdata()[0] for line in llama_alf.get_lines()]
     assert len(set(xs)) == 2  # coinciding curves are drawn apart
+
+
+def test_dynamics_draw_the_std_over_seeds_and_say_which_points_have_one_seed():
+    """Issue 44: Figures 2 and 9 showed seed means with no spread, where the paper's error bars are stds."""
+    from matplotlib.collections import LineCollection
+
+    from antipersist_lib.analysis import results
+
+    runs = pd.DataFrame(
+        [
+            {
+                "run": f"/r/{m}/s{seed}",
+                "method": m,
+                "variant": m,
+                "backbone": "tiny",
+                "benchmark": "alfworld",
+                "seed": seed,
+                "iteration": it,
+                "success": v,
+                "steps": 10.0 + seed,
+            }
+            for m in ("react", "anti_persistence")
+            for seed, it, v in ((1, 1, 10.0), (2, 1, 30.0), (1, 2, 40.0))
+        ]
+    )
+    curves = results.iteration_curves(runs)
+    fig = plots.dynamics(curves, results.paper_final_success(["react"]), backbones=("tiny",), title="Figure 2")
+    success_ax = fig.axes[0]
+    bars = [c for c in success_ax.collections if isinstance(c, LineCollection)]
+    # one error bar per method, at iteration 1 (two seeds), spanning mean ± std; iteration 2 has one seed
+    assert len(bars) == 2
+    for bar in bars:
+        ((_, low), (_, high)) = bar.get_segments()[0]
+        assert (low, high) == (pytest.approx(20.0 - 14.1421356), pytest.approx(20.0 + 14.1421356))
+    text = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+    assert "standard deviation over seeds" in text and "2 points of this run from one seed" in text
+    assert plots.text_overlaps(fig) == []
 
 
 def test_dynamics_of_a_users_run_has_whole_iterations_and_labels_that_do_not_meet():

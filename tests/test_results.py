@@ -230,8 +230,21 @@ def test_iteration_curves_average_seeds_per_iteration():
         ]
     )
     c = results.iteration_curves(runs)
-    assert list(c.columns) == ["benchmark", "backbone", "method", "iteration", "success", "steps"]
+    assert list(c.columns) == [
+        "benchmark",
+        "backbone",
+        "method",
+        "iteration",
+        "success",
+        "steps",
+        "success_std",
+        "steps_std",
+        "seeds",
+    ]
     assert c["success"].tolist() == [20.0, 50.0] and c["steps"].tolist() == [10.0, 20.0]
+    # the paper's error bars are stds over seeds (§4.1): iteration 1 has two seeds, iteration 2 one (no spread)
+    assert c["success_std"].iloc[0] == pytest.approx(14.1421356) and pd.isna(c["success_std"].iloc[1])
+    assert c["seeds"].tolist() == [2, 1]
     assert results.iteration_curves(pd.DataFrame()).empty
 
 
@@ -357,7 +370,7 @@ def test_figure11_panel_and_by_condition():
         ]
     )
     f = results.figure11_panel(runs, "Figure 11a", names)
-    assert list(f.columns) == ["source", "condition", "success"]
+    assert list(f.columns) == ["source", "condition", "success", "success_std", "seeds"]
     assert len(f[f["source"] == "paper: qwen3-coder-next / appworld"]) == 3
     mine = f[f["source"] == "this run: tiny / alfworld"].set_index("condition")["success"]
     assert mine.to_dict() == {"no skills": 10.0, "useful skills": 20.0}
@@ -366,6 +379,18 @@ def test_figure11_panel_and_by_condition():
     assert t.loc["useful skills", "paper: qwen3-coder-next / appworld"] == 40.0
     assert pd.isna(t.loc["toxic skills", "this run: tiny / alfworld"])
     assert len(results.figure11_panel(pd.DataFrame(), "Figure 11b", {})) == 4
+    # this run's spread over seeds beside the paper's bare means (it prints none for Figure 11)
+    two = _runs(
+        [
+            ("frozen_skills", "skills-useful", "tiny", "alfworld", 42, 1, 20.0),
+            ("frozen_skills", "skills-useful", "tiny", "alfworld", 43, 1, 30.0),
+            ("frozen_skills", "skills-none", "tiny", "alfworld", 42, 1, 10.0),
+        ]
+    )
+    printed = results.by_condition_spread(results.figure11_panel(two, "Figure 11a", names), names)
+    assert printed.loc["useful skills", "this run: tiny / alfworld"] == "25.0 ± 7.1"
+    assert printed.loc["no skills", "this run: tiny / alfworld"] == "10.0 (1 seed)"
+    assert printed.loc["useful skills", "paper: qwen3-coder-next / appworld"] == "40.0"
 
 
 def test_ordered_pivot_keeps_the_order_rows_and_columns_first_appear_in():
@@ -557,6 +582,34 @@ def test_table1_cells_name_their_seed_count_when_fewer_than_asked():
     # the profile's own seed count, when given, wins over the best-covered cell
     asked = results.mean_std_table(results.table1(_runs(rows), seeds_asked=4), index="method", columns="benchmark")
     assert asked.loc["anti_persistence", "alfworld"] == "55.0 ± 5.0 (3 seeds)"
+
+
+def test_every_cell_short_of_the_seeds_its_manifests_planned_names_its_count(tmp_path):
+    """Issue 44: with every cell short (two of three planned seeds done), the best-covered cell was the
+    yardstick and no cell said it was short. The manifests now record the profile's seeds."""
+    import json
+    import shutil
+
+    src = Path(__file__).parent / "fixtures" / "runs" / "smoke" / "scienceworld" / "embedded-gemma-3-270m" / "react"
+    for seed in (1, 2):
+        dest = tmp_path / "scienceworld" / "embedded-gemma-3-270m" / "react" / f"seed{seed}"
+        shutil.copytree(src / "seed42", dest)
+        man = json.loads((dest / "manifest.json").read_text())
+        (dest / "manifest.json").write_text(json.dumps({**man, "seed": seed, "seeds_planned": [1, 2, 3]}))
+    df = results.load_iterations(tmp_path)
+    assert set(df["seeds_asked"]) == {3}
+    (cell,) = results.table1(df).to_dict("records")
+    assert (cell["seeds"], cell["seeds_asked"]) == (2, 3)
+    printed = results.mean_std_table(results.table1(df), index="method", columns="benchmark")
+    assert printed.loc["react", "scienceworld"].endswith("(2 seeds)")
+    # without the record (runs made before it, or alone) the best-covered cell is the yardstick again
+    for seed in (1, 2):
+        path = tmp_path / "scienceworld" / "embedded-gemma-3-270m" / "react" / f"seed{seed}" / "manifest.json"
+        man = json.loads(path.read_text())
+        man.pop("seeds_planned")
+        path.write_text(json.dumps(man))
+    (cell,) = results.table1(results.load_iterations(tmp_path)).to_dict("records")
+    assert (cell["seeds"], cell["seeds_asked"]) == (2, 2)
 
 
 def test_table6_cells_name_their_seed_count_too():

@@ -527,8 +527,19 @@ def dynamics(
                 line = sub[sub["method"] == m] if not sub.empty else sub
                 if not line.empty:
                     x = line["iteration"] + shift[m]
-                    ax_s.plot(x, line["success"], marker=markers[m], color=colors[m], markersize=5)
-                    ax_l.plot(x, line["steps"], marker=markers[m], color=colors[m], markersize=5)
+                    for ax, col in ((ax_s, "success"), (ax_l, "steps")):
+                        ax.plot(x, line[col], marker=markers[m], color=colors[m], markersize=5)
+                        std = pd.to_numeric(line.get(f"{col}_std", pd.Series(index=line.index, dtype=float)))
+                        if std.notna().any():  # ± std over seeds (§4.1, Metrics); none for a one-seed point
+                            ax.errorbar(
+                                x[std.notna()],
+                                line[col][std.notna()],
+                                yerr=std[std.notna()],
+                                fmt="none",
+                                ecolor=colors[m],
+                                capsize=2,
+                                linewidth=0.7,
+                            )
             ref = pf[(pf["backbone"] == bb) & (pf["benchmark"] == bench)]
             if not ref.empty:
                 vals = ref["success"].astype(float).tolist()
@@ -591,7 +602,8 @@ def dynamics(
             )
         )
     fig.suptitle(title)
-    footnote(fig, note, top=0.97)
+    bars = "Error bars: standard deviation over seeds." if not cur.empty else ""
+    footnote(fig, note, " ".join(p for p in (bars, one_seed_note(cur, "point")) if p), top=0.97)
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     plt.close(fig)  # the caller shows it (a cell ends with `fig`): no second inline copy
     return fig

@@ -109,6 +109,8 @@ def load_iterations(roots: Any, *, base: str | Path | None = None, complete_only
                 "backbone": man["backbone"],
                 "benchmark": man["benchmark"],
                 "seed": man["seed"],
+                # how many seeds the run's profile asked for (None: not recorded, e.g. a run made alone)
+                "seeds_asked": len(man["seeds_planned"]) if man.get("seeds_planned") else None,
                 "iteration": it,
                 "success": 100 * s.heldout_success,
                 "score": s.heldout_score,
@@ -206,15 +208,29 @@ def table1(df: pd.DataFrame, value: str = "success", *, seeds_asked: int | None 
     """Final-iteration mean and std over seeds per (method, backbone, benchmark) of the main runs
     (``main_runs``), in the paper's order; ``value``: "success" (Table 1) or "calls" (Table 6).
 
-    ``seeds_asked``: how many seeds the profile asked for (default: the most seeds any cell has); it
-    is the column ``seeds_asked``, and the printed tables (``mean_std_table``) name the seed count of
-    every cell that averages fewer seeds than that."""
+    ``seeds_asked``: how many seeds the profile asked for. Default: per cell, the seed count its runs'
+    manifests record from their profile (``seeds_planned``), else the most seeds any cell has, so a
+    study whose every cell is short still says so. It is the column ``seeds_asked``, and the printed
+    tables (``mean_std_table``) name the seed count of every cell that averages fewer seeds than that."""
     fin = final_iteration(main_runs(df))
     if fin.empty:
         return pd.DataFrame(columns=["method", "backbone", "benchmark", "mean", "std", "seeds", "seeds_asked"])
-    g = fin.groupby(["method", "backbone", "benchmark"], sort=False)[value]
+    keys = ["method", "backbone", "benchmark"]
+    g = fin.groupby(keys, sort=False)[value]
     out = g.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "seeds"})
-    out["seeds_asked"] = int(seeds_asked) if seeds_asked is not None else int(out["seeds"].max())
+    if seeds_asked is not None:
+        out["seeds_asked"] = int(seeds_asked)
+    else:
+        recorded = (
+            fin.groupby(keys, sort=False)["seeds_asked"].max().reset_index()
+            if "seeds_asked" in fin.columns
+            else out[keys].assign(seeds_asked=float("nan"))
+        )
+        out = out.merge(recorded, on=keys, how="left")
+        most = int(out["seeds"].max())
+        out["seeds_asked"] = [
+            most if pd.isna(a) else max(int(a), int(n)) for a, n in zip(out["seeds_asked"], out["seeds"])
+        ]
     return paper_order(out)
 
 
@@ -614,13 +630,21 @@ def paper_final_success(methods: list[str]) -> pd.DataFrame:
 
 def iteration_curves(runs: pd.DataFrame) -> pd.DataFrame:
     """Figures 2 and 9: held-out success and mean trajectory length per iteration of the main runs,
-    averaged over seeds per (benchmark, backbone, method), never across backbones; empty when no
-    runs are loaded."""
+    averaged over seeds per (benchmark, backbone, method), never across backbones, with the sample
+    std over seeds (``success_std``, ``steps_std``: NaN with one seed) and the seed count, which the
+    paper's error bars show (§4.1, Metrics); empty when no runs are loaded."""
     runs = main_runs(runs)
     if runs.empty:
         return pd.DataFrame()
-    g = runs.groupby(["benchmark", "backbone", "method", "iteration"], sort=False)[["success", "steps"]]
-    return paper_order(g.mean().reset_index())
+    g = runs.groupby(["benchmark", "backbone", "method", "iteration"], sort=False)
+    out = g.agg(
+        success=("success", "mean"),
+        steps=("steps", "mean"),
+        success_std=("success", "std"),
+        steps_std=("steps", "std"),
+        seeds=("seed", "nunique"),
+    )
+    return paper_order(out.reset_index())
 
 
 #: Figure 2 shows Llama-4-Scout and Qwen3-Coder-Next, Figure 9 (Appendix E.1) Gemma-4-31B-it
@@ -804,21 +828,30 @@ def figure10_settings(pooled: pd.DataFrame) -> pd.DataFrame:
 
 def figure11_panel(runs: pd.DataFrame, panel: str, folders: dict[str, str]) -> pd.DataFrame:
     """One panel of Figure 11 (``panel``: "Figure 11a" or "Figure 11b"), tidy (source, condition,
-    success): the paper's conditions and this run's, ``folders`` mapping run folder -> condition.
-    The source names the benchmark because the paper's (AppWorld) may differ from this run's."""
-    p11 = paper_frame(paper.figure11()).rename(columns={"mean": "success"})
+    success, success_std, seeds): the paper's conditions and this run's, ``folders`` mapping run folder ->
+    condition. The source names the benchmark because the paper's (AppWorld) may differ from this run's.
+    The paper prints no spread here (E.3: no seed-level observations), so its rows carry none; this run's
+    carry the std over its seeds (NaN with one seed) and the seed count."""
+    p11 = paper_frame(paper.figure11()).rename(columns={"mean": "success", "std": "success_std"})
     p = p11[p11["source"] == panel].assign(
         source="paper: " + p11["backbone"] + " / " + p11["benchmark"], condition=p11["variant"]
     )
     mine = variants(runs, folders)
     mine = mine.assign(source="this run: " + mine["backbone"] + " / " + mine["benchmark"], condition=mine["label"])
-    cols = ["source", "condition", "success"]
-    return pd.concat([p[cols], mine[cols]], ignore_index=True)
+    cols = ["source", "condition", "success", "success_std", "seeds"]
+    return pd.concat([p.reindex(columns=cols), mine.reindex(columns=cols)], ignore_index=True)
 
 
 def by_condition(panel: pd.DataFrame, folders: dict[str, str]) -> pd.DataFrame:
-    """A Figure 11 panel as conditions x sources, rows in the ablation map's order."""
+    """A Figure 11 panel's success means as conditions x sources, rows in the ablation map's order."""
     t = ordered_pivot(panel, index="condition", columns="source", values="success")
+    return t.loc[[c for c in folders.values() if c in t.index]]
+
+
+def by_condition_spread(panel: pd.DataFrame, folders: dict[str, str]) -> pd.DataFrame:
+    """``by_condition`` printed: the paper's means (it prints no spread here) and this run's
+    "mean ± std" over seeds, "(1 seed)" where one seed gives none."""
+    t = spread_table(panel, index="condition", columns="source")
     return t.loc[[c for c in folders.values() if c in t.index]]
 
 

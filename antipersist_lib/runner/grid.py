@@ -346,6 +346,7 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                             "backbone": bname,
                             "embedding": EMBEDDED if emb is None else emb.name,
                             "seed": seed,
+                            "seeds_planned": tuple(seeds),
                             "iterations": data.get("iterations", 10),
                             "train_per_iteration": data.get("train_per_iteration", 50),
                             "max_steps": data.get("max_steps", 50),

@@ -365,6 +365,7 @@ def profile_specs(
                         backbone=backbone_label,
                         embedding=EMBEDDER_MODEL,
                         seed=int(seed),
+                        seeds_planned=tuple(int(x) for x in setting(prof, bench, "seeds", [42])),
                         iterations=int(setting(prof, bench, "iterations", 2)),
                         train_per_iteration=int(setting(prof, bench, "train_per_iteration", 2)),
                         max_steps=int(setting(prof, bench, "max_steps", 4)),
