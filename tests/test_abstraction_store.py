@@ -305,3 +305,43 @@ def test_reload_preserves_everything(tmp_path):
     assert again.get(b.abstraction_id).parents == ("x", "y")
     assert again.get(a.abstraction_id).source_records == (3, 1)
     assert m.parents == ("x", "y")
+
+
+def test_search_over_the_kept_embeddings_equals_a_matrix_of_the_candidates_alone():
+    """The store keeps its embeddings as they arrive and a search is one product over them; it must rank
+    exactly as the matrix of the candidates alone did (the code before), retired ones, filters and ties too."""
+    from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
+
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        s = AbstractionStore()
+        base = rng.standard_normal((6, 64)).astype(np.float32)
+        for i in range(150):
+            vec = base[i % 6] if i % 5 == 0 else rng.standard_normal(64).astype(np.float32)  # exact ties
+            s.add(
+                f"r{i}",
+                kind=("rule", "skill")[i % 2],
+                task_type=(None, "clean", "heat")[i % 3],
+                embedding=None if i % 11 == 0 else vec,
+            )
+        for a in list(s)[::7]:
+            s.retire(a.abstraction_id, reason="test")
+        q = rng.standard_normal(64)
+        for task_type, kinds, k in ((None, None, 5), ("clean", None, 8), ("heat", ["skill"], 3), (None, ["rule"], 200)):
+            cands = [
+                a
+                for a in s
+                if a.embedding is not None
+                and (task_type is None or a.task_type in (None, task_type))
+                and (kinds is None or a.kind in kinds)
+            ]
+            mat = EmbeddingMatrix()
+            for a in cands:
+                mat.append(np.asarray(a.embedding))
+            sims = mat.similarities(q)
+            expected = [(cands[i].abstraction_id, float(sims[i])) for i in top_k(sims, k)]
+            got = [(a.abstraction_id, score) for a, score in s.search(q, k=k, task_type=task_type, kinds=kinds)]
+            assert got == expected, (seed, task_type, kinds, k)
+    with pytest.raises(ValueError, match="dimension 3"):
+        s.add("wrong size", kind="rule", embedding=[1.0, 2.0, 3.0])
+    assert "wrong size" not in {a.text for a in s}  # refused before anything was registered or written

@@ -127,6 +127,12 @@ class AbstractionStore(JournaledStore):
         self._active: dict[str, None] = {}  # insertion-ordered set of current members of S_k
         self._stats: dict[str, AbstractionStats] = {}
         self._retired_reason: dict[str, str] = {}
+        # the embeddings of every abstraction that has one, in creation order, kept as they arrive: a search
+        # is one product over them (it used to rebuild a matrix from the tuples of every candidate, per
+        # search, which the rehearsal saw as memory growing with the store at every held-out task)
+        self._embeddings = EmbeddingMatrix()
+        self._row_of: dict[str, int] = {}
+        self._id_of_row: list[str] = []
         self._next = 0
         for line in self._journal_lines():
             try:
@@ -143,6 +149,9 @@ class AbstractionStore(JournaledStore):
             a = Abstraction.from_dict(ev["abstraction"])
             if a.abstraction_id in self._all:
                 raise ValueError(f"identifier {a.abstraction_id} already exists; identifiers are immutable")
+            if a.embedding is not None:  # checked (dimension, finite) before anything is registered
+                self._row_of[a.abstraction_id] = self._embeddings.append(np.asarray(a.embedding, dtype=np.float64))
+                self._id_of_row.append(a.abstraction_id)
             self._all[a.abstraction_id] = a
             self._active[a.abstraction_id] = None
             self._stats[a.abstraction_id] = AbstractionStats()
@@ -306,20 +315,17 @@ class AbstractionStore(JournaledStore):
     ) -> list[tuple[Abstraction, float]]:
         """Top-k active abstractions with an embedding, by cosine similarity."""
         kinds_set = set(kinds) if kinds is not None else None
-        cands = [
-            a
-            for a in self
-            if a.embedding is not None
-            and (task_type is None or a.task_type in (None, task_type))
-            and (kinds_set is None or a.kind in kinds_set)
+        rows = [
+            self._row_of[aid]
+            for aid in self._active  # creation order, so rows ascend and ties keep the earlier abstraction
+            if aid in self._row_of
+            and (task_type is None or self._all[aid].task_type in (None, task_type))
+            and (kinds_set is None or self._all[aid].kind in kinds_set)
         ]
-        if not cands or k <= 0:
+        if not rows or k <= 0:
             return []
-        mat = EmbeddingMatrix()
-        for a in cands:
-            mat.append(np.asarray(a.embedding))
-        sims = mat.similarities(embedding)
-        return [(cands[i], float(sims[i])) for i in top_k(sims, k)]
+        sims = self._embeddings.similarities(embedding)  # a row's score depends on the row and query alone
+        return [(self._all[self._id_of_row[i]], float(sims[i])) for i in top_k(sims, k, np.asarray(rows))]
 
     def snapshot(self, path: str | os.PathLike[str], **meta: Any) -> None:
         """Write the current S_k (active objects and their stats) atomically as JSON; each embedding
