@@ -108,6 +108,8 @@ class RunDirectory:
     LOCK = "run.lock"
     STATE = "state"
     SNAPSHOTS = "snapshots"
+    #: beside the snapshots: their abstractions' embeddings, each once (``abstraction_store.read_snapshot``)
+    SNAPSHOT_EMBEDDINGS = "abstractions.emb"
     DEMONSTRATIONS = "demonstrations"  # expert replays for icl_examples when the run has no cache_dir
     #: the stores' files inside ``state/`` (each method lists its own in ``Method.state_files``)
     TRAJECTORIES = "trajectories.jsonl"
@@ -177,6 +179,10 @@ class RunDirectory:
         """Where a method writes its abstraction store after ``iteration`` (one name for every
         method, so the provenance audit and frozen-layer loading find any method's snapshots)."""
         return self.snapshot_dir / f"abstractions_iter_{iteration:02d}.json"
+
+    @property
+    def snapshot_embeddings_path(self) -> Path:
+        return self.snapshot_dir / self.SNAPSHOT_EMBEDDINGS
 
     def snapshot_paths(self) -> list[Path]:
         """The abstraction snapshots in iteration order."""

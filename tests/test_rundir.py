@@ -30,7 +30,7 @@ def named_by_layout(rd: RunDirectory) -> set[Path]:
     names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG)}
     names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORY_EMBEDDINGS, RunDirectory.OUTCOME_LOG_EMBEDDINGS)}
     names |= {rd.state_path(RunDirectory.ABSTRACTION_EVENTS), rd.state_path(RunDirectory.CANDIDATES)}
-    names |= {rd.snapshot_path(i) for i in range(1, 10)}
+    names |= {rd.snapshot_path(i) for i in range(1, 10)} | {rd.snapshot_embeddings_path}
     return names
 
 

@@ -193,6 +193,7 @@ def test_the_study_command_line_takes_an_adhoc_endpoint(tmp_path, capsys):
         return studies.command_line(
             ["--profile", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o"), *argv],
             study="arc",
+            command="arc-study",
             description="",
             run=run,
             show=lambda r: pd.DataFrame(),

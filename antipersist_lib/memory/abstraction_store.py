@@ -31,11 +31,12 @@ import numpy as np
 from antipersist_lib.jsonl import EMBEDDING_REF, EmbeddingFile, atomic_write_json, read_json
 from antipersist_lib.memory.journaled_store import JournaledStore
 from antipersist_lib.memory.similarity import EmbeddingMatrix, top_k
+from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
 
 #: the file beside a run's snapshots that holds their abstractions' embeddings (each one once)
-SNAPSHOT_EMBEDDINGS = "abstractions.emb"
+SNAPSHOT_EMBEDDINGS = RunDirectory.SNAPSHOT_EMBEDDINGS
 
 #: the event journal inside a store's directory
 EVENTS_FILE = "events.jsonl"
