@@ -185,25 +185,33 @@ def _package_imports() -> dict[str, set[str]]:
     return graph
 
 
+def _first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """The first import cycle a depth-first search meets (its nodes, the first repeated at the end), or None."""
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: list[str]) -> list[str] | None:
+        state[u] = 1
+        for v in sorted(graph.get(u, ())):
+            if state.get(v) == 1:
+                return [*path, u][[*path, u].index(v) :] + [v]
+            if state.get(v) is None and (found := visit(v, [*path, u])) is not None:
+                return found
+        state[u] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])) is not None:
+            return found
+    return None
+
+
 def test_subpackages_form_layers_without_cycles():
     graph = _package_imports()
     assert "errand_world" not in str(graph.get("envs", set())), "envs must not reach into testing/"
     assert "testing" not in graph.get("envs", set()) and "runner" not in graph.get("methods", set())
     # depth-first search for a cycle between subpackages
-    state: dict[str, int] = {}
-
-    def visit(u: str, path: list[str]) -> None:
-        state[u] = 1
-        for v in sorted(graph.get(u, ())):
-            if state.get(v) == 1:
-                raise AssertionError(f"import cycle between subpackages: {' -> '.join([*path, u, v])}")
-            if state.get(v) is None:
-                visit(v, [*path, u])
-        state[u] = 2
-
-    for unit in sorted(graph):
-        if unit not in state:
-            visit(unit, [])
+    cycle = _first_cycle(graph)
+    assert cycle is None, f"import cycle between subpackages: {' -> '.join(cycle or [])}"
     # the leaves import nothing else of the kit
     for leaf in ("errors", "jsonl", "tolerance", "textfit"):
         assert graph.get(leaf, set()) <= {"errors"}, f"{leaf} must stay at the bottom"
@@ -234,21 +242,8 @@ def test_no_two_modules_import_each_other_even_from_inside_a_function():
     test cannot see (both ends in one package)."""
     graph = _module_imports()
     assert len(graph) > 100 and "antipersist_lib.runner.protocol" in graph["antipersist_lib.runner.replay"]
-    state: dict[str, int] = {}
-
-    def visit(u: str, path: list[str]) -> None:
-        state[u] = 1
-        for v in sorted(graph[u]):
-            if state.get(v) == 1:
-                cycle = [*path, u][[*path, u].index(v) :] + [v]
-                raise AssertionError(f"import circle between modules: {' -> '.join(cycle)}")
-            if state.get(v) is None:
-                visit(v, [*path, u])
-        state[u] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [])
+    cycle = _first_cycle(graph)
+    assert cycle is None, f"import circle between modules: {' -> '.join(cycle or [])}"
 
 
 def test_a_run_extended_by_iterations_says_so_in_its_manifest(tmp_path):
