@@ -3,7 +3,7 @@
 Callers catch these by layer: a benchmark that is missing (install it) versus one that failed
 mid-episode (recorded as an infrastructure failure), an endpoint that is down versus one that
 rejects the request, state that held-out evaluation froze, a run directory held or configured
-differently. The command line turns each into one line naming the fix.
+differently, a model reply that cannot be read. The command line turns each into one line naming the fix.
 """
 
 from __future__ import annotations
@@ -11,6 +11,11 @@ from __future__ import annotations
 
 class FrozenStateError(RuntimeError):
     """Something tried to write a store that held-out evaluation froze, or one opened read-only."""
+
+
+class ReplyParseError(ValueError):
+    """A model reply holds no answer in the format its prompt asked for (no JSON value of the wanted type, no
+    labelled section, ...); the message says what is missing. Callers apply their documented fallback."""
 
 
 class InfrastructureError(RuntimeError):

@@ -7,21 +7,34 @@ backbone profile of ``params/backbones/``), run resumably into one folder, and d
 profile is reported the same way, the embedded server is restarted the same way, and every manifest
 carries the same provenance (backbone, endpoints without keys, package versions, git commit, prompt
 hashes, wall time across resumed invocations).
+
+``StudyRun`` is the one skeleton of a run (``arc.study``, ``arc.probes``, ``consolidation.study``): the folder and
+its clock, the models and the clients with their response caches, the ledger, units skipped when already done,
+restarts, the manifest and the results files. ``StudyCommand`` is the command line every runner gets.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from antipersist_lib.errors import InfrastructureError, LLMUnavailableError
+from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.serving.embedded import BACKBONE_OPTION_KEYS  # noqa: F401  (re-exported for the study profiles)
-from antipersist_lib.serving.llm import Endpoint
+from antipersist_lib.serving.ledger import Ledger
+from antipersist_lib.serving.llm import Endpoint, LLMClient
+from antipersist_lib.serving.response_cache import ResponseCache
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: ``backbone: embedded`` starts the embedded default (a registry model on the kit's llama.cpp build)
 EMBEDDED = "embedded"
@@ -29,7 +42,12 @@ EMBEDDED = "embedded"
 #: ``serving.embedded.BACKBONE_OPTION_KEYS``, re-exported here for the study profiles' checks
 #: how often a study restarts an embedded server that died under it before giving up
 MAX_BACKBONE_RESTARTS = 3
+#: the files every study folder holds (beside its own units' folders)
 MANIFEST_FILE = "study.json"
+RESULTS_CSV = "results.csv"
+RESULTS_JSON = "results.json"
+LEDGER_FILE = "ledger.jsonl"
+CACHE_DIR = "cache"
 
 
 class StudyProfileError(ValueError):
@@ -359,66 +377,276 @@ def relative_to(path: Path, base: Path) -> str:
         return str(path)
 
 
+def clear_incomplete(folder: Path, written: set[str], what: str) -> None:
+    """Remove an unfinished unit's folder before it is run again, unless it holds files the runner did not write
+    (``written``): then refuse, naming them, rather than delete someone's files. ``what`` names the unit
+    ("condition", "probe stream")."""
+    if not folder.exists():
+        return
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in written)
+    if foreign:
+        raise FileExistsError(
+            f"{folder} is an incomplete {what} folder holding files the runner did not write ({foreign}); "
+            "move them away or use a fresh --out"
+        )
+    shutil.rmtree(folder)
+
+
+def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    """``<out>/study.json``, written atomically (a reader never sees half of it)."""
+    atomic_write_json(out / MANIFEST_FILE, manifest)
+
+
+def write_results(out: Path, payload: dict[str, Any], frame: pd.DataFrame) -> None:
+    """A study folder's results: ``results.json`` (``payload``, its ``rows`` and whatever the study adds) and
+    ``results.csv`` (``frame``, the same rows as a table)."""
+    atomic_write_json(out / RESULTS_JSON, payload)
+    frame.to_csv(out / RESULTS_CSV, index=False)
+
+
+# -- one invocation of a study runner ----------------------------------------------------------------
+
+
+@dataclass
+class StudyRun:
+    """One invocation of a study runner into its folder ``out``: what every runner of the faulty-memories study
+    shares, so that each runs, resumes and records the same way.
+
+    ``StudyRun.begin`` makes the folder and starts the clock (the wall time of the earlier invocations into the
+    folder is read from its manifest); ``connect`` opens the models (``open_models``) and the folder's ledger.
+    Then: ``client`` makes a chat client that records into the ledger and answers from the response cache
+    (``cache/``, or ``cache/<model>/`` with ``per_model_cache``); ``unit`` runs one resumable piece of work
+    (skipped when its done-file exists; preflight, ledger tags, restarts of a dead embedded server);
+    ``manifest`` / ``write_manifest`` / ``write_results`` write the folder's records, with ``wall`` the time of
+    this invocation and of every invocation into the folder."""
+
+    profile: Any  # the loaded study profile: its ``path``, ``name``, ``raw``, ``backbone``, ``backbone_options``
+    out: Path
+    what: str = "study"  # how the run names itself in its log and preflight lines ("study", "probes")
+    log: Callable[[str], Any] = print
+    started: float = field(default_factory=time.monotonic)
+    before_s: float = 0.0
+    started_at: str = ""
+    response_cache: bool = True
+    per_model_cache: bool = False
+    _models: StudyModels | None = None
+    _ledger: Ledger | None = None
+
+    @classmethod
+    def begin(cls, profile: Any, out: Path, *, what: str = "study", log: Callable[[str], Any] = print) -> StudyRun:
+        """Make ``out`` (resuming what it holds) and start the clock."""
+        out.mkdir(parents=True, exist_ok=True)
+        return cls(profile, out, what, log, time.monotonic(), previous_wall_s(out), utc_now())
+
+    @contextlib.contextmanager
+    def connect(
+        self,
+        *,
+        backbone: str | Endpoint | None = None,
+        endpoint: Endpoint | None = None,
+        embedding: str | None = None,
+        embed_endpoint: Endpoint | None = None,
+        preflight: bool = True,
+        response_cache: bool = True,
+        per_model_cache: bool = False,
+    ) -> Iterator[StudyRun]:
+        """Open the models (``open_models``: ``backbone`` replaces the profile's) for the block, and close the
+        folder's ledger after it; ``response_cache`` keeps every reply in ``cache/`` (``per_model_cache``: one
+        folder per model)."""
+        self.response_cache, self.per_model_cache = response_cache, per_model_cache
+        with open_models(
+            self.profile.path,
+            self.profile.backbone if backbone is None else backbone,
+            self.out,
+            backbone_options=self.profile.backbone_options,
+            endpoint=endpoint,
+            embedding=embedding,
+            embed_endpoint=embed_endpoint,
+            preflight=preflight,
+        ) as models:
+            self._models = models
+            try:
+                yield self
+            finally:
+                if self._ledger is not None:
+                    self._ledger.close()
+                self._models, self._ledger = None, None
+
+    @property
+    def models(self) -> StudyModels:
+        if self._models is None:
+            raise RuntimeError("the study run is not connected: use it inside `with run.connect(...)`")
+        return self._models
+
+    @property
+    def ledger(self) -> Ledger:
+        """The folder's ``ledger.jsonl``, opened at its first use (a run refused before any call writes none)."""
+        if self._models is None:
+            raise RuntimeError("the study run is not connected: use it inside `with run.connect(...)`")
+        if self._ledger is None:
+            self._ledger = Ledger(self.out / LEDGER_FILE)
+        return self._ledger
+
+    @property
+    def where(self) -> str:
+        """``<what> <out>``: how the run names itself (preflight errors, log lines)."""
+        return f"{self.what} {self.out}"
+
+    # -- clients and their caches
+
+    def cache(self, model: str | None = None) -> ResponseCache | None:
+        """The response cache of ``model``'s replies (None when the run keeps none)."""
+        if not self.response_cache:
+            return None
+        if self.per_model_cache and model:
+            from antipersist_lib.runner.protocol import cache_folder
+
+            return ResponseCache(cache_folder(self.out / CACHE_DIR, model))  # as the study's protocol runs file it
+        return ResponseCache(self.out / CACHE_DIR)
+
+    def client(self, endpoint: Endpoint | None = None, *, seed: int | None = None) -> LLMClient:
+        """A chat client for ``endpoint`` (default: the study's backbone) recording into the ledger, answered
+        from its model's response cache."""
+        ep = endpoint if endpoint is not None else self.models.endpoint
+        return LLMClient(ep, ledger=self.ledger, cache=self.cache(ep.model), seed=seed)
+
+    # -- resumable work
+
+    def check_endpoints(self, *, embeddings: bool = True) -> None:
+        """The preflight (``StudyModels.check_endpoints``) before a piece of work that calls a model."""
+        self.models.check_endpoints(self.where, embeddings=embeddings)
+
+    def restarts(self, what: str, fn: Callable[[], Any], *, before: Callable[[], None] | None = None) -> Any:
+        """``fn()``, restarting a dead embedded server and running it again (``with_restarts``)."""
+        return with_restarts(self.models, what, fn, before=before, log=self.log)
+
+    def unit(
+        self,
+        name: str,
+        done: Path,
+        fn: Callable[[], Any],
+        *,
+        what: str,
+        clear: Callable[[], None] | None = None,
+        tags: dict[str, Any] | None = None,
+        position: tuple[int, int] | None = None,
+        embeddings: bool = True,
+        check: Callable[[], None] | None = None,
+    ) -> bool:
+        """Run one resumable unit of the study (a condition, a stream, a build) unless its ``done`` file exists
+        (then it is kept, and False returned). Otherwise: the preflight (``check`` after it, e.g. another
+        model's), ``clear`` (an unfinished folder) and ``fn`` under the ledger's ``tags``, both again after a
+        restart of a dead embedded server (``what`` names the unit in the crash report); True."""
+        if done.exists():
+            self.log(f"{name}: complete, kept")
+            return False
+        self.check_endpoints(embeddings=embeddings)
+        if check is not None:
+            check()
+        self.log(f"{name}{f' ({position[0]} of {position[1]})' if position else ''}: started")
+        t0 = time.monotonic()
+        with self.ledger.tag(**(tags or {})):
+            self.restarts(what, fn, before=clear)
+        self.log(f"{name}: done in {time.monotonic() - t0:.0f} s")
+        return True
+
+    # -- the folder's records
+
+    def calls(self) -> dict[str, int]:
+        """The ledger's calls by purpose, sorted."""
+        return dict(sorted(Counter(r.purpose for r in self.ledger.records).items()))
+
+    def cached_calls(self) -> int:
+        return sum(r.cached for r in self.ledger.records)
+
+    def wall(self) -> dict[str, float]:
+        """``wall_s``: this invocation; ``wall_s_total``: every invocation into this folder."""
+        wall = time.monotonic() - self.started
+        return {"wall_s": round(wall, 1), "wall_s_total": round(self.before_s + wall, 1)}
+
+    def manifest(self, study: str, study_format: int, status: str) -> dict[str, Any]:
+        """The manifest's provenance (``manifest_base``) for this run's profile and models."""
+        p = self.profile
+        return manifest_base(study, study_format, p.path, p.name, p.raw, self.models, status)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_manifest(self.out, manifest)
+
+    def write_results(self, payload: dict[str, Any], frame: pd.DataFrame) -> None:
+        write_results(self.out, payload, frame)
+
+
 # -- the command line ---------------------------------------------------------------------------------
 
 
-def command_line(
-    argv: Sequence[str] | None,
-    *,
-    study: str,
-    command: str,
-    description: str,
-    run: Callable[[str, Path], Any],
-    show: Callable[[Any], Any],
-    plan: Callable[..., Any] | None = None,
-) -> int:
-    """``python -m antipersist_lib <command>``: ``--profile`` / ``--out`` (default
-    ``outputs/<study>/<profile name>``): run or resume the study, print
-    ``show(result)`` and the wall time; a malformed profile or a missing input exits 2 with the message, an
-    endpoint that does not answer (its preflight) exits 3. ``--base-url URL --model NAME`` (with
-    ``--api-key-env``, ``--context-length``) replace the profile's backbone by an ad-hoc chat endpoint,
-    handed to ``run`` as ``backbone=``. ``--plan [--throughput N] [--totals]``: print ``plan(profile, out,
-    throughput=N)`` (an ``analysis.plan.Plan``) and start nothing."""
-    import argparse
-    import math
-    import sys
+@dataclass(frozen=True)
+class StudyCommand:
+    """``python -m antipersist_lib <command>`` for one study runner: ``--profile`` / ``--out`` (default
+    ``outputs/<study>/<profile name>``): run or resume the study, print ``show(result)`` and the wall time; a
+    malformed profile or a missing input exits 2 with the message, an endpoint that does not answer (its
+    preflight) exits 3, a grader that cannot isolate model-written code exits 4. ``--base-url URL --model NAME``
+    (with ``--api-key-env``, ``--context-length``, ``--request-shape``) replace the profile's backbone by an
+    ad-hoc chat endpoint, handed to ``run`` as ``backbone=``. ``--plan [--throughput N] [--totals]``: print
+    ``plan(profile, out, throughput=N)`` (an ``analysis.plan.Plan``) and start nothing.
 
-    import pandas as pd
+    ``main(argv)`` parses its own arguments; ``execute(args)`` takes them already parsed (the kit's ``cli``
+    declares the same options on its subcommands and calls it directly)."""
 
-    parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib {command}", description=description)
-    parser.add_argument("--profile", required=True, help=f"a study profile, e.g. params/{study}/smoke.yaml")
-    parser.add_argument("--out", help=f"output folder (default outputs/{study}/<profile name>)")
-    from antipersist_lib.errors import LLMError
-    from antipersist_lib.serving.profiles import add_endpoint_arguments, endpoint_from_arguments
+    study: str
+    command: str
+    description: str
+    run: Callable[..., Any]
+    show: Callable[[Any], Any]
+    plan: Callable[..., Any] | None = None
 
-    add_endpoint_arguments(parser)
-    if plan is not None:
-        parser.add_argument("--plan", action="store_true", help="start nothing: print the calls, tokens and cost")
-        parser.add_argument("--throughput", type=float, metavar="TOKENS_PER_S", help="with --plan: for hours")
-        parser.add_argument("--totals", action="store_true", help="with --plan: the totals only")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path("outputs") / study / Path(args.profile).stem
-    if plan is not None and args.plan:
+    def parser(self) -> argparse.ArgumentParser:
+        from antipersist_lib.serving.profiles import add_endpoint_arguments
+
+        parser = argparse.ArgumentParser(prog=f"python -m antipersist_lib {self.command}", description=self.description)
+        parser.add_argument("--profile", required=True, help=f"a study profile, e.g. params/{self.study}/smoke.yaml")
+        parser.add_argument("--out", help=f"output folder (default outputs/{self.study}/<profile name>)")
+        add_endpoint_arguments(parser)
+        if self.plan is not None:
+            parser.add_argument("--plan", action="store_true", help="start nothing: print the calls, tokens and cost")
+            parser.add_argument("--throughput", type=float, metavar="TOKENS_PER_S", help="with --plan: for hours")
+            parser.add_argument("--totals", action="store_true", help="with --plan: the totals only")
+        return parser
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        return self.execute(self.parser().parse_args(argv))
+
+    def execute(self, args: argparse.Namespace) -> int:
+        import math
+        import sys
+
+        from antipersist_lib.errors import LLMError
+        from antipersist_lib.serving.profiles import endpoint_from_arguments
+
+        out = Path(args.out) if args.out else Path("outputs") / self.study / Path(args.profile).stem
+        if self.plan is not None and getattr(args, "plan", False):
+            try:
+                plan = self.plan(args.profile, out, throughput=getattr(args, "throughput", None))
+                print(plan.render(per_run=not getattr(args, "totals", False)))
+            except (ValueError, FileNotFoundError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            return 0
+        t0 = time.monotonic()
         try:
-            print(plan(args.profile, out, throughput=args.throughput).render(per_run=not args.totals))
-        except (ValueError, FileNotFoundError) as exc:
+            adhoc = endpoint_from_arguments(args)
+            result = self.run(args.profile, out, **({"backbone": adhoc} if adhoc is not None else {}))
+        except (ValueError, FileNotFoundError, FileExistsError) as exc:  # StudyProfileError is a ValueError
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except LLMError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
+        except InfrastructureError as exc:  # e.g. the ARC sandbox cannot isolate model-written code here
+            print(f"error: {exc}", file=sys.stderr)
+            return 4
+        import pandas as pd
+
+        with pd.option_context("display.width", 160, "display.max_columns", 20):
+            print(self.show(result).to_string(index=False))
+        print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
         return 0
-    t0 = time.monotonic()
-    try:
-        adhoc = endpoint_from_arguments(args)
-        result = run(args.profile, out, **({"backbone": adhoc} if adhoc is not None else {}))
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:  # StudyProfileError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except LLMError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
-    except InfrastructureError as exc:  # e.g. the ARC sandbox cannot isolate model-written code here
-        print(f"error: {exc}", file=sys.stderr)
-        return 4
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print(show(result).to_string(index=False))
-    print(f"study written to {out} in {math.ceil(time.monotonic() - t0)} s")
-    return 0

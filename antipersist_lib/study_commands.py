@@ -3,7 +3,8 @@
 
 They live above the runners, not in them, so that what sits beside a runner (the cost planners in
 ``arc/plan.py`` and ``consolidation/plan.py``, the tables in ``consolidation/analysis.py``) may import the
-runner without an import circle. ``studies.command_line`` holds the shared options and exit codes.
+runner without an import circle. ``studies.StudyCommand`` holds the shared options and exit codes; the kit's
+``cli`` declares the same options on its subcommands and hands the parsed arguments to ``COMMANDS[name]``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from antipersist_lib.arc.study import run_study as run_arc_study
 from antipersist_lib.consolidation.analysis import seed_means
 from antipersist_lib.consolidation.plan import plan_consolidation_study
 from antipersist_lib.consolidation.study import StudyResult as ConsolidationResult
-from antipersist_lib.consolidation.study import load_task_switch
 from antipersist_lib.consolidation.study import run_study as run_consolidation_study
+from antipersist_lib.consolidation.study_folder import load_task_switch
 from antipersist_lib.consolidation.task_switch import switch_table
-from antipersist_lib.studies import command_line
+from antipersist_lib.studies import StudyCommand
 
 
 def arc_study_table(result: ArcStudyResult) -> pd.DataFrame:
@@ -46,36 +47,40 @@ def consolidation_table(result: ConsolidationResult) -> pd.DataFrame:
     return seed_means(result.frame)[cols].round(1)
 
 
+ARC_STUDY = StudyCommand(
+    study="arc",
+    command="arc-study",
+    description="Run an ARC-AGI Stream study profile.",
+    run=run_arc_study,
+    show=arc_study_table,
+    plan=plan_arc_study,
+)
+ARC_PROBES = StudyCommand(
+    study="arc",
+    command="arc-probes",
+    description="Run an ARC-AGI Stream probe profile (Figs. 8(a), 8(b), 11).",
+    run=run_probes,
+    show=arc_probes_table,
+)
+CONSOLIDATION_STUDY = StudyCommand(
+    study="consolidation",
+    command="consolidation-study",
+    description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
+    run=run_consolidation_study,
+    show=consolidation_table,
+    plan=plan_consolidation_study,
+)
+#: the kit's subcommand names (``python -m antipersist_lib <name>``) -> their study command
+COMMANDS = {"arc-study": ARC_STUDY, "arc-probes": ARC_PROBES, "consolidation": CONSOLIDATION_STUDY}
+
+
 def arc_study_main(argv: Sequence[str] | None = None) -> int:
-    return command_line(
-        argv,
-        study="arc",
-        command="arc-study",
-        description="Run an ARC-AGI Stream study profile.",
-        run=run_arc_study,
-        show=arc_study_table,
-        plan=plan_arc_study,
-    )
+    return ARC_STUDY.main(argv)
 
 
 def arc_probes_main(argv: Sequence[str] | None = None) -> int:
-    return command_line(
-        argv,
-        study="arc",
-        command="arc-probes",
-        description="Run an ARC-AGI Stream probe profile (Figs. 8(a), 8(b), 11).",
-        run=run_probes,
-        show=arc_probes_table,
-    )
+    return ARC_PROBES.main(argv)
 
 
 def consolidation_study_main(argv: Sequence[str] | None = None) -> int:
-    return command_line(
-        argv,
-        study="consolidation",
-        command="consolidation-study",
-        description="Run a consolidation study profile (faulty-memories §3-4.2): build memories, evaluate them.",
-        run=run_consolidation_study,
-        show=consolidation_table,
-        plan=plan_consolidation_study,
-    )
+    return CONSOLIDATION_STUDY.main(argv)

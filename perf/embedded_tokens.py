@@ -58,7 +58,8 @@ def seconds_per_episode(episodes: int = 2, max_steps: int = 4) -> float:
     settings: 32 tokens per action, 4 steps), training and held-out together."""
     import tempfile
 
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.serving.embedded import EMBEDDER_MODEL, EmbeddedEmbedder
 
     with (

@@ -25,8 +25,9 @@ from threadpoolctl import threadpool_limits
 
 from antipersist_lib.arc.controller import evaluate
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
-from antipersist_lib.arc.study import PoolSpec, pool_tasks
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.arc.study_profile import PoolSpec, pool_tasks
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.embedded import DEFAULT_SERVER, EMBEDDER_MODEL, EmbeddedBackbone, EmbeddedEmbedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import LLMClient

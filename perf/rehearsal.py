@@ -17,9 +17,9 @@ How it is isolated: each grid is the real command line (``python -m antipersist_
 process; a sampler polls that process tree every 0.5 s with psutil (CPU, RSS, and which run each worker holds
 open by its ``run.lock``), and the children's rusage gives the process pool's exact CPU. The server's CPU is
 its own process's and is not counted as the kit's. Kit CPU per call as a fraction of 1 s is the kit's share
-of a run whose model answers in 1 s per call. The kill test starts a grid on Ray, kills its whole process
-tree with SIGKILL once a run has recorded two iterations, runs the same command again, and checks that every
-(iteration, phase, position) is recorded exactly once. Notebooks 01-08 then run on the process pool's root.
+of a run whose model answers in 1 s per call. The kill test starts a grid on each executor (Ray, and the
+process pool), kills its whole process tree with SIGKILL once a run has recorded two iterations, runs the same
+command again, and checks that every (iteration, phase, position) is recorded exactly once. Notebooks 01-08 then run on the process pool's root.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from antipersist_lib.envs.partitions import save_partition
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import RunDirectory, count_lines
 
-from . import row
+from . import loopback_process, row
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "params" / "grid"
@@ -132,30 +132,6 @@ def _serve(latency_s: float, reply_tokens: int) -> None:
         while not done.wait(1.0):
             with srv._lock:
                 srv.requests.clear()
-
-
-def _start_server(latency_s: float, reply_tokens: int) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "perf.rehearsal", "--serve", str(latency_s), str(reply_tokens)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    url = proc.stdout.readline().strip() if proc.stdout else ""
-    if not url.startswith("http"):
-        proc.kill()
-        raise RuntimeError(f"loopback server process did not start (said {url!r})")
-    return proc, url
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.stdin:
-        proc.stdin.close()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 # -- the grids ----------------------------------------------------------------------------------------------
@@ -448,7 +424,7 @@ def rehearse(
     totals = paper_totals()
     reply_tokens = round(totals["output_tokens"] / totals["calls"])
     paper_methods = yaml.safe_load((GRIDS / "paper.yaml").read_text(encoding="utf-8"))["methods"]
-    server, url = _start_server(latency_s, reply_tokens)
+    server, url = loopback_process.start("perf.rehearsal", latency_s, reply_tokens)
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     record: dict[str, Any] = {"paper": totals, "reply_tokens": reply_tokens, "latency_s": latency_s, "grids": {}}
@@ -485,10 +461,10 @@ def rehearse(
             rows += _disk_rows(record, root)
             if notebooks:
                 rows += _notebook_rows(record, root)
-        if "ray" in executors:
-            rows += _kill_test(record, out / "ray", url, paper_methods)
+        for executor in executors:
+            rows += _kill_test(record, out / f"kill-{executor}", url, paper_methods, executor)
     finally:
-        _stop(server)
+        loopback_process.stop(server)
     record["load_before"], record["load_after"] = load_before, os.getloadavg()
     rows += _extrapolate(record, totals)
     return rows, record
@@ -570,23 +546,27 @@ def _notebook_rows(record: dict[str, Any], root: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _kill_test(record: dict[str, Any], root: Path, url: str, methods: list[str]) -> list[dict[str, Any]]:
-    """The main design on Ray: SIGKILL the tree once a run has recorded two iterations, then the same command
-    again; every (iteration, phase, position) once, every expected episode there."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        record["kill"] = {"skipped": "ray is not installed in this environment"}
-        return []
+def _kill_test(record: dict[str, Any], root: Path, url: str, methods: list[str], executor: str) -> list[dict[str, Any]]:
+    """The main design on one executor (``ray`` or ``process``): SIGKILL the whole tree once a run has
+    recorded two iterations, then the same command again; every (iteration, phase, position) once, every
+    expected episode there. On the process pool the kill lands on the driver and its pool workers at once,
+    mid-episode, as an out-of-memory kill or a lost node would."""
+    kills = record.setdefault("kill", {})
+    if executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            kills[executor] = {"skipped": "ray is not installed in this environment"}
+            return []
     env = _grid_env(root)
     path = write_grid(root, "kill", url, KILL, methods=methods, variants={}, model="errand")
 
     def two_iterations_done() -> bool:
         return any(count_lines(RunDirectory(r).episodes_path("heldout")) >= 2 * KILL.heldout for r in run_dirs(root))
 
-    first = run_grid(path, env, "ray", kill_when=two_iterations_done)
+    first = run_grid(path, env, executor, kill_when=two_iterations_done)
     before = {r.parent.name: recorded(r) for r in run_dirs(root)}
-    second = run_grid(path, env, "ray")
+    second = run_grid(path, env, executor)
     after = {r.parent.name: recorded(r) for r in run_dirs(root)}
     problems = [p for r in run_dirs(root) for p in exactly_once(r, KILL)]
     episodes = sum(
@@ -598,26 +578,38 @@ def _kill_test(record: dict[str, Any], root: Path, url: str, methods: list[str])
     )
     calls = sum(v["calls"] - before.get(k, {"calls": 0})["calls"] for k, v in after.items())
     w = second["watch"]
-    record["kill"] = {
+    kills[executor] = {
         "sizes": KILL.__dict__,
         "killed": first["killed"],
         "killed_after_s": first["wall_s"],
         "episodes_before_kill": {k: v["train"] + v["heldout"] for k, v in before.items()},
         "resume_rc": second["rc"],
         "resume_wall_s": second["wall_s"],
-        "resume_kit_cpu_s": w.kit_cpu(),
-        "resume_ray_daemons_cpu_s": w.ray_cpu(),
+        "resume_kit_cpu_s": w.kit_cpu() if executor == "ray" else second["rusage_cpu_s"],
+        "resume_ray_daemons_cpu_s": w.ray_cpu() if executor == "ray" else None,
         "runs": len(after),
         "problems": problems,
     }
-    setting = f"{len(after)} runs, {KILL.label()}, Ray (after the kill)"
-    rows = _cpu_rows("ray", w.kit_cpu(), episodes, calls, setting)
-    rows.append(row("rehearsal", "ray: Ray's own daemons' CPU (gcs, raylet, agents)", w.ray_cpu(), "s"))
+    setting = f"{len(after)} runs, {KILL.label()}, {executor} (after the kill)"
+    rows = _cpu_rows(executor, kills[executor]["resume_kit_cpu_s"], episodes, calls, setting)
+    if executor == "ray":
+        rows.append(row("rehearsal", "ray: Ray's own daemons' CPU (gcs, raylet, agents)", w.ray_cpu(), "s"))
     rows.append(
-        row("rehearsal", f"kill -9 after {first['wall_s']:.0f} s, then the same command: runs", len(after), "runs")
+        row(
+            "rehearsal",
+            f"{executor}: kill -9 after {first['wall_s']:.0f} s, then the same command: runs",
+            len(after),
+            "runs",
+        )
     )
     rows.append(
-        row("rehearsal", "kill -9 then rerun: runs with an episode missing or twice", len(problems), "runs", ("<", 1))
+        row(
+            "rehearsal",
+            f"{executor}: kill -9 then rerun: runs with an episode missing or twice",
+            len(problems),
+            "runs",
+            ("<", 1),
+        )
     )
     return rows
 
@@ -689,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         "--executor",
         choices=("both", "process", "ray"),
         default="both",
-        help="process: the full-size grids; ray: the kill -9 test on a local Ray instance",
+        help="process: the full-size grids and the kill -9 test on the process pool; ray: the kill -9 test on a local Ray instance",
     )
     ap.add_argument(
         "--ablations-full", action="store_true", help="ablation variants at full size too (about an hour more)"
@@ -698,7 +690,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
     if out.exists() and any(out.iterdir()):
-        marks = ("rehearsal.json", "process/partitions/errandworld.json", "ray/partitions/errandworld.json")
+        marks = (
+            "rehearsal.json",
+            "process/partitions/errandworld.json",
+            "ray/partitions/errandworld.json",  # the Ray kill test's folder before the process pool had one
+            "kill-ray/partitions/errandworld.json",
+            "kill-process/partitions/errandworld.json",
+        )
         if not any((out / m).exists() for m in marks):
             ap.error(f"--out {out} holds files that are not a rehearsal's; name an empty or new folder")
         shutil.rmtree(out)  # a previous rehearsal's root: runs would resume instead of being measured

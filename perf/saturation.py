@@ -18,22 +18,21 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from antipersist_lib.envs.errand_world import partition
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import Runner, RunSpec
+from antipersist_lib.runner.protocol import Runner
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 
-from . import row
+from . import loopback_process, row
 
 REPLY = "Thought: I look around.\nAction: look"
 CONCURRENCY = (1, 4, 16, 64)
@@ -48,22 +47,6 @@ class _TimedRunner(Runner):
         super()._evaluate(*args, **kwargs)
         self.eval_wall_s = time.perf_counter() - wall
         self.eval_cpu_s = time.process_time() - cpu
-
-
-def _start_server(latency_s: float) -> tuple[subprocess.Popen[str], str]:
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "perf.saturation", "--serve", str(latency_s)],
-        cwd=root,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    url = proc.stdout.readline().strip() if proc.stdout else ""
-    if not url.startswith("http"):
-        proc.kill()
-        raise RuntimeError(f"loopback server process did not start (said {url!r})")
-    return proc, url
 
 
 def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, float]:
@@ -122,7 +105,7 @@ def raw_http(url: str, concurrency: int, n: int, steps: int) -> float:
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     n, steps, latency = (16, 3, 0.05) if quick else (64, 5, 0.05)
-    proc, url = _start_server(latency)
+    proc, url = loopback_process.start("perf.saturation", latency)
     rows = []
     try:
         for c in CONCURRENCY:
@@ -146,25 +129,16 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             )
         )
     finally:
-        _stop(proc)
+        loopback_process.stop(proc)
     if not quick:
         rows += _model_like_latency()
     return rows
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.stdin:
-        proc.stdin.close()  # the server process exits when its stdin closes
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 def _model_like_latency(n: int = 64, steps: int = 3, latency: float = 0.5) -> list[dict[str, Any]]:
     """The same measurement at a latency closer to a real model call (a short vLLM reply takes
     0.5-2 s): the client's few ms of CPU per call then no longer dominate."""
-    proc, url = _start_server(latency)
+    proc, url = loopback_process.start("perf.saturation", latency)
     rows = []
     try:
         for c in (16, 64):
@@ -180,7 +154,7 @@ def _model_like_latency(n: int = 64, steps: int = 3, latency: float = 0.5) -> li
                 )
             )
     finally:
-        _stop(proc)
+        loopback_process.stop(proc)
     return rows
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 
 

@@ -185,7 +185,7 @@ def test_config_round_trips_through_method_parameters():
     cfg = AntiPersistenceConfig.from_params({"gamma": 0.99, "budget": 3, "max_record_chars": 2000, "persist": True})
     assert cfg.selector.gamma == 0.99 and cfg.budget == 3 and cfg.limits.max_record_chars == 2000 and cfg.persist
     assert AntiPersistenceConfig.from_params(cfg.params()) == cfg
-    # the config's fields, plus how the frozen layer is shown (methods/frozen_skills.py) and what is planted
+    # the config's fields, plus how the frozen layer is shown (core/skill_layer.py) and what is planted
     # (core/planted.py: nothing by default)
     assert AntiPersistence.DEFAULTS == {
         **AntiPersistenceConfig().params(),

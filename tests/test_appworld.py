@@ -16,13 +16,13 @@ from antipersist_lib.envs.appworld import (
     F1_N_TASKS,
     AppWorldEnvironment,
     appworld_tasks,
-    extract_code,
     load_appworld_task_ids,
     sample_appworld_tasks,
 )
 from antipersist_lib.envs.partitions import PARTITION_SEED
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Task
+from antipersist_lib.replies import code_or_reply
 
 INSTALL_STEPS = ("pip install appworld", "appworld install", "appworld download data", "APPWORLD_ROOT")
 
@@ -261,8 +261,8 @@ def test_registry_and_task_ids(fake_appworld):
         ("", ""),
     ],
 )
-def test_extract_code(reply, code):
-    assert extract_code(reply) == code
+def test_code_or_reply(reply, code):
+    assert code_or_reply(reply) == code
 
 
 def test_normalize_action_extracts_code(fake_appworld):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.arc import context, study
+from antipersist_lib import studies
+from antipersist_lib.arc import context, study_profile
 from antipersist_lib.arc.controller import StreamConfig, gt_code, run_stream
 from antipersist_lib.arc.families import FAMILIES
 from antipersist_lib.arc.generator import FRESH_POOL, make_task, pool_plan
@@ -35,7 +36,7 @@ def paper_copy(tmp_path: Path, **changes) -> Path:
 
 
 def test_the_paper_profile_fits_its_backbone_at_the_last_checkpoint():
-    profile = study.load_study_profile(PAPER)  # the check runs while it loads
+    profile = study_profile.load_study_profile(PAPER)  # the check runs while it loads
     sizes = context.profile_prompt_sizes(profile)
     assert {s.prompt for s in sizes} == {"solver", "evaluation", "decision", "extraction"}
     largest = max(sizes, key=lambda s: s.tokens)
@@ -53,15 +54,15 @@ def test_the_uncapped_paper_profile_is_refused_when_it_loads_with_sizes_and_fix(
         "surgery": {**data["surgery"], "conditions": ["auto-gt-binf-t8"]},
         "source_ablation": {**data["source_ablation"], "conditions": ["auto-gt-binf-t8"]},
     }
-    with pytest.raises(study.StudyProfileError) as err:
-        study.load_study_profile(paper_copy(tmp_path, **uncapped))
+    with pytest.raises(studies.StudyProfileError) as err:
+        study_profile.load_study_profile(paper_copy(tmp_path, **uncapped))
     msg = str(err.value)
     assert "would not fit the context length of 'gpt-5.4', 272000 tokens" in msg
     # the worst prompt: an uncapped |B| = 8 stream holds 400 x 8 episodes at its last step
     assert "with 3208 buffered episode(s)" in msg and "characters, about" in msg
     assert "episodic_capacity" in msg and "longer context" in msg
     # the same profile without the check loads (a run then checks against the endpoint it really uses)
-    assert study.load_study_profile(paper_copy(tmp_path, **uncapped), context_check=False)
+    assert study_profile.load_study_profile(paper_copy(tmp_path, **uncapped), context_check=False)
 
 
 def test_the_estimate_is_never_below_the_prompts_a_stream_really_sends(make_clients, tmp_path):
@@ -116,7 +117,7 @@ def test_the_guard_refuses_a_request_past_the_context_before_sending_it():
 
 
 def test_the_decision_prompt_states_the_paper_budget():
-    profile = study.load_study_profile(PAPER)
+    profile = study_profile.load_study_profile(PAPER)
     config = profile.stream_config(profile.condition("auto-gt-b50-t8"))
     assert (config.buffer_size, config.tasks_per_step) == (50, 8)
     text = decision_messages(1, [], [], allowed=("retain",), capacity=config.buffer_size)[1]["content"]
@@ -139,7 +140,7 @@ def test_episodic_capacity_per_b_and_its_errors(tmp_path):
     def load(**changes):
         path = tmp_path / "p.yaml"
         path.write_text(yaml.safe_dump({**base, **changes}))
-        return study.load_study_profile(path)
+        return study_profile.load_study_profile(path)
 
     mixed = load(episodic_capacity={1: None, 8: 50})
     assert [(c.name, c.buffer_size, c.table4_b) for c in mixed.conditions] == [
@@ -148,11 +149,11 @@ def test_episodic_capacity_per_b_and_its_errors(tmp_path):
     ]
     assert {c.buffer_size for c in load(episodic_capacity=12).conditions} == {12}
     assert {c.buffer_size for c in load().conditions} == {None}
-    with pytest.raises(study.StudyProfileError, match=r"names no capacity for \|B\| = 8"):
+    with pytest.raises(studies.StudyProfileError, match=r"names no capacity for \|B\| = 8"):
         load(episodic_capacity={1: 5})
-    with pytest.raises(study.StudyProfileError, match="goes with buffer_reading: batch"):
+    with pytest.raises(studies.StudyProfileError, match="goes with buffer_reading: batch"):
         load(buffer_reading="cap", episodic_capacity=5, conditions={"regime": ["auto"], "buffer_size": [8]})
-    with pytest.raises(study.StudyProfileError, match="episodic_capacity must be an integer"):
+    with pytest.raises(studies.StudyProfileError, match="episodic_capacity must be an integer"):
         load(episodic_capacity="fifty")
 
 
@@ -190,23 +191,23 @@ def test_the_fixed_pools_are_unchanged():
 
 
 def test_a_stream_that_would_cycle_a_fixed_pool_must_say_so(tmp_path):
-    with pytest.raises(study.StudyProfileError, match=r"read 3200 tasks .* from pool 'train200' of 200") as err:
-        study.load_study_profile(paper_copy(tmp_path, train_pool={"name": "train200", "seed": 0}))
+    with pytest.raises(studies.StudyProfileError, match=r"read 3200 tasks .* from pool 'train200' of 200") as err:
+        study_profile.load_study_profile(paper_copy(tmp_path, train_pool={"name": "train200", "seed": 0}))
     assert "name: fresh" in str(err.value) and "revisit: true" in str(err.value)
-    revisiting = study.load_study_profile(paper_copy(tmp_path, train_pool={"name": "train200"}, revisit=True))
+    revisiting = study_profile.load_study_profile(paper_copy(tmp_path, train_pool={"name": "train200"}, revisit=True))
     assert revisiting.train_pool.name == "train200"
-    fresh = study.load_study_profile(PAPER)
-    tasks = study.pool_tasks(fresh.train_pool.__class__(FRESH_POOL, 0, 16), n_train=2, n_test=2)
+    fresh = study_profile.load_study_profile(PAPER)
+    tasks = study_profile.pool_tasks(fresh.train_pool.__class__(FRESH_POOL, 0, 16), n_train=2, n_test=2)
     assert len({t.task_id for t in tasks}) == 16
-    with pytest.raises(study.StudyProfileError, match="drop 'limit'"):
-        study.load_study_profile(paper_copy(tmp_path, train_pool={"name": FRESH_POOL, "limit": 10}))
+    with pytest.raises(studies.StudyProfileError, match="drop 'limit'"):
+        study_profile.load_study_profile(paper_copy(tmp_path, train_pool={"name": FRESH_POOL, "limit": 10}))
 
 
 def test_the_probe_profiles_are_checked_too(tmp_path):
-    from antipersist_lib.arc import probes
+    from antipersist_lib.arc import probe_profile
 
     paper = ROOT / "params" / "arc" / "probes_paper.yaml"
-    sizes = probes.probe_prompt_sizes(probes.load_probe_profile(paper))
+    sizes = probe_profile.probe_prompt_sizes(probe_profile.load_probe_profile(paper))
     assert max(s.tokens for s in sizes) <= GPT_54_CONTEXT
     # the Auto overfit stream: 7 tasks x 10 cycles, |B| = 8 per step, uncapped: all 70 episodes or more held
     overfit = [s for s in sizes if s.condition.startswith("overfit") and s.condition.endswith("auto")]
@@ -216,6 +217,6 @@ def test_the_probe_profiles_are_checked_too(tmp_path):
     path = tmp_path / "probes.yaml"
     path.write_text(yaml.safe_dump(small))
     with pytest.raises(
-        study.StudyProfileError, match="would not fit the context length of 'Qwen/Qwen3.5-4B', 32768 tokens"
+        studies.StudyProfileError, match="would not fit the context length of 'Qwen/Qwen3.5-4B', 32768 tokens"
     ):
-        probes.load_probe_profile(path)
+        probe_profile.load_probe_profile(path)

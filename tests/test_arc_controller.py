@@ -23,6 +23,12 @@ from antipersist_lib.arc.controller import (
     memory_at,
     run_stream,
 )
+from antipersist_lib.arc.decisions import (
+    decision_or_fallback,
+    judge_or_fallback,
+    parse_decision,
+    parse_extraction,
+)
 from antipersist_lib.arc.generator import ArcTask, make_task
 from antipersist_lib.arc.lineage import (
     average_coverage,
@@ -32,17 +38,10 @@ from antipersist_lib.arc.lineage import (
     misclassifications,
     trace_lineage,
 )
-from antipersist_lib.arc.prompts import (
-    GRADED_ON_HIDDEN,
-    ReplyParseError,
-    decision_or_fallback,
-    judge_or_fallback,
-    parse_decision,
-    parse_extraction,
-    render_grid,
-)
+from antipersist_lib.arc.prompts import GRADED_ON_HIDDEN, render_grid
 from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, StrategyDraft, coverage
 from antipersist_lib.arc.tools import TOOL_NAMES
+from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.testing.loopback_server import last_user_text
 
 FAM_A = "detect_color_property"

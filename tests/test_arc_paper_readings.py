@@ -18,7 +18,8 @@ import pytest
 import yaml
 from arc_scripted import run_scripted_probes
 
-from antipersist_lib.arc import analysis, probes, study
+from antipersist_lib import studies
+from antipersist_lib.arc import analysis, probe_profile, study_profile
 from antipersist_lib.arc.controller import StreamConfig, evaluate, gt_code, load_snapshots, run_stream
 from antipersist_lib.arc.lineage import misclassifications
 from antipersist_lib.arc.prompts import (
@@ -27,6 +28,7 @@ from antipersist_lib.arc.prompts import (
     extraction_messages,
     tool_signatures,
 )
+from antipersist_lib.arc.prompts import PROMPTS as ARC_PROMPTS
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
 from antipersist_lib.arc.tools import TOOL_SOURCE
 from antipersist_lib.core.prompts import prompt_hashes
@@ -75,7 +77,9 @@ def empty_memory() -> Memory:
 
 
 def test_evaluation_repeats_are_two_sampled_requests_cached_apart(make_clients, tasks, tmp_path):
-    profile = study.load_study_profile(write_yaml(tmp_path, {**BASE, "evaluation": {"repeats": 2, "temperature": 0.7}}))
+    profile = study_profile.load_study_profile(
+        write_yaml(tmp_path, {**BASE, "evaluation": {"repeats": 2, "temperature": 0.7}})
+    )
     sent = []
 
     def responder(request: dict) -> str:
@@ -94,12 +98,12 @@ def test_evaluation_repeats_are_two_sampled_requests_cached_apart(make_clients, 
     again = evaluate([tasks["A1"]], llm, empty_memory(), **kwargs)
     assert len(sent) == 2 and again.accuracy == first.accuracy == 1.0  # the replay comes from the cache
 
-    with pytest.raises(study.StudyProfileError, match="evaluation.temperature"):
-        study.load_study_profile(write_yaml(tmp_path, {**BASE, "evaluation": {"temperature": -1}}, "bad.yaml"))
+    with pytest.raises(studies.StudyProfileError, match="evaluation.temperature"):
+        study_profile.load_study_profile(write_yaml(tmp_path, {**BASE, "evaluation": {"temperature": -1}}, "bad.yaml"))
 
 
 def test_without_the_key_evaluation_keeps_the_stream_temperature(tmp_path):
-    profile = study.load_study_profile(write_yaml(tmp_path, {**BASE, "stream": {"temperature": 0.3}}))
+    profile = study_profile.load_study_profile(write_yaml(tmp_path, {**BASE, "stream": {"temperature": 0.3}}))
     assert profile.eval_temperature is None and profile.eval_kwargs()["temperature"] == 0.3
 
 
@@ -113,7 +117,7 @@ def body_only_line() -> str:
 
 
 def test_paper_profile_samples_inlines_helper_bodies_and_does_not_coach(make_clients, tasks):
-    paper = study.load_study_profile(PAPER)
+    paper = study_profile.load_study_profile(PAPER)
     kwargs = paper.eval_kwargs()
     assert kwargs["temperature"] > 0 and kwargs["repeats"] == 2
     assert paper.table4_memories == 6
@@ -129,7 +133,7 @@ def test_paper_profile_samples_inlines_helper_bodies_and_does_not_coach(make_cli
     evaluate([tasks["A1"]], make_clients(responder).llm, empty_memory(), **{**kwargs, "repeats": 1, "workers": 1})
     assert body_only_line() in prompts[0]  # B.2: the bodies are inlined into the Tool Buffer
 
-    probe = probes.load_probe_profile(PROBES_PAPER)
+    probe = probe_profile.load_probe_profile(PROBES_PAPER)
     probe_cfg = probe.stream_config(probe.streams[0])
     assert probe_cfg.tool_bodies is True and probe_cfg.extraction_coaching is False
 
@@ -143,7 +147,7 @@ def test_extraction_prompt_coaches_only_when_the_profile_asks(make_clients, task
         plain = extraction_messages([], [], schema=schema, coaching=False)[1]["content"]
         assert sentence.strip() in coached and sentence.strip() not in plain
         assert plain == coached.replace(sentence, "")  # nothing else changes
-    assert {"arc_extraction_grouping", "arc_extraction_flat_grouping"} <= set(prompt_hashes())
+    assert {"arc_extraction_grouping", "arc_extraction_flat_grouping"} <= set(prompt_hashes(ARC_PROMPTS))
 
     stream = [tasks["A1"], tasks["B1"]]
     model = Model(stream, extract=lambda n, p: "[]")
@@ -177,9 +181,9 @@ def test_table4_over_six_memories_gives_the_papers_sixths():
 
 
 def test_probe_steps_stay_inside_a_cycle_under_the_batch_reading():
-    spec = probes.ProbeStream("mixed", "misgroup", "force", ((FAM_A, FAM_B),), 2, (FAM_A, FAM_B))
+    spec = probe_profile.ProbeStream("mixed", "misgroup", "force", ((FAM_A, FAM_B),), 2, (FAM_A, FAM_B))
     subsets = {FAM_A: [small_task(FAM_A, "recolor", 1)] * 2, FAM_B: [small_task(FAM_B, "keep", 2)] * 2}
-    batches, points = probes.step_schedule(spec, subsets, per_step=3)
+    batches, points = probe_profile.step_schedule(spec, subsets, per_step=3)
     assert [len(b) for b in batches] == [3, 1, 3, 1]  # a cycle of 4 tasks: one step of 3, one of 1
     assert [p.step for p in points] == [0, 2, 4] and [p.cycle for p in points] == [0, 1, 2]
 
@@ -190,7 +194,7 @@ def test_probes_with_batch_reading_stream_fresh_tasks_into_an_uncapped_buffer(tm
         data.pop(key)
     data.update({"regime": ["auto"], "subset_size": 2, "buffer_size": 2, "buffer_reading": "batch", "no_memory": False})
     data["overfit"]["cycles"] = 2
-    profile = probes.load_probe_profile(write_yaml(tmp_path, data, "probe.yaml"))
+    profile = probe_profile.load_probe_profile(write_yaml(tmp_path, data, "probe.yaml"))
     assert profile.capacity is None and profile.tasks_per_step == 2
     result = run_scripted_probes(profile.path, tmp_path / "out", log=lambda *a: None)
     rows = result.frame[result.frame["eval_kind"] == "repeat"].sort_values("step")
@@ -202,12 +206,12 @@ def test_probes_with_batch_reading_stream_fresh_tasks_into_an_uncapped_buffer(tm
     assert [len(s["solves"]) for s in snaps] == [2, 2]
 
     with pytest.raises(Exception, match="buffer_reading"):
-        probes.load_probe_profile(write_yaml(tmp_path, {**data, "buffer_reading": "size"}, "bad.yaml"))
+        probe_profile.load_probe_profile(write_yaml(tmp_path, {**data, "buffer_reading": "size"}, "bad.yaml"))
 
 
 def test_paper_probe_profile_reads_b_as_the_study():
-    probe = probes.load_probe_profile(PROBES_PAPER)
-    paper = study.load_study_profile(PAPER)
+    probe = probe_profile.load_probe_profile(PROBES_PAPER)
+    paper = study_profile.load_study_profile(PAPER)
     assert probe.buffer_reading == paper.buffer_reading == "batch"
     cfg = probe.stream_config(probe.streams[0])
     assert (cfg.buffer_size, cfg.tasks_per_step) == (None, 8)

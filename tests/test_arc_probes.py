@@ -18,7 +18,7 @@ import pytest
 import yaml
 from arc_scripted import SCRIPTED_NOTE, ScriptedArcModel, run_scripted_probes
 
-from antipersist_lib.arc import figures, probes
+from antipersist_lib.arc import figures, probe_profile, probe_tables, probes
 from antipersist_lib.arc.families import FAMILY_IDS
 from antipersist_lib.arc.generator import SKILL_IDS, check_solution
 from antipersist_lib.cli import main as cli_main
@@ -57,9 +57,9 @@ def smoke_run(tmp_path_factory):
 
 
 def test_variants_keep_family_and_skill_but_change_the_grids_and_the_rule_draw():
-    subset = probes.family_subset(COLOR, 3, seed=0, n_train=3, n_test=2)
+    subset = probe_profile.family_subset(COLOR, 3, seed=0, n_train=3, n_test=2)
     for task in subset:
-        variants = probes.make_variants(task, 2, n_train=3, n_test=2)
+        variants = probe_profile.make_variants(task, 2, n_train=3, n_test=2)
         assert len(variants) == 2
         for v in variants:
             assert (v.family, v.skill) == (task.family, task.skill)
@@ -68,41 +68,45 @@ def test_variants_keep_family_and_skill_but_change_the_grids_and_the_rule_draw()
             assert all(ex.input not in seen_inputs for ex in v.train + v.test)
             assert check_solution(v) == []  # a variant is a real task: its own ground truth solves it
         assert variants[0].task_id != variants[1].task_id
-        assert [v.task_id for v in probes.make_variants(task, 2, n_train=3, n_test=2)] == [v.task_id for v in variants]
+        assert [v.task_id for v in probe_profile.make_variants(task, 2, n_train=3, n_test=2)] == [
+            v.task_id for v in variants
+        ]
     # the color-property family hides a target color: across the variants it is redrawn, not fixed
     colors = {
-        v.params["family"]["target_color"] for t in subset for v in probes.make_variants(t, 2, n_train=3, n_test=2)
+        v.params["family"]["target_color"]
+        for t in subset
+        for v in probe_profile.make_variants(t, 2, n_train=3, n_test=2)
     }
     assert len(colors) > 1
 
 
 def test_a_subset_holds_one_family_and_each_skill_once_per_seven():
-    subset = probes.family_subset(FRAME, 8, seed=0, n_train=2, n_test=1)
+    subset = probe_profile.family_subset(FRAME, 8, seed=0, n_train=2, n_test=1)
     assert {t.family for t in subset} == {FRAME}
     assert sorted(t.skill for t in subset[:7]) == sorted(SKILL_IDS) and subset[7].skill == subset[0].skill
     assert len({t.task_id for t in subset}) == 8
-    assert [t.task_id for t in probes.family_subset(FRAME, 8, seed=0, n_train=2, n_test=1)] == [
+    assert [t.task_id for t in probe_profile.family_subset(FRAME, 8, seed=0, n_train=2, n_test=1)] == [
         t.task_id for t in subset
     ]
-    assert [t.task_id for t in probes.family_subset(FRAME, 8, seed=1, n_train=2, n_test=1)] != [
+    assert [t.task_id for t in probe_profile.family_subset(FRAME, 8, seed=1, n_train=2, n_test=1)] != [
         t.task_id for t in subset
     ]
     with pytest.raises(ValueError, match="unknown family 'nope'"):
-        probes.family_subset("nope", 1)
+        probe_profile.family_subset("nope", 1)
 
 
 def test_schedules_repeat_interleave_and_checkpoint_every_cycle():
     subsets = {"A": ["a1", "a2"], "B": ["b1", "b2", "b3"]}
-    overfit = probes.ProbeStream("o", "overfit", "force", (("A",),), 3, ("A",))
-    order, points = probes.schedule(overfit, subsets)
+    overfit = probe_profile.ProbeStream("o", "overfit", "force", (("A",),), 3, ("A",))
+    order, points = probe_profile.schedule(overfit, subsets)
     assert order == ["a1", "a2"] * 3
     assert [(p.step, p.cycle, p.phase) for p in points] == [(0, 0, ""), (2, 1, "A"), (4, 2, "A"), (6, 3, "A")]
-    overwrite = probes.ProbeStream("w", "overwrite", "force", (("A",), ("B",)), 2, ("A", "B"))
-    order, points = probes.schedule(overwrite, subsets)
+    overwrite = probe_profile.ProbeStream("w", "overwrite", "force", (("A",), ("B",)), 2, ("A", "B"))
+    order, points = probe_profile.schedule(overwrite, subsets)
     assert order == ["a1", "a2", "a1", "a2", "b1", "b2", "b3", "b1", "b2", "b3"]
     assert [(p.step, p.phase) for p in points] == [(0, ""), (2, "A"), (4, "A"), (7, "B"), (10, "B")]
-    mixed = probes.ProbeStream("m", "misgroup", "force", (("A", "B"),), 1, ("A", "B"))
-    order, points = probes.schedule(mixed, subsets)
+    mixed = probe_profile.ProbeStream("m", "misgroup", "force", (("A", "B"),), 1, ("A", "B"))
+    order, points = probe_profile.schedule(mixed, subsets)
     assert order == ["a1", "b1", "a2", "b2", "b3"] and points[-1].phase == "A+B"
 
 
@@ -138,27 +142,27 @@ GOOD = {
 def test_profile_errors_name_the_key_and_the_file(tmp_path, change, message):
     path = write_profile(tmp_path, {**GOOD, **change})
     with pytest.raises(StudyProfileError, match=message) as info:
-        probes.load_probe_profile(path)
+        probe_profile.load_probe_profile(path)
     assert str(path) in str(info.value)
 
 
 def test_profile_needs_a_subset_size_and_a_probe(tmp_path):
     no_size = write_profile(tmp_path, {k: v for k, v in GOOD.items() if k != "subset_size"}, "a.yaml")
     with pytest.raises(StudyProfileError, match="'subset_size' is required"):
-        probes.load_probe_profile(no_size)
+        probe_profile.load_probe_profile(no_size)
     no_probe = write_profile(tmp_path, {k: v for k, v in GOOD.items() if k != "overfit"}, "b.yaml")
     with pytest.raises(StudyProfileError, match=r"no probe asked for.*overfit.*overwrite.*misgroup"):
-        probes.load_probe_profile(no_probe)
+        probe_profile.load_probe_profile(no_probe)
 
 
 def test_shipped_profiles_load_and_the_paper_profile_follows_the_paper():
-    paper = probes.load_probe_profile(PAPER)
+    paper = probe_profile.load_probe_profile(PAPER)
     assert (paper.n_train, paper.n_test, paper.buffer_size, paper.source) == (10, 10, 8, "gt")
     overfit = [s for s in paper.streams if s.probe == "overfit"]
     assert {s.regime for s in overfit} == {"force", "auto"} and all(s.cycles == 10 for s in overfit)
     assert all(s.eval_kinds == ("repeat", "variant") for s in overfit)
     assert set(paper.families()) <= set(FAMILY_IDS) and paper.subset_size == 7
-    smoke = probes.load_probe_profile(SMOKE)
+    smoke = probe_profile.load_probe_profile(SMOKE)
     assert [s.name for s in smoke.streams][:5] == [
         f"overfit-{LARGEST}-force",
         f"overwrite-{LARGEST}-then-{SHAPE}-force",
@@ -180,12 +184,12 @@ def test_the_command_line_runs_the_probes_and_names_profile_errors(tmp_path, cap
 
 def test_rows_cover_every_stream_checkpoint_and_evaluated_set(smoke_run):
     df = smoke_run["result"].frame
-    assert list(df.columns) == list(probes.RESULT_COLUMNS)
+    assert list(df.columns) == list(probe_tables.RESULT_COLUMNS)
     overfit = df[df["stream"] == f"overfit-{LARGEST}-force"]
     assert sorted(set(zip(overfit["step"], overfit["eval_kind"]))) == [
         (s, k) for s in (0, 2, 4, 6) for k in ("repeat", "variant")
     ]
-    base = df[df["stream"] == probes.NO_MEMORY]
+    base = df[df["stream"] == probe_profile.NO_MEMORY]
     assert set(zip(base["eval_family"], base["eval_kind"])) == {
         (LARGEST, "repeat"),
         (LARGEST, "variant"),
@@ -230,8 +234,8 @@ def test_resume_keeps_complete_streams_and_reruns_only_an_incomplete_one(smoke_r
 
     shutil.copytree(out, copy)
     target = copy / "streams" / f"only-{COLOR}-auto"
-    (target / probes.DONE_FILE).unlink()  # as if the run had stopped inside this stream
-    kept = copy / "streams" / f"only-{FRAME}-auto" / probes.DONE_FILE
+    (target / probe_tables.DONE_FILE).unlink()  # as if the run had stopped inside this stream
+    kept = copy / "streams" / f"only-{FRAME}-auto" / probe_tables.DONE_FILE
     kept_mtime = kept.stat().st_mtime_ns
     model = ScriptedArcModel()
     result = run_scripted_probes(SMOKE, copy, model=model, log=lambda *a: None)
@@ -239,7 +243,7 @@ def test_resume_keeps_complete_streams_and_reruns_only_an_incomplete_one(smoke_r
     assert model.solves == 2 + 2 * 2 * 2
     assert kept.stat().st_mtime_ns == kept_mtime
     pd.testing.assert_frame_equal(result.frame, smoke_run["result"].frame)
-    (target / probes.DONE_FILE).unlink()
+    (target / probe_tables.DONE_FILE).unlink()
     (target / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="notes.txt"):
         run_scripted_probes(SMOKE, copy, model=ScriptedArcModel(), log=lambda *a: None)
@@ -248,10 +252,10 @@ def test_resume_keeps_complete_streams_and_reruns_only_an_incomplete_one(smoke_r
 def test_the_run_says_it_was_scripted_and_matches_the_recorded_fixture(smoke_run):
     man = smoke_run["result"].manifest
     assert man["provenance"] == SCRIPTED_NOTE and man["status"] == "complete" and man["study"] == "arc-probes"
-    assert probes.probes_note(smoke_run["out"]).startswith("SCRIPTED")
+    assert probe_tables.probes_note(smoke_run["out"]).startswith("SCRIPTED")
     recorded = json.loads((FIXTURE / "results.json").read_text())["rows"]
     assert recorded == json.loads((smoke_run["out"] / "results.json").read_text())["rows"]
-    assert probes.probes_note(FIXTURE) == SCRIPTED_NOTE
+    assert probe_tables.probes_note(FIXTURE) == SCRIPTED_NOTE
 
 
 # -- tables and figures ----------------------------------------------------------------------------------
@@ -259,11 +263,11 @@ def test_the_run_says_it_was_scripted_and_matches_the_recorded_fixture(smoke_run
 
 @pytest.fixture(scope="module")
 def recorded():
-    return probes.load_probes(FIXTURE)
+    return probe_tables.load_probes(FIXTURE)
 
 
 def test_overfit_figure_draws_repeats_variations_and_their_baselines(recorded):
-    table = probes.overfit_table(recorded)
+    table = probe_tables.overfit_table(recorded)
     fig = figures.plot_overfit(table, title="t")
     axes = [ax for ax in fig.axes if ax.get_lines()]
     assert [ax.get_title() for ax in axes] == [f"force: {LARGEST}", f"auto: {LARGEST}"]
@@ -279,14 +283,14 @@ def test_overfit_figure_draws_repeats_variations_and_their_baselines(recorded):
         rows = auto[auto["eval_kind"] == kind].sort_values("cycle")
         assert list(lines[label].get_xdata()) == rows["cycle"].tolist()
         assert list(lines[label].get_ydata()) == rows["accuracy_pct"].tolist()
-    summary = probes.overfit_summary(table).set_index(["regime", "eval_kind"])
+    summary = probe_tables.overfit_summary(table).set_index(["regime", "eval_kind"])
     assert summary.loc[("auto", "repeat"), "last_cycle_pct"] == 100.0
     assert summary.loc[("auto", "variant"), "paper"] == "collapses (Fig. 11)"
     plt.close("all")
 
 
 def test_overwrite_figure_draws_each_family_and_the_switch(recorded):
-    table = probes.overwrite_table(recorded)
+    table = probe_tables.overwrite_table(recorded)
     assert set(table["switch_step"]) == {2}
     fig = figures.plot_overwrite(table, title="t")
     ax = next(a for a in fig.axes if a.get_title() == "auto")
@@ -294,13 +298,13 @@ def test_overwrite_figure_draws_each_family_and_the_switch(recorded):
     assert list(lines[f"{LARGEST} tasks"].get_ydata()) == [0.0, 100.0, 0.0]
     assert list(lines[f"{SHAPE} tasks"].get_ydata()) == [0.0, 0.0, 100.0]
     assert list(lines["second family starts"].get_xdata()) == [2.0, 2.0]
-    summary = probes.overwrite_summary(table).set_index(["regime", "role"])
+    summary = probe_tables.overwrite_summary(table).set_index(["regime", "role"])
     assert summary.loc[("auto", "first"), "change_pp"] == -100.0
     plt.close("all")
 
 
 def test_misgroup_figure_draws_mixed_alone_and_no_memory_bars(recorded):
-    table = probes.misgroup_table(recorded)
+    table = probe_tables.misgroup_table(recorded)
     fig = figures.plot_misgroup(table, title="t")
     ax = next(a for a in fig.axes if a.get_title() == "force")
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
@@ -310,23 +314,23 @@ def test_misgroup_figure_draws_mixed_alone_and_no_memory_bars(recorded):
     assert bars[f"mixed ({mixed_mis} cross-family memory actions)"] == [100.0, 100.0]
     assert bars[f"only {FRAME}"] == [100.0, 0.0] and bars[f"only {COLOR}"] == [0.0, 100.0]
     assert bars["no memory"] == [0.0, 0.0]
-    summary = probes.misgroup_summary(table).set_index(["regime", "eval_family"])
+    summary = probe_tables.misgroup_summary(table).set_index(["regime", "eval_family"])
     assert summary.loc[("auto", FRAME), "mixed_pct"] == 50.0 and summary.loc[("auto", FRAME), "alone_pct"] == 100.0
     plt.close("all")
 
 
 def test_figures_and_summaries_accept_no_run():
-    empty = probes.load_probes(None)
+    empty = probe_tables.load_probes(None)
     for table_fn, plot, summarize in (
-        (probes.overfit_table, figures.plot_overfit, probes.overfit_summary),
-        (probes.overwrite_table, figures.plot_overwrite, probes.overwrite_summary),
-        (probes.misgroup_table, figures.plot_misgroup, probes.misgroup_summary),
+        (probe_tables.overfit_table, figures.plot_overfit, probe_tables.overfit_summary),
+        (probe_tables.overwrite_table, figures.plot_overwrite, probe_tables.overwrite_summary),
+        (probe_tables.misgroup_table, figures.plot_misgroup, probe_tables.misgroup_summary),
     ):
         table = table_fn(empty)
         assert summarize(table).empty
         fig = plot(table, title="t")
         assert any("no probe run loaded" in t.get_text() for ax in fig.axes for t in ax.texts)
-    assert probes.obtain_probes("paper", "anywhere") is None and probes.probes_note(None) == ""
+    assert probes.obtain_probes("paper", "anywhere") is None and probe_tables.probes_note(None) == ""
     with pytest.raises(ValueError, match="mode must be one of"):
         probes.obtain_probes("live", "anywhere")
     plt.close("all")
@@ -343,8 +347,8 @@ def test_the_notebook_fixture_is_the_smoke_profile_on_the_embedded_default():
     assert manifest["status"] == "complete" and manifest["profile"] == profile
     assert manifest["embedded_backbone"]["model"]["name"] == profile["backbone_options"]["model"]
     assert len(manifest["embedded_backbone"]["model"]["sha256"]) == 64
-    df = probes.load_probes(folder)
-    scripted = probes.load_probes(FIXTURE)
+    df = probe_tables.load_probes(folder)
+    scripted = probe_tables.load_probes(FIXTURE)
     assert set(df["stream"]) == set(scripted["stream"])  # the same profile, the same streams
     assert len(df) == len(scripted) and df["n_tasks"].gt(0).all()
-    assert probes.probes_note(folder) != SCRIPTED_NOTE
+    assert probe_tables.probes_note(folder) != SCRIPTED_NOTE

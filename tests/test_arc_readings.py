@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from antipersist_lib.arc import analysis, figures, study
+from antipersist_lib import studies
+from antipersist_lib.arc import analysis, figures, study, study_folder, study_profile
 from antipersist_lib.arc.controller import (
     NO_PASSING_SOLVE,
     StreamConfig,
@@ -28,18 +29,17 @@ from antipersist_lib.arc.controller import (
     gt_code,
     run_stream,
 )
+from antipersist_lib.arc.decisions import parse_extraction, parse_selection, selection_or_fallback
 from antipersist_lib.arc.prompts import (
     EMPTY_HISTORY,
     SELECTED_NONE,
-    ReplyParseError,
     extraction_messages,
-    parse_extraction,
-    parse_selection,
     render_grid,
-    selection_or_fallback,
 )
+from antipersist_lib.arc.prompts import PROMPTS as ARC_PROMPTS
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory, StrategyDraft
 from antipersist_lib.core.prompts import prompt_hashes
+from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import PREFLIGHT_PROMPT
@@ -267,7 +267,7 @@ def test_selection_parser_rules():
 
 
 def test_new_prompts_are_registered_for_the_manifest():
-    hashes = prompt_hashes()
+    hashes = prompt_hashes(ARC_PROMPTS)
     assert {"arc_extraction_flat", "arc_selection", "arc_selection_system"} <= set(hashes)
 
 
@@ -317,14 +317,14 @@ def write_profile(tmp_path: Path, data: dict, name: str = "p.yaml") -> Path:
 
 
 def test_buffer_readings_build_different_streams(tmp_path):
-    batch = study.load_study_profile(write_profile(tmp_path, {**BASE, "buffer_reading": "batch"}, "b.yaml"))
+    batch = study_profile.load_study_profile(write_profile(tmp_path, {**BASE, "buffer_reading": "batch"}, "b.yaml"))
     auto8 = batch.condition("auto-gt-binf-t8")
     assert (auto8.buffer_size, auto8.tasks_per_step, auto8.table4_b, auto8.buffer_reading) == (None, 8, 8, "batch")
     cfg = batch.stream_config(auto8)
     assert cfg.buffer_size is None and cfg.tasks_per_step == 8
     assert batch.condition("auto-gt-binf").table4_b == 1
 
-    cap = study.load_study_profile(write_profile(tmp_path, BASE, "c.yaml"))  # the default reading
+    cap = study_profile.load_study_profile(write_profile(tmp_path, BASE, "c.yaml"))  # the default reading
     auto8 = cap.condition("auto-gt-b8")
     assert (auto8.buffer_size, auto8.tasks_per_step, auto8.table4_b, auto8.buffer_reading) == (8, 1, 8, "cap")
     assert {c.name for c in cap.conditions}.isdisjoint(c.name for c in batch.conditions)
@@ -352,8 +352,8 @@ def test_buffer_readings_build_different_streams(tmp_path):
 )
 def test_bad_reading_keys_are_named(tmp_path, change, message):
     path = write_profile(tmp_path, {**BASE, **change})
-    with pytest.raises(study.StudyProfileError, match=message) as info:
-        study.load_study_profile(path)
+    with pytest.raises(studies.StudyProfileError, match=message) as info:
+        study_profile.load_study_profile(path)
     assert str(path) in str(info.value)
 
 
@@ -454,9 +454,9 @@ FULL = {
 def full_study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("readings")
     path = write_profile(tmp, FULL)
-    prof = study.load_study_profile(path)
-    train = study.pool_tasks(prof.train_pool, n_train=2, n_test=2)
-    heldout = study.pool_tasks(prof.heldout_pool, n_train=2, n_test=2)
+    prof = study_profile.load_study_profile(path)
+    train = study_profile.pool_tasks(prof.train_pool, n_train=2, n_test=2)
+    heldout = study_profile.pool_tasks(prof.heldout_pool, n_train=2, n_test=2)
     easy = {t.task_id for t in train[1::2]}  # every other pool task passes without memory
     model = StudyModel(train + heldout, easy)
     with LoopbackServer(responder=model) as srv:
@@ -469,13 +469,13 @@ def full_study(tmp_path_factory):
 
 def test_fig2_slice_is_the_first_tasks_the_no_memory_solver_passes(full_study):
     out, train = full_study["out"], full_study["train"]
-    sel = json.loads((out / study.FIG2_SLICE_FILE).read_text())
+    sel = json.loads((out / study_folder.FIG2_SLICE_FILE).read_text())
     assert sel["task_ids"] == [t.task_id for t in train[1::2][:3]] and sel["shortfall"] == 0
     assert sel["repeats"] == 2
-    snaps = study.condition_snapshots(out, "fig2-force-gt-binf")
+    snaps = study_folder.condition_snapshots(out, "fig2-force-gt-binf")
     assert [s["solves"][0]["task_id"] for s in snaps] == sel["task_ids"] * 2  # the slice revisited twice
     df = full_study["result"].frame
-    fig2 = df[df["eval_set"] == study.FIG2_EVAL_SET]
+    fig2 = df[df["eval_set"] == study_profile.FIG2_EVAL_SET]
     assert sorted(fig2["step"]) == [0, 3, 6] and set(fig2["n_tasks"]) == {3}
     assert float(fig2[fig2["step"] == 0]["accuracy"].iloc[0]) == 1.0  # 100 % without memory, by selection
     reg = analysis.regression_table(df)
@@ -496,15 +496,15 @@ def test_fig2_shortfall_keeps_what_passed(make_clients, tasks):
         task = next(t for t in pool if render_grid(t.train[0].input) in text)
         return fenced(gt_code(task) if task is tasks["B1"] else WRONG)
 
-    kept, sel = study.select_slice(
-        pool, make_clients(responder).llm, study.Fig2Spec(n_tasks=2), {"repeats": 1, "workers": 1}
+    kept, sel = study_profile.select_slice(
+        pool, make_clients(responder).llm, study_profile.Fig2Spec(n_tasks=2), {"repeats": 1, "workers": 1}
     )
     assert [t.task_id for t in kept] == [tasks["B1"].task_id] and sel.shortfall == 1 and sel.n_tried == 3
 
 
 def test_the_study_records_the_readings(full_study):
     out, df = full_study["out"], full_study["result"].frame
-    man = study.load_manifest(out)
+    man = study_folder.load_manifest(out)
     assert man["buffer_reading"] == "batch" and man["eval_repeats"] == 2
     assert man["fig2"]["selection"]["task_ids"]
     grid = df[(df["regime"] != "none") & (df["eval_set"] == "heldout")]
@@ -515,7 +515,7 @@ def test_the_study_records_the_readings(full_study):
         ("force-gt-binf-t2", 2, 2),
     }
     assert grid["buffer_capacity"].isna().all()
-    snaps = study.condition_snapshots(out, "auto-gt-binf-t2")
+    snaps = study_folder.condition_snapshots(out, "auto-gt-binf-t2")
     assert len(snaps[0]["solves"]) == 2 and len(buffer_ids(snaps[-1])) == 4  # uncapped: 2 tasks x 2 steps kept
     # every evaluation solves each held-out task twice (two seeds)
     assert full_study["model"].seeds == {0, 1}  # the client's seed 0, and repeat 1's seed 0 + 1
@@ -541,7 +541,7 @@ def test_source_ablation_shows_the_three_arms(full_study):
 
 def test_shipped_paper_profile_reads_the_paper():
     root = Path(__file__).resolve().parents[1]
-    paper = study.load_study_profile(root / "params" / "arc" / "paper.yaml")
+    paper = study_profile.load_study_profile(root / "params" / "arc" / "paper.yaml")
     assert paper.buffer_reading == "batch" and paper.coverage_average == "checkpoints"
     # |B| fresh tasks per step, the buffer's budget apart from it: Table 4's 50 (kit's choice at |B| = 1)
     assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, 50), (8, 8, 50)}
@@ -551,13 +551,13 @@ def test_shipped_paper_profile_reads_the_paper():
     assert paper.fig2.select == "no_memory_pass" and paper.fig2.steps == 190
     assert paper.source_ablation["arms"] == ["abstract_only", "episodic_only", "both"]
     assert set(paper.eval_sources) == {"episodic", "abstract"}
-    smoke = study.load_study_profile(root / "params" / "arc" / "smoke.yaml")
+    smoke = study_profile.load_study_profile(root / "params" / "arc" / "smoke.yaml")
     assert smoke.buffer_reading == "cap" and [c.name for c in smoke.conditions][0] == "force-gt-b8"
 
 
 def test_fixture_still_loads_with_the_new_columns():
     out = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "arc" / "smoke"
-    df = study.load_study(out)
+    df = study_folder.load_study(out)
     assert (df["table4_b"].dropna() == df["buffer_capacity"].dropna()).all()
     t4 = analysis.table4_beside_paper(out)
     assert set(t4[t4["this run"].notna()]["|B|"]) <= {8}

@@ -22,10 +22,10 @@ from antipersist_lib.arc.sandbox import (
     ExampleOutcome,
     GradeResult,
     SandboxLimits,
-    extract_code,
     grade,
     grade_reply,
 )
+from antipersist_lib.replies import extract_code
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and these checks rely on Linux /proc")
 

@@ -91,8 +91,9 @@ def _copy_grader(folder: Path) -> Path:
     (root / "antipersist_lib" / "__init__.py").write_text("")
     (arc / "__init__.py").write_text("")
     source = repo_root() / "antipersist_lib"
-    shutil.copy(source / "errors.py", root / "antipersist_lib" / "errors.py")
-    for name in ("sandbox.py", "isolation.py"):
+    for name in ("errors.py", "replies.py"):
+        shutil.copy(source / name, root / "antipersist_lib" / name)
+    for name in ("sandbox.py", "sandbox_child.py", "isolation.py"):
         shutil.copy(source / "arc" / name, arc / name)
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from antipersist_lib import study_commands
+from antipersist_lib import studies, study_commands
 from antipersist_lib.analysis import faulty_paper, plots
-from antipersist_lib.arc import analysis, figures, study
+from antipersist_lib.arc import analysis, figures, study, study_folder, study_profile
 from antipersist_lib.arc.controller import gt_code
 from antipersist_lib.arc.prompts import EMPTY_HISTORY, render_grid
 from antipersist_lib.serving.llm import Endpoint
@@ -84,8 +84,8 @@ def write_profile(tmp_path: Path, data: dict, name: str = "tiny.yaml") -> Path:
 
 def profile_tasks(profile: Path) -> list:
     """Every task a study profile's streams and evaluations can show the model (the scripted model's pool)."""
-    prof = study.load_study_profile(profile)
-    return study.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study.pool_tasks(
+    prof = study_profile.load_study_profile(profile)
+    return study_profile.pool_tasks(prof.train_pool, n_train=2, n_test=2) + study_profile.pool_tasks(
         prof.heldout_pool, n_train=2, n_test=2
     )
 
@@ -117,7 +117,7 @@ def test_study_writes_one_row_per_condition_checkpoint_and_evaluation_set(tiny_s
     expected = {(c, s, e) for c in streams for s in (0, 2, 3) for e in ("heldout", "train")}
     expected |= {("no_memory", 0, "heldout"), ("no_memory", 0, "train")}
     assert set(zip(df["condition"], df["step"], df["eval_set"])) == expected and len(df) == len(expected)
-    assert list(df.columns) == list(study.RESULT_COLUMNS)
+    assert list(df.columns) == list(study_folder.RESULT_COLUMNS)
     assert set(df[df["eval_set"] == "heldout"]["n_tasks"]) == {2} and set(df[df["eval_set"] == "train"]["n_tasks"]) == {
         2
     }
@@ -145,7 +145,7 @@ def test_study_folder_manifest_and_no_secret(tiny_study):
     for cond in ("force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"):
         for name in ("config.json", "snapshots.jsonl", "memory.json", "evals.jsonl", "condition.json"):
             assert (out / "conditions" / cond / name).exists(), (cond, name)
-    man = study.load_manifest(out)
+    man = study_folder.load_manifest(out)
     assert man["status"] == "complete" and man["backbone"] == "scripted" and not man["embedded"]
     assert man["endpoint"]["api_key_env"] == "ANTIPERSIST_STUDY_TEST_KEY"
     assert man["checkpoints"] == [0, 2, 3] and len(man["train_task_ids"]) == 19
@@ -169,12 +169,12 @@ def test_rerun_resumes_without_new_solver_calls(tiny_study):
 
 def test_load_study_round_trip(tiny_study):
     out = tiny_study["result"].out_dir
-    loaded = study.load_study(out)
+    loaded = study_folder.load_study(out)
     pd.testing.assert_frame_equal(loaded, tiny_study["result"].frame)
     csv = pd.read_csv(out / "results.csv")
-    assert list(csv.columns) == list(study.RESULT_COLUMNS) and len(csv) == len(loaded)
+    assert list(csv.columns) == list(study_folder.RESULT_COLUMNS) and len(csv) == len(loaded)
     with pytest.raises(FileNotFoundError, match="no study results"):
-        study.load_study(out / "nowhere")
+        study_folder.load_study(out / "nowhere")
 
 
 def test_analyses_read_the_study_back(tiny_study):
@@ -208,11 +208,11 @@ def test_analyses_read_the_study_back(tiny_study):
     assert surgery is not None and surgery["entry_id"].tolist() == ["E1", "E2"]
     assert (surgery["full_accuracy"] == 1.0).all()  # removing one of three episodes leaves the others in the prompt
 
-    reg = analysis.regression_table(study.load_study(out))
+    reg = analysis.regression_table(study_folder.load_study(out))
     assert reg.iloc[0]["no_memory"] == 100.0 and reg.iloc[0]["with_memory"] == 54.0
     assert set(reg["condition"][1:]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
 
-    curves = analysis.utility_table(study.load_study(out))
+    curves = analysis.utility_table(study_folder.load_study(out))
     assert set(curves["condition"]) == {"force-gt-b8", "auto-gt-b8", "episodic_only-gt-b8"}
     assert (curves["no_memory_pct"] == 0).all()
     fig = figures.plot_utility(curves, title="t")
@@ -246,15 +246,15 @@ def test_analyses_read_the_study_back(tiny_study):
 def test_bad_profile_names_the_key(tmp_path, change, message):
     data = {k: v for k, v in {**TINY, **change}.items() if v is not None}  # None: leave the key out
     path = write_profile(tmp_path, data)
-    with pytest.raises(study.StudyProfileError, match=message) as info:
-        study.load_study_profile(path)
+    with pytest.raises(studies.StudyProfileError, match=message) as info:
+        study_profile.load_study_profile(path)
     assert str(path) in str(info.value)
 
 
 def test_unisolated_is_an_explicit_choice_carried_to_every_grade(tmp_path):
-    kernel = study.load_study_profile(write_profile(tmp_path, TINY, "kernel.yaml"))
+    kernel = study_profile.load_study_profile(write_profile(tmp_path, TINY, "kernel.yaml"))
     assert kernel.sandbox == "kernel" and kernel.eval_kwargs()["limits"].isolation == "kernel"
-    prof = study.load_study_profile(write_profile(tmp_path, {**TINY, "sandbox": "unisolated"}))
+    prof = study_profile.load_study_profile(write_profile(tmp_path, {**TINY, "sandbox": "unisolated"}))
     assert all(prof.stream_config(c).limits.isolation == "unisolated" for c in prof.conditions)
     assert prof.eval_kwargs()["limits"].isolation == "unisolated"
     record = study.sandbox_record(prof)
@@ -282,21 +282,23 @@ def test_missing_isolation_refuses_before_any_model_call(tmp_path, monkeypatch, 
 
 def test_unknown_backbone_profile_is_named(tmp_path):
     path = write_profile(tmp_path, {**TINY, "backbone": "no-such-model"})
-    with pytest.raises(study.StudyProfileError, match="unknown backbone profile 'no-such-model'"):
+    with pytest.raises(studies.StudyProfileError, match="unknown backbone profile 'no-such-model'"):
         study.run_study(path, tmp_path / "out", log=lambda *a: None)
 
 
 def test_the_shipped_profiles_load():
-    smoke = study.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
+    smoke = study_profile.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
     assert smoke.backbone == "embedded" and smoke.checkpoints[0] == 0 and smoke.no_memory
     assert {c.regime for c in smoke.conditions} == {"force", "auto", "episodic_only"}
-    paper = study.load_study_profile(ROOT / "params" / "arc" / "paper.yaml")
+    paper = study_profile.load_study_profile(ROOT / "params" / "arc" / "paper.yaml")
     assert paper.heldout_pool.name == "heldout50" and paper.heldout_pool.limit is None
     # Table 4's |B| read as the tasks per step, the buffer capped at Table 4's 50: |B| = 1 and 8, GT and Running
     assert {(c.table4_b, c.tasks_per_step, c.buffer_size) for c in paper.conditions} == {(1, 1, 50), (8, 8, 50)}
     assert {c.source for c in paper.conditions} == {"gt", "running"}
     assert set(paper.surgery["conditions"]) <= {c.name for c in paper.conditions}
-    cpu = study.load_study_profile(ROOT / "params" / "arc" / "cpu.yaml")  # issue 22: three seeds on the 1.5B model
+    cpu = study_profile.load_study_profile(
+        ROOT / "params" / "arc" / "cpu.yaml"
+    )  # issue 22: three seeds on the 1.5B model
     assert (
         cpu.seeds == (1, 2, 3)
         and cpu.stream["shuffle"]
@@ -307,9 +309,9 @@ def test_the_shipped_profiles_load():
 
 def test_the_committed_fixture_matches_the_smoke_profile():
     out = ROOT / "tests" / "fixtures" / "arc" / "smoke"
-    df = study.load_study(out)
-    man = study.load_manifest(out)
-    prof = study.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
+    df = study_folder.load_study(out)
+    man = study_folder.load_manifest(out)
+    prof = study_profile.load_study_profile(ROOT / "params" / "arc" / "smoke.yaml")
     assert man["status"] == "complete" and man["embedded"] and man["note"]
     assert [c["name"] for c in man["conditions"]] == [c.name for c in prof.all_conditions()]
     assert set(df["step"]) == set(prof.checkpoints)
@@ -358,8 +360,8 @@ def test_obtain_study_modes(tiny_study, tmp_path):
         study.obtain_study("load", "missing", root=tmp_path)
     with pytest.raises(ValueError, match="needs a study profile"):
         study.obtain_study("run", "x", root=tmp_path)
-    empty = study.results(None)
-    assert empty.empty and list(empty.columns) == list(study.RESULT_COLUMNS)
+    empty = study_folder.results(None)
+    assert empty.empty and list(empty.columns) == list(study_folder.RESULT_COLUMNS)
     assert (
         analysis.step_table(None).empty
         and analysis.lineage_example(None) is None
@@ -401,14 +403,14 @@ def test_families_admitted_finds_the_first_full_step():
 
 
 def test_an_evaluation_only_profile_runs_the_no_memory_solver_alone(tmp_path):
-    prof = study.load_study_profile(ROOT / "params" / "arc" / "solver_check.yaml")
+    prof = study_profile.load_study_profile(ROOT / "params" / "arc" / "solver_check.yaml")
     assert prof.conditions == () and prof.no_memory and prof.heldout_pool.limit == 8
     data = yaml.safe_load((ROOT / "params" / "arc" / "solver_check.yaml").read_text())
     data["no_memory"] = False
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
-    with pytest.raises(study.StudyProfileError, match="nothing to run"):
-        study.load_study_profile(bad)
+    with pytest.raises(studies.StudyProfileError, match="nothing to run"):
+        study_profile.load_study_profile(bad)
 
 
 def test_the_solver_prompt_explains_helper_returns_only_when_the_profile_asks(tmp_path):
@@ -431,8 +433,8 @@ def test_the_solver_prompt_explains_helper_returns_only_when_the_profile_asks(tm
     data["stream"]["helper_usage"] = "always"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
-    with pytest.raises(study.StudyProfileError, match="stream.helper_usage must be one of"):
-        study.load_study_profile(bad)
+    with pytest.raises(studies.StudyProfileError, match="stream.helper_usage must be one of"):
+        study_profile.load_study_profile(bad)
 
 
 # -- a study of several seeds ------------------------------------------------------------------------------
@@ -466,40 +468,40 @@ def seeded_study(tmp_path_factory):
 
 def test_each_seed_is_a_whole_study_in_its_own_folder(seeded_study):
     out = seeded_study["result"].out_dir
-    assert study.is_multi_seed(out) and not study.is_multi_seed(out / "seed1")
-    assert study.seed_folders(out) == [(1, out / "seed1"), (2, out / "seed2")]
+    assert study_folder.is_multi_seed(out) and not study_folder.is_multi_seed(out / "seed1")
+    assert study_folder.seed_folders(out) == [(1, out / "seed1"), (2, out / "seed2")]
     for seed in (1, 2):
-        man = study.load_manifest(out / f"seed{seed}")
+        man = study_folder.load_manifest(out / f"seed{seed}")
         assert man["seed"] == seed and man["status"] == "complete" and man["profile"]["seed"] == seed
-        assert "seeds" not in man["profile"] and set(study.load_study(out / f"seed{seed}")["seed"]) == {seed}
+        assert "seeds" not in man["profile"] and set(study_folder.load_study(out / f"seed{seed}")["seed"]) == {seed}
     # the seed shuffles the stream: the two seeds stream other tasks of the same pool
-    snaps = {k: study.condition_snapshots(out / f"seed{k}", "auto-gt-b8") for k in (1, 2)}
+    snaps = {k: study_folder.condition_snapshots(out / f"seed{k}", "auto-gt-b8") for k in (1, 2)}
     orders = [[r["task_id"] for s in snaps[k] for r in s["solves"]] for k in (1, 2)]
     assert orders[0] != orders[1] and len(orders[0]) == len(orders[1]) == 3
     # a seed's study is the same study the profile makes for that seed alone
-    pd.testing.assert_frame_equal(study.load_study(out / "seed2"), seeded_study["single"].frame)
+    pd.testing.assert_frame_equal(study_folder.load_study(out / "seed2"), seeded_study["single"].frame)
 
 
 def test_the_seeds_results_are_one_table_and_the_manifest_adds_them_up(seeded_study):
     res = seeded_study["result"]
-    per_seed = [study.load_study(res.out_dir / f"seed{k}") for k in (1, 2)]
+    per_seed = [study_folder.load_study(res.out_dir / f"seed{k}") for k in (1, 2)]
     pd.testing.assert_frame_equal(res.frame, pd.concat(per_seed, ignore_index=True))
-    pd.testing.assert_frame_equal(study.load_study(res.out_dir), res.frame)
-    assert list(res.frame.columns) == list(study.RESULT_COLUMNS) and res.frame["seed"].tolist().count(1) == len(
+    pd.testing.assert_frame_equal(study_folder.load_study(res.out_dir), res.frame)
+    assert list(res.frame.columns) == list(study_folder.RESULT_COLUMNS) and res.frame["seed"].tolist().count(1) == len(
         per_seed[0]
     )
-    man = study.load_manifest(res.out_dir)  # as the resumed run left it, beside the seeds' own
+    man = study_folder.load_manifest(res.out_dir)  # as the resumed run left it, beside the seeds' own
     assert (
         man == json.loads(json.dumps(seeded_study["again"].manifest))
         and man["seeds"] == [1, 2]
         and man["seed_dirs"] == {"1": "seed1", "2": "seed2"}
         and man["seed"] is None
     )
-    mans = [study.load_manifest(res.out_dir / f"seed{k}") for k in (1, 2)]
+    mans = [study_folder.load_manifest(res.out_dir / f"seed{k}") for k in (1, 2)]
     assert man["calls"]["arc_eval"] == sum(m["calls"]["arc_eval"] for m in mans)
     assert man["wall_s_total"] == pytest.approx(sum(m["wall_s_total"] for m in mans), abs=0.2)
-    assert man["profile"]["seeds"] == [1, 2] and study.summary(res.out_dir)["seeds"] == [1, 2]
-    assert study.summary(res.out_dir / "seed1")["seeds"] == [1]
+    assert man["profile"]["seeds"] == [1, 2] and study_folder.summary(res.out_dir)["seeds"] == [1, 2]
+    assert study_folder.summary(res.out_dir / "seed1")["seeds"] == [1]
     assert SECRET not in json.dumps(man)
 
 
@@ -523,24 +525,26 @@ def test_an_interrupted_study_of_seeds_reads_as_its_complete_seeds_and_resumes(t
         monkeypatch.setattr(study, "run_profile", interrupted_in_seed_2)
         with pytest.raises(KeyboardInterrupt):
             study.run_study(profile, out, endpoint=endpoint, log=lambda *a: None)
-        man = study.load_manifest(out)
+        man = study_folder.load_manifest(out)
         assert man["status"] == "partial" and man["seeds"] == [1] and man["seeds_planned"] == [1, 2]
-        assert study.seed_folders(out) == [(1, out / "seed1")]
-        pd.testing.assert_frame_equal(study.load_study(out), study.load_study(out / "seed1"))
+        assert study_folder.seed_folders(out) == [(1, out / "seed1")]
+        pd.testing.assert_frame_equal(study_folder.load_study(out), study_folder.load_study(out / "seed1"))
         assert set(analysis.step_table(out)["seed"]) == {1}
-        line = study.seeds_progress(out)
+        line = study_folder.seeds_progress(out)
         assert line.startswith("seeds complete: [1] of [1, 2]") and line.endswith(f"--out {out.as_posix()}`)")
         # inside a checkout, the folder is named relative to it (a command that works on another machine)
-        assert study.seeds_progress(out, root=tmp_path).endswith(f"--out {out.relative_to(tmp_path).as_posix()}`)")
-        assert study.summary(out)["status"] == "partial" and study.summary(out)["seeds_planned"] == [1, 2]
+        assert study_folder.seeds_progress(out, root=tmp_path).endswith(
+            f"--out {out.relative_to(tmp_path).as_posix()}`)"
+        )
+        assert study_folder.summary(out)["status"] == "partial" and study_folder.summary(out)["seeds_planned"] == [1, 2]
 
         monkeypatch.setattr(study, "run_profile", whole)
         solves = model.solves
         done = study.run_study(profile, out, endpoint=endpoint, log=lambda *a: None)
     assert model.solves > solves  # seed 2 ran; seed 1 was re-read
     assert done.manifest["status"] == "complete" and done.manifest["seeds"] == [1, 2]
-    assert study.seeds_progress(out) == "" and study.seeds_progress(out / "seed1") == ""
-    assert set(study.load_study(out)["seed"]) == {1, 2}
+    assert study_folder.seeds_progress(out) == "" and study_folder.seeds_progress(out / "seed1") == ""
+    assert set(study_folder.load_study(out)["seed"]) == {1, 2}
 
 
 def test_a_study_of_seeds_refuses_a_folder_of_one_seed(seeded_study, tmp_path):
@@ -575,22 +579,24 @@ def test_analyses_stack_the_seeds_and_average_what_they_set_beside_the_paper(see
     with pytest.raises(KeyError, match="of any seed"):
         analysis.lineage_example(out, entry_id="S99")
     with pytest.raises(ValueError, match=r"a study of several seeds: condition 'auto-gt-b8' is recorded in each of"):
-        study.condition_snapshots(out, "auto-gt-b8")
+        study_folder.condition_snapshots(out, "auto-gt-b8")
 
 
 def test_utility_over_seeds_is_their_mean_and_sd(seeded_study):
     out = seeded_study["result"].out_dir
-    df = study.load_study(out)
+    df = study_folder.load_study(out)
     curves = analysis.utility_table(df)
     summary = analysis.utility_summary(curves).set_index(["condition", "step"])
     assert set(summary["n_seeds"]) == {2}
     for (cond, step), grp in curves.groupby(["condition", "step"]):
         assert summary.loc[(cond, step), "accuracy_pct_mean"] == pytest.approx(grp["accuracy_pct"].mean())
         assert summary.loc[(cond, step), "accuracy_pct_sd"] == pytest.approx(grp["accuracy_pct"].std(), nan_ok=True)
-    one = analysis.utility_summary(analysis.utility_table(study.load_study(out / "seed1")))
+    one = analysis.utility_summary(analysis.utility_table(study_folder.load_study(out / "seed1")))
     assert set(one["n_seeds"]) == {1} and one["accuracy_pct_sd"].isna().all()
     reg = analysis.regression_table(df).set_index("condition")
-    per_seed = [analysis.regression_table(study.load_study(out / f"seed{k}")).set_index("condition") for k in (1, 2)]
+    per_seed = [
+        analysis.regression_table(study_folder.load_study(out / f"seed{k}")).set_index("condition") for k in (1, 2)
+    ]
     for cond in ("force-gt-b8", "auto-gt-b8"):
         assert reg.loc[cond, "with_memory"] == pytest.approx(sum(p.loc[cond, "with_memory"] for p in per_seed) / 2)
     assert figures.plot_utility(curves, title="seeds").axes
@@ -610,7 +616,7 @@ def test_notebooks_09_and_10_show_a_study_of_several_seeds(seeded_study):
     nb09, nb10 = (d.output for d in done)
     assert "seed(s) [1, 2] (tables and figures: the mean over seeds" in nb09.read_text()
     over = pd.read_csv(nb09.parent / "utility_vs_updates_heldout_over_seeds.csv")
-    expected = analysis.utility_summary(analysis.utility_table(study.load_study(out)))
+    expected = analysis.utility_summary(analysis.utility_table(study_folder.load_study(out)))
     assert set(over["n_seeds"]) == {2} and over["accuracy_pct_mean"].tolist() == pytest.approx(
         expected["accuracy_pct_mean"].tolist()
     )

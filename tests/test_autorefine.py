@@ -19,17 +19,14 @@ import pytest
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.methods import make_method
-from antipersist_lib.methods.autorefine import (
+from antipersist_lib.methods.autorefine import AutoRefine
+from antipersist_lib.methods.autorefine_prompts import (
     EVOLVER_PREAMBLE_GENERIC,
     EVOLVER_PREAMBLES,
-    AutoRefine,
-    assign_names,
-    next_dyn_index,
-    normalize_skill,
     parse_rewrite,
     parse_skill_array,
-    utility_score,
 )
+from antipersist_lib.methods.autorefine_skills import assign_names, next_dyn_index, normalize_skill, utility_score
 from antipersist_lib.methods.base import MethodContext, TaskContext
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 from antipersist_lib.rundir import RunDirectory

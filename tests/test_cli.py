@@ -24,6 +24,8 @@ def test_demo_writes_runs_and_guidance_never_persists(tmp_path, capsys):
     assert ap["run_dir"] == str(run)
     manifest = json.loads((run / "manifest.json").read_text())
     assert set(manifest["prompt_hashes"]) >= {"agent_system", "imitation", "strategic", "corrective"}
+    assert manifest["prompt_families"] == ["kit"]  # Anti-Persistence's own family, named; no other method's
+    assert not any(k.startswith(("reflexion_", "expel_", "arc_")) for k in manifest["prompt_hashes"])
     assert manifest["endpoint"]["api_key_env"] == "ANTIPERSIST_DEMO_KEY"
     for p in run.rglob("*"):
         if p.is_file():
@@ -92,7 +94,8 @@ def test_select_audit_never_creates_or_repairs_a_log(tmp_path, capsys):
 
 def _ap_run(tmp_path):
     """A small anti_persistence run whose decisions include round-robin, warmup, epsilon and UCB ones."""
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
@@ -190,7 +193,8 @@ def test_agent_decoding_comes_from_the_backbone_profile_and_is_recorded(tmp_path
     import shutil
     from pathlib import Path
 
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
 
@@ -402,20 +406,31 @@ def test_doctor_checks_an_adhoc_endpoint(capsys):
 
 
 def test_study_commands_forward_the_endpoint_flags(tmp_path, monkeypatch):
+    """The kit's cli hands its parsed arguments to the study command, which calls the runner directly."""
+    import dataclasses
+
+    import pandas as pd
+
     from antipersist_lib import study_commands
 
     seen = []
-    for name in ("arc_study_main", "consolidation_study_main"):
-        monkeypatch.setattr(study_commands, name, lambda argv: seen.append(list(argv)) or 0)
+
+    def run(profile, out, **kw):
+        seen.append((profile, str(out), kw))
+
+    for name, command in list(study_commands.COMMANDS.items()):
+        fake = dataclasses.replace(command, run=run, show=lambda result: pd.DataFrame())
+        monkeypatch.setitem(study_commands.COMMANDS, name, fake)
     flags = ["--base-url", "http://h:1/v1", "--model", "org/m", "--api-key-env", "K", "--context-length", "99"]
     assert main(["arc-study", "--profile", "p.yaml", *flags]) == 0
     assert (
         main(["consolidation", "--profile", "q.yaml", "--out", "o", "--base-url", "http://h:1/v1", "--model", "m"]) == 0
     )
-    assert seen == [
-        ["--profile", "p.yaml", *flags],
-        ["--profile", "q.yaml", "--out", "o", "--base-url", "http://h:1/v1", "--model", "m"],
-    ]
+    (p1, out1, kw1), (p2, out2, kw2) = seen
+    assert (p1, out1, p2, out2) == ("p.yaml", "outputs/arc/p", "q.yaml", "o")
+    ep = kw1["backbone"]
+    assert (ep.base_url, ep.model, ep.api_key_env, ep.context_length) == ("http://h:1/v1", "org/m", "K", 99)
+    assert (kw2["backbone"].base_url, kw2["backbone"].model) == ("http://h:1/v1", "m")
 
 
 def test_models_command_lists_the_registry_and_says_what_the_cache_holds(tmp_path, monkeypatch, capsys):

@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from antipersist_lib.consolidation import prompts as CP
+from antipersist_lib.consolidation.ace import ACE
+from antipersist_lib.consolidation.awm import AWM, parse_workflows
 from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry, load_bank
-from antipersist_lib.consolidation.consolidators import ACE, AWM, CLIN, DynamicCheatsheet, parse_workflows
+from antipersist_lib.consolidation.cheatsheet import DynamicCheatsheet
+from antipersist_lib.consolidation.clin import CLIN
 from antipersist_lib.consolidation.episodic import (
     FewShot,
     KeepCurator,
@@ -24,7 +27,6 @@ from antipersist_lib.consolidation.episodic import (
     few_shot,
     one_pass_keep,
 )
-from antipersist_lib.consolidation.parsing import ReplyError, extract_json
 from antipersist_lib.consolidation.pool import (
     PoolRecord,
     batches,
@@ -46,8 +48,10 @@ from antipersist_lib.consolidation.regimes import (
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.envs.alfworld import category_of, read_game
 from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.methods import MethodContext, make_method, validate_method_params
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.replies import extract_json
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, ScriptedResponder, bag_of_words_embedding
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -290,8 +294,8 @@ DEFINING_ACTION = {
 
 @pytest.mark.slow
 def test_alfworld_paper_profiles_summaries_keep_every_action_of_every_type(alfworld_data):
+    from antipersist_lib.consolidation.builds import summaries_kept, summary_budgets
     from antipersist_lib.consolidation.profile import load_study_profile
-    from antipersist_lib.consolidation.study import summaries_kept, summary_budgets
 
     pool = expert_pool("alfworld", 2, seed=0, data_dir=alfworld_data)
     assert {r.task_type for r in pool} == {"put", "clean", "heat", "cool", "examine", "puttwo"}
@@ -803,9 +807,9 @@ def test_extract_json_finds_the_answer_in_prose_and_fences():
     assert extract_json('Sure! {"a": 1} hope that helps', dict) == {"a": 1}
     assert extract_json('```json\n[{"op": "add"}]\n```', list) == [{"op": "add"}]
     assert extract_json('note [see 1] then [{"op": "x"}]', list) == [{"op": "x"}]  # the first that decodes
-    with pytest.raises(ReplyError, match="no JSON dict"):
+    with pytest.raises(ReplyParseError, match="no JSON dict"):
         extract_json("[1, 2]", dict)
-    with pytest.raises(ReplyError, match="empty reply"):
+    with pytest.raises(ReplyParseError, match="empty reply"):
         extract_json("  ", dict)
 
 
@@ -869,7 +873,8 @@ def test_incremental_keep_streams_batches_past_the_curator(make_clients):
 
 
 def test_a_protocol_run_evaluates_the_bank_in_every_held_out_context(tmp_path):
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
@@ -999,7 +1004,7 @@ def test_a_consolidation_prompt_past_the_context_is_refused_before_sending(make_
 
 def test_truncate_oldest_drops_the_batch_s_oldest_records_until_the_prompt_fits(make_clients):
     from antipersist_lib.consolidation.context import ContextOverflowError
-    from antipersist_lib.methods.frozen_skills import estimated_tokens
+    from antipersist_lib.context_budget import estimated_tokens
 
     c = make_clients(ScriptedResponder([(by_system(CP.DC_SYSTEM), "<cheatsheet>sheet</cheatsheet>")]))
     pool = make_pool(per=4)
@@ -1024,7 +1029,7 @@ def test_truncate_oldest_drops_the_batch_s_oldest_records_until_the_prompt_fits(
 
 def test_fit_bank_refuses_or_shows_the_newest_entries_that_fit():
     from antipersist_lib.consolidation.context import ContextOverflowError, ContextSpec, fit_bank
-    from antipersist_lib.methods.frozen_skills import estimated_tokens
+    from antipersist_lib.context_budget import estimated_tokens
 
     bank = all_logs(make_pool(per=4), log_chars=300)
     tokens = estimated_tokens(bank.render())

@@ -12,8 +12,8 @@ import pytest
 from errand_pool import errand_pool_run
 
 from antipersist_lib.consolidation import prompts as CP
+from antipersist_lib.consolidation.ace import ACE, ACE_SECTIONS
 from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry
-from antipersist_lib.consolidation.consolidators import ACE, ACE_SECTIONS
 from antipersist_lib.consolidation.pool import PoolRecord, expert_pool
 from antipersist_lib.consolidation.rollouts import ROLLOUT_SOURCE, EpisodeRollout
 from antipersist_lib.core.agent import AgentConfig

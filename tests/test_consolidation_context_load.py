@@ -10,12 +10,9 @@ import yaml
 
 from antipersist_lib.consolidation import context_estimate as ctx
 from antipersist_lib.consolidation.context import REFUSE
+from antipersist_lib.consolidation.context_estimate import check_profile_context, profile_prompt_sizes
 from antipersist_lib.consolidation.pool import summarize_trajectory
-from antipersist_lib.consolidation.profile import (
-    check_profile_context,
-    load_study_profile,
-    profile_prompt_sizes,
-)
+from antipersist_lib.consolidation.profile import load_study_profile
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.studies import StudyProfileError
 
@@ -99,7 +96,7 @@ def test_an_endpoint_override_is_checked_against_its_own_context(tmp_path):
 def test_scienceworld_pool_is_sized_by_the_engines_stored_train_variations():
     """allow_fewer: a task gives at most its train variations (the engine's, stored in the partition), so the
     Table 9 pool is 386 logs, not 15 x 40 = 600, and All's memory fits (600 would not)."""
-    from antipersist_lib.consolidation.profile import expert_counts, pool_size
+    from antipersist_lib.consolidation.context_estimate import expert_counts, pool_size
 
     profile = load_study_profile(ROOT / "params" / "consolidation" / "scienceworld.yaml")
     counts = expert_counts(profile)

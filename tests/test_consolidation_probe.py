@@ -13,7 +13,7 @@ import yaml
 from errand_pool import errand_pool_run
 
 from antipersist_lib.analysis.plots import plt, text_overlaps
-from antipersist_lib.consolidation import analysis, study
+from antipersist_lib.consolidation import analysis, study, study_folder
 from antipersist_lib.consolidation import prompts as CP
 from antipersist_lib.consolidation.bank import load_bank
 from antipersist_lib.consolidation.figures import plot_probe_interference
@@ -147,11 +147,11 @@ def test_the_recorded_fixtures_are_their_smoke_profiles_and_load(folder, profile
 
     root = Path(__file__).resolve().parents[1]
     out = root / "tests" / "fixtures" / "consolidation" / folder
-    manifest = study.load_manifest(out)
+    manifest = study_folder.load_manifest(out)
     data = yaml.safe_load((root / "params" / "consolidation" / profile_file).read_text())
     assert manifest["status"] == "complete" and manifest["profile"] == data
     assert manifest["embedded_backbone"]["model"]["name"] == data["backbone_options"]["model"]
-    df = study.load_study(out)
+    df = study_folder.load_study(out)
     profile = load_study_profile(root / "params" / "consolidation" / profile_file)
     built = {r.name for r in profile.regimes}
     assert set(df["condition"]) == built | {"no_memory"}

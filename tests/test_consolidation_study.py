@@ -15,14 +15,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from antipersist_lib import studies
 from antipersist_lib.analysis import faulty_paper
-from antipersist_lib.consolidation import analysis, figures, study
+from antipersist_lib.consolidation import analysis, builds, evaluations, figures, study, study_folder
 from antipersist_lib.consolidation import prompts as CP
 from antipersist_lib.consolidation.bank import load_bank
 from antipersist_lib.consolidation.pool import batches, load_pool
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
@@ -134,7 +136,7 @@ def test_the_study_evaluates_every_build_step_and_seed(tiny_study):
     expected = {("react", "no_memory", 0, s) for s in (1, 2)}
     for builder in ("all", "fs2", "dc", "awm", "keep"):
         expected |= {(builder, "static_all", 1, s) for s in (1, 2)}
-    pool = load_pool(result.out / study.POOL_FILE)
+    pool = load_pool(result.out / builds.POOL_FILE)
 
     def evaluated(start: int, size: int, homogeneous: bool) -> list[int]:  # every second update, and the last
         n = len(batches(pool, size, homogeneous, 0))
@@ -167,13 +169,13 @@ def test_method_rows_start_from_the_pool_and_train_on_their_own(tiny_study):
     """The kit's methods stand beside the banks: same held-out games and seeds, the pool as M_0."""
     result, srv = tiny_study
     df, out = result.frame, result.out
-    pool = load_pool(out / study.POOL_FILE)
+    pool = load_pool(out / builds.POOL_FILE)
     methods = df[df["regime"] == study.METHOD_REGIME]
     assert set(methods["builder"]) == {"trajectory_memory", "ap_trained"} and methods["heldout_n"].eq(2).all()
     assert set(methods["examples_seen"]) == {6, 6 + 4} and set(methods["updates"]) == {0, 4}
     for rd in methods["run_dir"]:
         manifest = json.loads((out / rd / "manifest.json").read_text())
-        assert manifest["method_params"]["seed_pool"] == str(out / study.POOL_FILE)
+        assert manifest["method_params"]["seed_pool"] == str(out / builds.POOL_FILE)
         layout = RunDirectory(out / rd)
         # read_jsonl: the embeddings are in trajectories.emb, shown inline (issue 45)
         stored = [x.value for x in read_jsonl(layout.state_path(RunDirectory.TRAJECTORIES))]
@@ -189,7 +191,7 @@ def test_method_rows_start_from_the_pool_and_train_on_their_own(tiny_study):
     assert cells.loc["trajectory_memory", "label"] == "Trajectory memory"
     assert cells.loc["ap_trained", "condition"] == "pool + 2x2 training" and cells.loc["ap_trained", "step"] == 2
     assert not cells.loc[["trajectory_memory", "ap_trained"], "beaten"].any()  # never marked "(--)"
-    assert study.load_manifest(out)["methods"]["ap_trained"]["method"] == "anti_persistence"
+    assert study_folder.load_manifest(out)["methods"]["ap_trained"]["method"] == "anti_persistence"
     assert study.METHOD_REGIME not in set(analysis.regime_bars(df)["regime"])
 
 
@@ -207,7 +209,7 @@ def test_a_scripted_cheatsheet_that_names_the_rooms_beats_no_memory(tiny_study):
 def test_the_study_folder_holds_manifest_memories_and_runs(tiny_study):
     result, _ = tiny_study
     out = result.out
-    m = study.load_manifest(out)
+    m = study_folder.load_manifest(out)
     assert m["status"] == "complete" and m["backbone"] == "scripted-loopback" and m["note"] == ""
     assert m["pool"]["size"] == 6 and set(m["pool"]["types"]) == {"bring_fruit", "bring_item"}
     assert m["prompt_hashes"]["consolidation"]["consolidation_dc_rewrite"] and m["versions"]["python"]
@@ -232,10 +234,10 @@ def test_the_study_folder_holds_manifest_memories_and_runs(tiny_study):
 
 def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_path, capsys):
     result, _ = tiny_study
-    loaded = study.load_study(result.out)
+    loaded = study_folder.load_study(result.out)
     pd.testing.assert_frame_equal(loaded, result.frame)
-    assert list(loaded.columns) == list(study.RESULT_COLUMNS)
-    assert pd.read_csv(result.out / study.RESULTS_CSV).shape == loaded.shape
+    assert list(loaded.columns) == list(study_folder.RESULT_COLUMNS)
+    assert pd.read_csv(result.out / studies.RESULTS_CSV).shape == loaded.shape
     n_calls = len(server.requests)
     again = study.run_study(
         result.out.parent / "tiny.yaml", result.out, endpoint=endpoint(server), embed_endpoint=endpoint(server)
@@ -252,7 +254,7 @@ def test_load_study_round_trips_and_rerunning_resumes(tiny_study, server, tmp_pa
     assert f"[bank {n_banks} of {n_banks}: " in printed and f"; bank {n_banks} of {n_banks})" in printed
     assert "kit method; method evaluation 4 of 4)" in printed
     with pytest.raises(FileNotFoundError, match="no study results"):
-        study.load_study(tmp_path)
+        study_folder.load_study(tmp_path)
 
 
 def test_curves_and_bars_from_a_study(tiny_study):
@@ -349,7 +351,7 @@ def _frame(rows):
                 "success": success,
             }
         )
-    return study._frame(out)
+    return study_folder.results_frame(out)
 
 
 def test_table_marks_consolidators_beaten_by_a_trajectory_log_on_a_hand_made_frame():
@@ -559,8 +561,8 @@ def test_the_kit_profiles_load():
 
 
 def test_the_recorded_smoke_fixture_loads():
-    df = study.load_study(FIXTURE)
-    m = study.load_manifest(FIXTURE)
+    df = study_folder.load_study(FIXTURE)
+    m = study_folder.load_manifest(FIXTURE)
     assert m["status"] == "complete" and m["embedded"] and m["note"]
     assert set(df["seed"]) and df["seed"].nunique() == 2 and set(df["benchmark"]) == {"alfworld"}
     assert {"react", "all", "dc", "awm", "ace"} <= set(df["builder"])
@@ -574,9 +576,9 @@ def test_the_recorded_smoke_fixture_loads():
 def test_obtain_study_loads_runs_or_shows_the_paper_alone(tmp_path, server, pool_run):
     assert study.obtain_study("paper", "anything", root=tmp_path) == []
     assert (
-        study.results([]).empty
-        and study.study_note([]) == ""
-        and analysis.trajectory_log_table(study.results([])).empty
+        study_folder.results([]).empty
+        and study_folder.study_note([]) == ""
+        and analysis.trajectory_log_table(study_folder.results([])).empty
     )
     with pytest.raises(FileNotFoundError, match="no study results"):
         study.obtain_study("load", "missing", root=tmp_path)
@@ -595,9 +597,9 @@ def test_obtain_study_loads_runs_or_shows_the_paper_alone(tmp_path, server, pool
         "run", None, profile="mini.yaml", root=tmp_path, out_root="o", endpoint=endpoint(server)
     )
     assert out == tmp_path / "o" / "mini"
-    df = study.results(out)
+    df = study_folder.results(out)
     assert sorted(df["builder"]) == ["all", "react"] and prof.exists()
-    assert study.results([out, out]).shape[0] == 2 * len(df)  # several studies (e.g. one per backbone) stack
+    assert study_folder.results([out, out]).shape[0] == 2 * len(df)  # several studies (e.g. one per backbone) stack
 
 
 # -- two backbones, repeated passes, the context budget -------------------------------------------------
@@ -645,7 +647,7 @@ def test_a_seed_bank_built_by_one_backbone_is_continued_by_another(tmp_path, poo
             methods=None,
         )
         res = study.run_study(prof, tmp_path / "out", endpoint=endpoint(main), embed_endpoint=endpoint(main))
-        pool = load_pool(res.out / study.POOL_FILE)
+        pool = load_pool(res.out / builds.POOL_FILE)
         n_types = len({r.task_type for r in pool})
         per_pass = len(batches(pool, 2, False, 0))
         assert _dc_requests(seed_srv) == n_types  # the seed bank: one call per task type, all by the seed model
@@ -657,7 +659,7 @@ def test_a_seed_bank_built_by_one_backbone_is_continued_by_another(tmp_path, poo
         ]
         assert len(others) <= 1  # at most the preflight probe: no agent ever ran on the seed model
         seed_url = seed_srv.base_url
-    m = study.load_manifest(res.out)
+    m = study_folder.load_manifest(res.out)
     assert m["regime_backbones"]["seed"]["endpoint"]["base_url"] == seed_url
     assert m["regime_backbones"]["seed"]["endpoint"]["model"] == "seed-model" and "more" not in m["regime_backbones"]
     built = {b["regime"]: b["built_by"]["model"] for b in m["builds"]}
@@ -711,7 +713,7 @@ def test_banks_built_by_one_model_are_evaluated_by_each_evaluation_backbone(tmp_
         ("actor-b", "dc"),
         ("actor-b", "react"),
     ]
-    m = study.load_manifest(res.out)
+    m = study_folder.load_manifest(res.out)
     assert set(m["evaluation_backbones"]) == {"actor-a", "actor-b"}
     assert m["evaluation_backbones"]["actor-a"]["model"] == "actor-a"
     with pytest.raises(study.StudyProfileError, match="names a backbone twice"):
@@ -748,16 +750,16 @@ def test_an_evaluated_memory_past_the_context_is_refused_or_cut_from_its_oldest_
         _all_profile(tmp_path, pool_run, "truncate_oldest"), tmp_path / "cut", endpoint=small, embed_endpoint=small
     )
     full = load_bank(res.out / "memories" / "all" / "static_all" / "bank.json")
-    fitted = load_bank(res.out / "memories" / "all" / "static_all" / study.FITTED_DIR / "step1.json")
+    fitted = load_bank(res.out / "memories" / "all" / "static_all" / evaluations.FITTED_DIR / "step1.json")
     dropped = int(res.frame["memory_dropped"].iloc[0])
     assert 0 < dropped < len(full.entries) and fitted.ids == full.ids[dropped:]  # the newest entries stay
-    record = study.load_manifest(res.out)["builds"][0]["evaluation_context"]["1"]
+    record = study_folder.load_manifest(res.out)["builds"][0]["evaluation_context"]["1"]
     assert (
         record["dropped_entries"] == dropped
         and record["budget_tokens"] == 300
         and record["policy"] == "truncate_oldest"
     )
-    context = study.load_manifest(res.out)["context"]
+    context = study_folder.load_manifest(res.out)["context"]
     assert (context["overflow"], context["reserve_tokens"]) == ("truncate_oldest", 50)
     assert any(e["build"] == "all/static_all" and not e["fits"] for e in context["estimates"])  # recorded, not refused
     systems = [
@@ -789,7 +791,7 @@ def test_a_staged_stream_from_a_profile_draws_each_stage_afresh(tmp_path, pool_r
         methods=None,
     )
     res = study.run_study(prof, tmp_path / "out", endpoint=endpoint(server), embed_endpoint=endpoint(server))
-    pool = load_pool(res.out / study.POOL_FILE)
+    pool = load_pool(res.out / builds.POOL_FILE)
     first_two = {t: [r.rid for r in pool if r.task_type == t][:2] for t in {r.task_type for r in pool}}
     lines = [json.loads(x) for x in (res.out / "memories/dc/staged/snapshots.jsonl").read_text().splitlines()]
     events = [x["event"] for x in lines if x["event"]]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from errand_pool import errand_pool_run
 
-from antipersist_lib.consolidation import study, surgery
+from antipersist_lib.consolidation import study, study_folder, surgery
 from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry, load_bank
 from antipersist_lib.consolidation.profile import load_study_profile
 from antipersist_lib.serving.llm import Endpoint
@@ -106,7 +106,7 @@ def surgery_study(tmp_path_factory):
 def test_surgery_evaluates_the_whole_bank_and_each_bank_minus_one_entry(surgery_study):
     result, again, _, _ = surgery_study
     out = result.out
-    rows = study.load_surgery(out)
+    rows = study_folder.load_surgery(out)
     bank = load_bank(out / "memories" / "all" / "static_all" / "bank.json")
     assert len(bank.ids) == 3
     assert [(r["removed"], r["seed"]) for r in rows] == [(x, s) for x in [None, *bank.ids] for s in (1, 2)]
@@ -115,8 +115,8 @@ def test_surgery_evaluates_the_whole_bank_and_each_bank_minus_one_entry(surgery_
         assert edited.ids == [i for i in bank.ids if i != r["removed"]] and r["entries"] == len(edited.ids)
         manifest = json.loads((out / r["run_dir"] / "manifest.json").read_text())
         assert manifest["method"] == "consolidated_memory" and manifest["method_params"]["memory"].endswith(r["memory"])
-    assert result.manifest["surgery"] == {"rows": 8, "file": study.SURGERY_RESULTS}
-    assert study.load_surgery(again.out) == rows
+    assert result.manifest["surgery"] == {"rows": 8, "file": study_folder.SURGERY_RESULTS}
+    assert study_folder.load_surgery(again.out) == rows
 
     table = surgery.outcome_table(rows, [out])
     assert list(table["memory"]) == ["full", *(f"minus {i}" for i in bank.ids)]
@@ -169,7 +169,7 @@ def test_surgery_can_take_the_bank_at_the_end_of_a_pass(tmp_path, surgery_study)
     with LoopbackServer(responder=errand_policy) as srv:
         ep = Endpoint(base_url=srv.base_url, model="scripted", api_key_env="ANTIPERSIST_TEST_KEY", max_retries=0)
         result = study.run_study(path, tmp_path / "out", endpoint=ep, embed_endpoint=ep)
-    rows = study.load_surgery(result.out)
+    rows = study_folder.load_surgery(result.out)
     assert {r["step"] for r in rows} == {2}  # 3 records in batches of 2: the first pass ends at update 2
     assert [r["entries"] for r in rows] == [3, 2, 2, 2]
     data["surgery"]["step"] = {"pass": 3}
@@ -185,11 +185,11 @@ def test_the_recorded_fixture_is_the_smoke_profile_and_loads():
 
     root = Path(__file__).resolve().parents[1]
     out = root / "tests" / "fixtures" / "consolidation" / "surgery_smoke"
-    manifest = study.load_manifest(out)
+    manifest = study_folder.load_manifest(out)
     data = yaml.safe_load((root / "params" / "consolidation" / "surgery_smoke.yaml").read_text())
     assert manifest["status"] == "complete" and manifest["profile"] == data
     assert manifest["embedded_backbone"]["model"]["name"] == data["backbone_options"]["model"]
-    rows = study.load_surgery(out)
+    rows = study_folder.load_surgery(out)
     table = surgery.outcome_table(rows, [out])
     assert table["memory"].iloc[0] == "full" and len(table) == len({r["removed"] for r in rows})
     assert (table["entries"].iloc[1:] == table["entries"].iloc[0] - 1).all()

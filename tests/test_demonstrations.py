@@ -30,7 +30,8 @@ from antipersist_lib.envs.errand_world import HOME, ErrandWorld, make_tasks
 from antipersist_lib.envs.expert import expert_actions, has_expert_paths, replay_expert
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.records import EpisodeOutcome, Partition, Step, Task, Trajectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.core import prompts
+from antipersist_lib import methods
 from antipersist_lib.core.agent import AgentConfig, run_episode
 from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.errors import FrozenStateError
@@ -391,4 +391,6 @@ def test_parameters(make_clients, tmp_path):
         "temperature": 0.0,
         "trajectory_chars": 4000,
     }
-    assert {"expel_compare", "expel_success", "expel_operations"} <= set(prompts.prompt_hashes())
+    assert {"expel_compare", "expel_success", "expel_operations"} <= set(
+        methods.prompt_hashes(methods.method_class("expel").prompt_families)
+    )

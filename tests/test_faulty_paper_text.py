@@ -243,8 +243,8 @@ def test_figures_12_and_13_draw_one_example_per_family_or_skill():
 def test_table1_names_a_kit_profile_for_each_setting_and_each_loads():
     """Table 1's settings mapped to profiles (notebook 12): every named profile exists and loads with its study's
     loader; only AppWorld has none."""
-    from antipersist_lib.arc.probes import load_probe_profile
-    from antipersist_lib.arc.study import load_study_profile as load_arc
+    from antipersist_lib.arc.probe_profile import load_probe_profile
+    from antipersist_lib.arc.study_profile import load_study_profile as load_arc
 
     rows = faulty_paper.table1()
     assert len(rows) == 8 and {r.benchmark for r in rows} == {

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from antipersist_lib.context_budget import CHARS_PER_TOKEN
 from antipersist_lib.core.agent import AgentConfig
+from antipersist_lib.core.skill_layer import SKILLS_HEADER, params_for_seed
 from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.methods.anti_persistence import AntiPersistence
 from antipersist_lib.methods.base import MethodContext
-from antipersist_lib.methods.frozen_skills import CHARS_PER_TOKEN, SKILLS_HEADER, params_for_seed
 from antipersist_lib.runner.protocol import run_task
 from antipersist_lib.serving.embeddings import embed_text
 from antipersist_lib.serving.llm import LLMClient
@@ -276,7 +277,7 @@ def test_a_run_recorded_before_top_b_resumes_with_the_whole_library(tmp_path):
 
 
 def test_an_unfinished_judge_run_is_refused_naming_its_progress(tmp_path):
-    from antipersist_lib.methods.frozen_skills import read_skills
+    from antipersist_lib.core.skill_layer import read_skills
 
     run = judge_run(tmp_path / "judge", seed=42, skills=[("s", "a skill", None)], model="scripted")
     (run / "manifest.json").write_text(json.dumps({"embedding_endpoint": {"model": "scripted"}, "iterations": 10}))

@@ -466,7 +466,7 @@ def test_the_papers_anti_persistence_runs_make_one_embedding_call_as_b3(users_se
 def test_a_run_in_two_grid_files_has_one_identity(users_setup):
     """A run directory two files share (the default points, the main grid's runs) is defined the same
     in both, so the second file resumes it instead of being refused as a different configuration."""
-    from antipersist_lib.runner.protocol import IDENTITY_KEYS
+    from antipersist_lib.runner.spec import IDENTITY_KEYS
 
     seen: dict[Path, tuple[str, dict]] = {}
     shared = 0

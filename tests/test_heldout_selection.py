@@ -20,7 +20,8 @@ from antipersist_lib.envs.errand_world import ErrandWorld
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.methods import params_as_recorded
 from antipersist_lib.runner import replay
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy

@@ -14,7 +14,8 @@ import yaml
 from antipersist_lib.consolidation.profile import load_study_profile
 from antipersist_lib.envs.alfworld import CATEGORY_ORDER, SEEN_HELDOUT_SET, build_alfworld_seen_heldout, list_games
 from antipersist_lib.envs.partitions import PARTITION_SEED, heldout_set_path, load_partition
-from antipersist_lib.runner.protocol import Runner, RunSpec, run_episode_counts
+from antipersist_lib.runner.protocol import Runner
+from antipersist_lib.runner.spec import RunSpec, run_episode_counts
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.studies import StudyProfileError
 
@@ -138,7 +139,8 @@ def test_rebuilding_the_unseen_set_with_its_seed_gives_the_committed_file():
 def test_main_job_and_grid_profiles_pass_a_heldout_set_through(tmp_path):
     from antipersist_lib.envs.alfworld import UNSEEN_HELDOUT_SET
     from antipersist_lib.runner.grid import load_grid
-    from antipersist_lib.runner.main_job import load_profile, profile_specs, run_tasks
+    from antipersist_lib.runner.main_profile import load_profile, profile_specs
+    from antipersist_lib.runner.seed_pools import run_tasks
 
     base = {"methods": ["react"], "benchmarks": ["alfworld"], "seeds": [1]}
     over = {"settings_by_benchmark": {"alfworld": {"heldout_set": UNSEEN_HELDOUT_SET}}}

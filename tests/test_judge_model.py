@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import PREFLIGHT_PROMPT
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, LoopbackServer, last_user_text
@@ -179,7 +180,7 @@ def test_a_grid_judge_goes_to_the_runs_that_judge_only(tmp_path):
 
 def test_grid_and_main_job_refuse_a_judge_no_run_uses(tmp_path):
     from antipersist_lib.runner.grid import load_grid
-    from antipersist_lib.runner.main_job import judge_model, load_profile
+    from antipersist_lib.runner.main_profile import judge_model, load_profile
 
     with pytest.raises(ValueError, match=r"judge names 'gpt-judge', but no run of the grid calls a judge"):
         load_grid(write_grid(tmp_path, "http://a/v1", "http://j/v1", variants={}))
@@ -207,8 +208,8 @@ def test_grid_and_main_job_refuse_a_judge_no_run_uses(tmp_path):
 def test_an_unparseable_judge_reply_is_counted_apart_warned_and_an_empty_frozen_layer_is_refused(tmp_path):
     """A reply with neither ACCEPT nor REJECT used to count silently as a rejection, and a frozen layer
     made of a store the judge emptied that way was accepted as an (empty) F.2 condition."""
-    from antipersist_lib.methods.abstraction_memory import judge_counts, judge_verdict
-    from antipersist_lib.methods.frozen_skills import read_skills
+    from antipersist_lib.core.skill_layer import judge_counts, read_skills
+    from antipersist_lib.methods.abstraction_memory import judge_verdict
 
     assert [judge_verdict(t) for t in ("ACCEPT\nfine", "reject: no", "I am not sure.", "")] == [
         "accept",

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from antipersist_lib.analysis import ablations
-from antipersist_lib.runner.main_job import load_profile, profile_specs, run_plan
+from antipersist_lib.runner.main_profile import load_profile, profile_specs, run_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,7 +170,7 @@ def test_the_reproduction_profiles_load_with_every_run_paired():
 
 def test_run_order_finishes_begun_runs_first_then_goes_seed_by_seed(tmp_path):
     from antipersist_lib.rundir import RunDirectory
-    from antipersist_lib.runner.main_job import execution_order
+    from antipersist_lib.runner.main_profile import execution_order
 
     base = {"methods": ["react", "trajectory_memory"], "benchmarks": ["alfworld", "scienceworld"], "seeds": [1, 2]}
     with pytest.raises(ValueError, match=r"run_order must be one of \('benchmark', 'seed'\), got 'method'"):
@@ -242,7 +242,7 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     import dataclasses
     import json
 
-    from antipersist_lib.runner import main_job
+    from antipersist_lib.runner import main_job, main_profile, main_tables
     from antipersist_lib.runner.protocol import run_cell
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.loopback_server import LoopbackServer
@@ -262,9 +262,9 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
             "notebooks": [],
         },
     )
-    prof = main_job.load_profile(profile)
+    prof = main_profile.load_profile(profile)
     runs = tmp_path / "committed"
-    specs = main_job.profile_specs(
+    specs = main_profile.profile_specs(
         prof, backbone_label="embedded-gemma-3-270m", runs_root=runs, cache_dir=tmp_path / "c", judge=None
     )
     recorded = {}
@@ -305,7 +305,7 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     assert str(specs[0].run_dir()) not in {r["run_dir"] for r in part["rows"]}
     table = (tmp_path / "part" / "profile" / "results.md").read_text()
     assert "3 of the profile's 4 runs are complete" in table
-    summary = {(c["benchmark"], c["run"]): c for c in main_job.seed_summary(out["rows"])}
+    summary = {(c["benchmark"], c["run"]): c for c in main_tables.seed_summary(out["rows"])}
     both = [100 * recorded[str(s.run_dir())].heldout_success for s in specs if s.name == "trajectory_memory"]
     cell = summary[("errandworld", "trajectory_memory")]
     assert cell["seeds"] == 2 and cell["success_mean"] == pytest.approx(sum(both) / 2)
@@ -316,7 +316,7 @@ def test_a_profile_whose_runs_are_complete_is_recomputed_without_a_model(tmp_pat
     data["embedded_backbone"]["model"]["sha256"] = "cd" * 32
     manifest.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="2 different model files"):
-        main_job.recorded_backbone(specs[1:])
+        main_tables.recorded_backbone(specs[1:])
 
 
 def test_seed_pools_are_checked(tmp_path):
@@ -349,7 +349,7 @@ def test_seed_pools_are_checked(tmp_path):
 def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
     from antipersist_lib.methods.seeding import read_seed_records
     from antipersist_lib.records import EpisodeOutcome, Step, Trajectory
-    from antipersist_lib.runner import main_job
+    from antipersist_lib.runner import seed_pools
 
     methods = ["react", "trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"]
     prof = load_profile(
@@ -376,30 +376,30 @@ def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
     calls = []
 
     def fake_build(spec, per_type):
-        calls.append((spec.benchmark, per_type, spec.seed, main_job.run_task_types(spec)))
+        calls.append((spec.benchmark, per_type, spec.seed, seed_pools.run_task_types(spec)))
         traj = Trajectory("start", (Step("go", "done", 1.0, True, True, "Action: go"),))
         return [
             {"task": _task(spec.benchmark, t, i).to_dict(), "trajectory": traj.to_dict(), "outcome": ok.to_dict()}
-            for t in main_job.run_task_types(spec)
+            for t in seed_pools.run_task_types(spec)
             for i in range(per_type)
         ]
 
     ok = EpisodeOutcome(True, 1.0, 1)
-    made = main_job.ensure_seed_pools(prof, specs, runs, build=fake_build)
+    made = seed_pools.ensure_seed_pools(prof, specs, runs, build=fake_build)
     assert sorted(p.name for p in made) == ["seed1.jsonl", "seed2.jsonl"]
     # the run meets 3 training games and 2 held-out games, task types in turn
-    types = main_job.run_task_types(next(s for s in specs if s.benchmark == "alfworld"))
+    types = seed_pools.run_task_types(next(s for s in specs if s.benchmark == "alfworld"))
     assert types[:3] == ["put", "clean", "heat"] and set(types) >= {"examine"}
     assert calls == [("alfworld", 2, 1, types), ("alfworld", 2, 2, types)]
     assert len(read_seed_records(made[0])) == 2 * len(types)  # what the methods' seed_pool reads
     # on disk: reused as it is, never rebuilt (resumed runs must see the same records)
-    assert main_job.ensure_seed_pools(prof, specs, runs, build=fake_build) == [] and len(calls) == 2
+    assert seed_pools.ensure_seed_pools(prof, specs, runs, build=fake_build) == [] and len(calls) == 2
 
 
 def test_an_expert_seed_pool_replays_training_games_outside_the_runs_own(tmp_path):
     """On the real TextWorldExpress engine (a JVM): successful expert paths, per type, none of the run's own."""
-    from antipersist_lib.runner.main_job import expert_seed_pool, run_tasks
-    from antipersist_lib.runner.protocol import RunSpec
+    from antipersist_lib.runner.seed_pools import expert_seed_pool, run_tasks
+    from antipersist_lib.runner.spec import RunSpec
 
     spec = RunSpec(
         method="trajectory_memory",
@@ -447,7 +447,7 @@ class _FakeServer:
 
 
 def _specs(n):
-    from antipersist_lib.runner.protocol import RunSpec
+    from antipersist_lib.runner.spec import RunSpec
 
     return [RunSpec(method="react", benchmark="errandworld", backbone="x", seed=i, name=f"r{i}") for i in range(n)]
 

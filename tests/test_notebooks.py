@@ -78,10 +78,10 @@ def test_the_cpu_profile_executes_notebooks_01_to_04_on_the_committed_cpu_study(
 def test_the_cpu_profile_executes_notebooks_09_and_10_on_the_committed_arc_study():
     """The CPU study's ARC-AGI Stream part (tests/fixtures/arc/cpu, params/arc/cpu.yaml): its complete seeds through
     notebooks 09-10, labelled with the model; a seed still running is named and left out."""
-    from antipersist_lib.arc import study
+    from antipersist_lib.arc import study_folder
 
     root = ROOT / "tests" / "fixtures" / "arc" / "cpu"
-    man = study.load_manifest(root)
+    man = study_folder.load_manifest(root)
     seeds = man["seeds"]
     assert seeds and man["endpoint"]["model"] == "qwen2.5-coder-1.5b-instruct"
     done = execute_all("cpu", only=["09_arc_stream", "10_arc_memory_anatomy"], root=ROOT)
@@ -98,12 +98,12 @@ def test_the_cpu_profile_executes_notebooks_09_and_10_on_the_committed_arc_study
 def test_the_cpu_profile_executes_notebooks_11_and_12_on_the_committed_consolidation_study():
     """The CPU study's consolidation part (tests/fixtures/consolidation/cpu, params/consolidation/cpu.yaml) through
     notebooks 11-12: the banks the 1.5B model built, beside no memory and the kit's methods, labelled with it."""
-    from antipersist_lib.consolidation import study
+    from antipersist_lib.consolidation import study_folder
 
     root = ROOT / "tests" / "fixtures" / "consolidation" / "cpu"
-    man = study.load_manifest(root)
+    man = study_folder.load_manifest(root)
     assert man["status"] == "complete" and man["endpoint"]["model"] == "qwen2.5-coder-1.5b-instruct"
-    recorded = study.load_study(root)
+    recorded = study_folder.load_study(root)
     done = execute_all("cpu", only=["11_consolidation_utility", "12_trajectory_logs"], root=ROOT)
     nb11, nb12 = (d.output for d in done)
     for nb in (nb11, nb12):

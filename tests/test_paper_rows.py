@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from antipersist_lib.analysis import ablations, results
+from antipersist_lib.analysis import ablations, paper_tables, results, table7
 from antipersist_lib.methods import TABLE1_METHODS
 from antipersist_lib.runner.grid import load_grid, run_grid
 from antipersist_lib.testing.loopback_server import LoopbackServer
@@ -144,24 +144,24 @@ def test_table1_has_the_eight_methods_per_setting_from_main_runs_only(runs):
 
 
 def test_table7_pairs_seven_baselines_over_the_settings(runs):
-    t7 = results.table7_of_runs(runs)
+    t7 = table7.table7_of_runs(runs)
     assert list(t7.index) == [m for m in TABLE1_METHODS if m != "anti_persistence"]
     assert (t7["n"] == 3).all()  # three settings: one benchmark x the three backbones
 
 
 def test_table6_and_figure3_per_setting_in_the_papers_order(runs):
-    t6 = results.table6(runs)
+    t6 = paper_tables.table6(runs)
     assert len(t6) == 24 and list(dict.fromkeys(t6["method"])) == list(TABLE1_METHODS)
-    printed = results.table6_beside_paper(runs)
+    printed = paper_tables.table6_beside_paper(runs)
     assert list(printed.index) == list(TABLE1_METHODS)
     assert [c[0] for c in dict.fromkeys((bb, bench) for bb, bench, _ in printed.columns)] == list(PAPER_BACKBONES)
-    pts = results.figure3_points(runs)
-    assert sorted(pts.loc[pts["source"] == "this run", "method"]) == sorted(results.MEMORY_CONFIGURATIONS)
+    pts = paper_tables.figure3_points(runs)
+    assert sorted(pts.loc[pts["source"] == "this run", "method"]) == sorted(paper_tables.MEMORY_CONFIGURATIONS)
 
 
 def test_dynamics_are_per_backbone_from_main_runs(runs):
-    curves = results.iteration_curves(runs)
-    figs = results.dynamics_figures(curves)
+    curves = paper_tables.iteration_curves(runs)
+    figs = paper_tables.dynamics_figures(curves)
     assert figs == {"figure2": ("llama-4-scout", "qwen3-coder-next"), "figure9": ("gemma-4-31b-it",)}
     assert set(curves["method"]) == set(TABLE1_METHODS)
     assert len(curves) == 8 * 3 * 2  # methods x backbones x iterations: no backbone averaged away
@@ -181,16 +181,16 @@ def test_ablation_points_are_read_by_folder_name(runs):
     pol = results.variants(runs, ablations.POLICIES)
     assert set(pol["label"]) == set(ablations.POLICIES.values()) and (pol["seeds"] == 2).all()
     assert set(pol["backbone"]) >= {"qwen3-coder-next"}
-    gamma = results.sweep_frame(runs, "gamma", ablations.SWEEPS["gamma"])
+    gamma = paper_tables.sweep_frame(runs, "gamma", ablations.SWEEPS["gamma"])
     mine = gamma[gamma["source"].str.startswith("this run") & (gamma["source"] == "this run: qwen3-coder-next")]
     assert sorted(mine["value"]) == sorted(ablations.SWEEPS["gamma"].values())
 
 
 def test_figure10_audits_abstraction_memory_main_runs_by_default(runs):
-    audited, _ = results.audit_abstractions(runs)
+    audited, _ = paper_tables.audit_abstractions(runs)
     assert {(r.method, r.variant) for r in audited} == {("abstraction_memory", "abstraction_memory")}
     assert len(audited) == 3 * 2
-    judged, _ = results.audit_abstractions(runs, variants=["abstraction-judge", "persist"])
+    judged, _ = paper_tables.audit_abstractions(runs, variants=["abstraction-judge", "persist"])
     assert {r.variant for r in judged} == {"abstraction-judge", "persist"}
 
 
@@ -229,36 +229,36 @@ def test_every_figure_of_notebooks_01_to_07_is_readable(runs):
     from antipersist_lib.analysis import paper, plots, provenance
 
     note = "Produced by a scripted responder on ErrandWorld: the figure's layout is under test, not its values. " * 2
-    figs = {"figure3": plots.cost_vs_success(results.figure3_points(runs), title="Figure 3", note=note)}
-    curves = results.iteration_curves(runs)
-    final = results.paper_final_success(list(results.MEMORY_CONFIGURATIONS))
-    for name, bbs in results.dynamics_figures(curves).items():
+    figs = {"figure3": plots.cost_vs_success(paper_tables.figure3_points(runs), title="Figure 3", note=note)}
+    curves = paper_tables.iteration_curves(runs)
+    final = paper_tables.paper_final_success(list(paper_tables.MEMORY_CONFIGURATIONS))
+    for name, bbs in paper_tables.dynamics_figures(curves).items():
         figs[name] = plots.dynamics(curves, final, backbones=bbs, title=name, note=note)
     for name, cells, names, key in (
         ("table2", paper.table2(), ablations.PERSISTENCE, "variant"),
         ("figure6", paper.figure6_policies(), ablations.POLICIES, "policy"),
     ):
         mine = results.variants(runs, names).rename(columns={"label": key})
-        both = results.beside_paper(cells, mine, key=key)
+        both = paper_tables.beside_paper(cells, mine, key=key)
         figs[name] = plots.success_bars(
             both, x="setting", hue=key, title=name, note=note, hue_order=list(names.values())
         )
     for panel, names in (("Figure 11a", ablations.SKILL_CONTENT), ("Figure 11b", ablations.RETENTION)):
-        f = results.figure11_panel(runs, panel, names)
+        f = paper_tables.figure11_panel(runs, panel, names)
         figs[panel] = plots.success_bars(
             f, x="source", hue="condition", title=panel, note=note, hue_order=list(names.values())
         )
     figs["figure5"] = plots.sweep(
-        results.sweep_frame(runs, "gamma", ablations.SWEEPS["gamma"]), param="γ", title="5", note=note
+        paper_tables.sweep_frame(runs, "gamma", ablations.SWEEPS["gamma"]), param="γ", title="5", note=note
     )
     figs["figure7"] = plots.lambda_two_axes(
-        results.sweep_frame(runs, "lambda", ablations.SWEEPS["lambda"]), title="7", note=note
+        paper_tables.sweep_frame(runs, "lambda", ablations.SWEEPS["lambda"]), title="7", note=note
     )
-    f12 = results.figure12_frame(runs, ablations.SWEEPS)
+    f12 = paper_tables.figure12_frame(runs, ablations.SWEEPS)
     figs.update(plots.sweep_per_parameter(f12, {"B": "B", "B_hat": "B̂"}, title="Figure 12: {param}", note=note))
     figs["figure8"] = plots.mode_heatmaps(results.mode_frequencies(runs), title="Figure 8", note=note)
-    audited, _ = results.audit_abstractions(runs)
+    audited, _ = paper_tables.audit_abstractions(runs)
     pooled = pd.DataFrame(provenance.pooled_by_setting(audited))
-    figs["figure10"] = plots.provenance_rates(results.figure10_settings(pooled), title="Figure 10", note=note)
+    figs["figure10"] = plots.provenance_rates(paper_tables.figure10_settings(pooled), title="Figure 10", note=note)
     bad = {name: plots.text_overlaps(fig) for name, fig in figs.items()}
     assert not any(bad.values()), {k: v for k, v in bad.items() if v}

@@ -107,7 +107,8 @@ def test_rates_prefer_runs_of_the_same_setting_then_the_paper_then_other_models(
 
 
 def test_a_priced_profile_is_costed_and_the_ledger_goes_beside_the_plan(tmp_path, monkeypatch):
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.api_contracts import OpenAIReasoningContract
     from antipersist_lib.testing.loopback_server import LoopbackServer

@@ -90,7 +90,7 @@ def test_bars_with_many_policies_and_a_long_note_do_not_overlap():
 
 
 def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
-    from antipersist_lib.analysis import results
+    from antipersist_lib.analysis import paper_tables
 
     curves = pd.DataFrame(
         [
@@ -100,7 +100,7 @@ def test_dynamics_one_backbone_per_row_pair_with_labelled_paper_stars():
             for it in (1, 2)
         ]
     )
-    paper_final = results.paper_final_success(["trajectory_memory", "anti_persistence"])
+    paper_final = paper_tables.paper_final_success(["trajectory_memory", "anti_persistence"])
     fig = plots.dynamics(
         curves, paper_final, backbones=("llama-4-scout", "qwen3-coder-next"), title="Figure 2", note=LONG_NOTE
     )
@@ -118,7 +118,7 @@ def test_dynamics_draw_the_std_over_seeds_and_say_which_points_have_one_seed():
     """Issue 44: Figures 2 and 9 showed seed means with no spread, where the paper's error bars are stds."""
     from matplotlib.collections import LineCollection
 
-    from antipersist_lib.analysis import results
+    from antipersist_lib.analysis import paper_tables
 
     runs = pd.DataFrame(
         [
@@ -137,8 +137,8 @@ def test_dynamics_draw_the_std_over_seeds_and_say_which_points_have_one_seed():
             for seed, it, v in ((1, 1, 10.0), (2, 1, 30.0), (1, 2, 40.0))
         ]
     )
-    curves = results.iteration_curves(runs)
-    fig = plots.dynamics(curves, results.paper_final_success(["react"]), backbones=("tiny",), title="Figure 2")
+    curves = paper_tables.iteration_curves(runs)
+    fig = plots.dynamics(curves, paper_tables.paper_final_success(["react"]), backbones=("tiny",), title="Figure 2")
     success_ax = fig.axes[0]
     bars = [c for c in success_ax.collections if isinstance(c, LineCollection)]
     # one error bar per method, at iteration 1 (two seeds), spanning mean ± std; iteration 2 has one seed
@@ -154,7 +154,7 @@ def test_dynamics_draw_the_std_over_seeds_and_say_which_points_have_one_seed():
 def test_dynamics_of_a_users_run_has_whole_iterations_and_labels_that_do_not_meet():
     """Issue 42: a user's run (a long embedded backbone label, two iterations) had overlapping row labels and
     ticks at 1.25, 1.5, ..."""
-    from antipersist_lib.analysis import results
+    from antipersist_lib.analysis import paper_tables
 
     bb = "embedded-qwen2.5-coder-0.5b-instruct"
     curves = pd.DataFrame(
@@ -165,7 +165,7 @@ def test_dynamics_of_a_users_run_has_whole_iterations_and_labels_that_do_not_mee
             for it in (1, 2)
         ]
     )
-    fig = plots.dynamics(curves, results.paper_final_success(["react"]), backbones=(bb,), title="Figure 2")
+    fig = plots.dynamics(curves, paper_tables.paper_final_success(["react"]), backbones=(bb,), title="Figure 2")
     fig.canvas.draw()
     assert plots.text_overlaps(fig) == []
     for ax in fig.axes:

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from antipersist_lib.runner.grid import grid_probes, load_grid, run_grid
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving import preflight
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import PREFLIGHT_MAX_TOKENS, PREFLIGHT_PROMPT, PreflightError, Probe

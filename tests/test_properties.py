@@ -35,7 +35,7 @@ from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import INSTRUCTION_MAX_CHARS, OutcomeLog
 from antipersist_lib.methods.abstraction_memory import judge_accepts
-from antipersist_lib.methods.autorefine import parse_rewrite, parse_skill_array
+from antipersist_lib.methods.autorefine_prompts import parse_rewrite, parse_skill_array
 from antipersist_lib.methods.expel import parse_operations
 from antipersist_lib.records import MODES
 from antipersist_lib.serving.ledger import Ledger

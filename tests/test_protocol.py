@@ -16,7 +16,8 @@ from antipersist_lib.errors import ManifestMismatchError, RunLockedError
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.outcome_log import FIELDS
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell, training_schedule
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec, training_schedule
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.plan_responder import PlanResponder
@@ -155,6 +156,7 @@ def test_every_method_runs_the_protocol_on_real_engines(engines, alfworld_data, 
         "endpoint",
         "embedding_endpoint",
         "seed",
+        "prompt_families",
         "prompt_hashes",
         "versions",
         "git_commit",
@@ -243,7 +245,8 @@ def test_run_spec_validation_names_the_field():
 def test_a_run_records_the_seeds_its_profile_planned_outside_its_identity(tmp_path):
     """The tables name a short cell from this record (issue 44); a profile gaining a seed must not make
     its finished runs a different configuration, so the record is not part of the identity."""
-    from antipersist_lib.runner.protocol import IDENTITY_KEYS, Runner
+    from antipersist_lib.runner.protocol import Runner
+    from antipersist_lib.runner.spec import IDENTITY_KEYS
     from antipersist_lib.serving.llm import Endpoint
 
     with pytest.raises(ValueError, match="seeds_planned must list integer seeds including this run's seed 4"):
@@ -287,7 +290,8 @@ def test_evaluation_only_run_has_no_training_episode(tmp_path):
     summary's training fields are empty, not NaN."""
     import json
 
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy

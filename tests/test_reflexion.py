@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from antipersist_lib.core import prompts
+from antipersist_lib import methods
 from antipersist_lib.core.agent import AgentConfig, run_episode
 from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.errors import FrozenStateError
@@ -265,4 +265,4 @@ def test_parameters(make_clients, tmp_path):
         "trajectory_chars": 4000,
     }
     assert m.name == "reflexion"
-    assert "reflexion_reflect" in prompts.prompt_hashes()
+    assert "reflexion_reflect" in methods.prompt_hashes(methods.method_class("reflexion").prompt_families)

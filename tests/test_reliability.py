@@ -30,7 +30,8 @@ from antipersist_lib.errors import BenchmarkUnavailableError, LLMUnavailableErro
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner import doctor
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import TRANSIENT_FAULT_KINDS, FaultPlan, LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy

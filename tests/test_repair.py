@@ -14,13 +14,14 @@ import pytest
 
 from antipersist_lib.jsonl import TORN_SUFFIX, JsonlWriter, read_jsonl, set_aside_malformed
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
 from antipersist_lib.runner.repair import (
     CommittedRecordLostError,
     lost_committed,
     repair_committed,
     repair_embeddings,
 )
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy

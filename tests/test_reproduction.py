@@ -14,7 +14,8 @@ from antipersist_lib.analysis import reproduction as rp
 from antipersist_lib.core.planted import DELETION_REASON, Plant, clauses, read_planted
 from antipersist_lib.records import Step
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import PLANTED_MARKER as MARKER

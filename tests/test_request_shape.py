@@ -309,7 +309,8 @@ def test_unshaped_callers_are_none(tmp_path: Path):
 
 
 def _run_through_profile(tmp_path: Path, monkeypatch, backbone: str, api: Any) -> tuple[Path, list[dict[str, Any]]]:
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.testing.scripted_policy import errand_policy
 
     with LoopbackServer(responder=errand_policy, api=api) as srv:
@@ -376,7 +377,8 @@ def test_a_run_on_a_no_thinking_qwen35_profile_never_lets_the_model_think(tmp_pa
 
 def test_the_admission_judge_reads_its_verdict_after_the_think_block(tmp_path):
     """F.2's judge answers ACCEPT after thinking REJECT: the kit admits, since only the answer is read."""
-    from antipersist_lib.runner.protocol import RunSpec, run_cell
+    from antipersist_lib.runner.protocol import run_cell
+    from antipersist_lib.runner.spec import RunSpec
     from antipersist_lib.testing.scripted_policy import errand_policy
 
     def answer(req: dict[str, Any]) -> str:

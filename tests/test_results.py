@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from antipersist_lib.analysis import paper, results
+from antipersist_lib.analysis import paper, paper_tables, results, table7
 from antipersist_lib.analysis.paper import Cell
 from antipersist_lib.methods import TABLE1_METHODS
 
@@ -43,14 +43,14 @@ def test_mean_std_table_pivots_one_decimal_cells():
     cells = pd.DataFrame(
         {"method": ["a", "a", "b"], "bench": ["x", "y", "x"], "mean": [1.0, 2.25, 30.0], "std": [0.5, 0.04, 1.0]}
     )
-    t = results.mean_std_table(cells, index="method", columns="bench")
+    t = paper_tables.mean_std_table(cells, index="method", columns="bench")
     assert list(t.index) == ["a", "b"] and list(t.columns) == ["x", "y"]
     assert t.loc["a", "x"] == "1.0 ± 0.5" and t.loc["a", "y"] == "2.2 ± 0.0" and t.loc["b", "x"] == "30.0 ± 1.0"
     assert pd.isna(t.loc["b", "y"])
 
 
 def test_paper_table1_is_the_printed_table():
-    t = results.paper_table1()
+    t = paper_tables.paper_table1()
     assert list(t.index) == list(TABLE1_METHODS)  # the paper's row order, as the protocol's method list has it
     assert set(t.columns) == set(paper.SETTINGS) and t.shape == (8, 9)
     assert t.loc["anti_persistence", ("llama-4-scout", "alfworld")] == "54.7 ± 2.9"
@@ -58,20 +58,20 @@ def test_paper_table1_is_the_printed_table():
 
 
 def test_paper_table2_has_discard_beside_persist():
-    t = results.paper_table2()
+    t = paper_tables.paper_table2()
     assert list(t.columns) == ["discard", "persist"] and len(t) == 4
     assert tuple(t.loc[("llama-4-scout", "alfworld")]) == ("54.7 ± 2.9", "26.7 ± 6.1")
 
 
 def test_paper_table6_holds_the_paper_call_means():
-    t = results.paper_table6()
+    t = paper_tables.paper_table6()
     assert t.shape == (len({c.method for c in paper.table6()}), 9) == (4, 9)
     for c in paper.table6():
         assert t.loc[c.method, (c.backbone, c.benchmark)] == c.mean
 
 
 def test_paper_table6_keeps_the_papers_row_and_column_order():
-    t = results.paper_table6()
+    t = paper_tables.paper_table6()
     assert list(t.index) == ["trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"]
     assert list(t.columns) == list(paper.SETTINGS)  # not sorted by name (gemma would come first)
 
@@ -111,7 +111,7 @@ def test_table1_beside_paper_puts_the_same_backbones_cell_beside_each_cell():
         rows.append(("anti_persistence", "anti_persistence", "qwen3-coder-next", "alfworld", seed, 1, v))
         rows.append(("anti_persistence", "anti_persistence", "embedded-tiny", "alfworld", seed, 1, 0.0))
         rows.append(("react", "react", "qwen3-coder-next", "alfworld", seed, 1, 40.0))
-    t = results.table1_beside_paper(_runs(rows))
+    t = paper_tables.table1_beside_paper(_runs(rows))
     assert list(t.index) == ["react", "anti_persistence"]
     assert list(t.columns) == [
         ("qwen3-coder-next", "alfworld", "this run"),
@@ -129,9 +129,9 @@ def test_table6_of_this_run_counts_calls_per_setting_beside_the_papers():
         ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 43, 1, 0.0, 5.0),
         ("anti_persistence", "B-10", "llama-4-scout", "webshop", 42, 1, 0.0, 99.0),
     ]
-    t6 = results.table6(_runs(rows))
+    t6 = paper_tables.table6(_runs(rows))
     assert t6[["mean", "seeds"]].values.tolist() == [[4.0, 2]]
-    printed = results.table6_beside_paper(_runs(rows))
+    printed = paper_tables.table6_beside_paper(_runs(rows))
     assert printed.loc["anti_persistence", ("llama-4-scout", "webshop", "this run")] == "4.00 ± 1.41"
     assert printed.loc["anti_persistence", ("llama-4-scout", "webshop", "paper")] == "3.99 ± 0.05"
 
@@ -163,7 +163,7 @@ def test_table7_frame_indexes_by_baseline():
         def to_dict(self):
             return {"baseline": self.b, "mean_diff": self.d}
 
-    t = results.table7_frame([Row("react", 1.5), Row("expel", -2.0)])
+    t = table7.table7_frame([Row("react", 1.5), Row("expel", -2.0)])
     assert list(t.index) == ["react", "expel"] and t.index.name == "baseline"
     assert t.loc["expel", "mean_diff"] == -2.0
 
@@ -176,7 +176,7 @@ def test_table7_of_runs_pairs_final_iteration_means_by_setting():
         for method, v in (("anti_persistence", a), ("react", r), ("reflexion", f)):
             rows.append((method, method, bb, bench, 42, 1, 0.0))  # an earlier iteration: ignored
             rows.append((method, method, bb, bench, 42, 2, float(v)))
-    t = results.table7_of_runs(_runs(rows))
+    t = table7.table7_of_runs(_runs(rows))
     assert sorted(t.index) == ["react", "reflexion"]
     assert t.loc["react", "mean_diff"] == pytest.approx((10 - 5 + 20) / 3)
     assert t.loc["react", "positive"] == 2 and t.loc["reflexion", "positive"] == 3
@@ -192,11 +192,11 @@ def test_table7_of_runs_pairs_final_iteration_means_by_setting():
     ],
 )
 def test_table7_of_runs_is_none_when_nothing_can_be_paired(rows):
-    assert results.table7_of_runs(_runs(rows) if rows else pd.DataFrame()) is None
+    assert table7.table7_of_runs(_runs(rows) if rows else pd.DataFrame()) is None
 
 
 def test_figure3_points_paper_averages_and_this_runs_final_iteration():
-    paper_only = results.figure3_points(pd.DataFrame())
+    paper_only = paper_tables.figure3_points(pd.DataFrame())
     assert set(paper_only["source"]) == {"paper"} and len(paper_only) == 4  # Table 6 has four methods
     ap = paper_only.set_index("method").loc["anti_persistence"]
     assert ap["calls"] == pytest.approx(sum(c.mean for c in paper.table6() if c.method == "anti_persistence") / 9)
@@ -211,12 +211,12 @@ def test_figure3_points_paper_averages_and_this_runs_final_iteration():
             ("anti_persistence", "gamma-1.0", "b", "alf", 1, 2, 90.0, 1.0),  # a sweep point: not a main run
         ]
     )
-    mine = results.figure3_points(runs).query("source == 'this run'")
+    mine = paper_tables.figure3_points(runs).query("source == 'this run'")
     assert mine[["method", "calls", "success"]].values.tolist() == [["joint_memory", 4.5, 40.0]]
 
 
 def test_paper_final_success_keeps_the_named_methods():
-    f = results.paper_final_success(["react", "anti_persistence"])
+    f = paper_tables.paper_final_success(["react", "anti_persistence"])
     assert sorted(set(f["method"])) == ["anti_persistence", "react"] and len(f) == 18
     assert "success" in f.columns and "mean" not in f.columns
 
@@ -229,7 +229,7 @@ def test_iteration_curves_average_seeds_per_iteration():
             ("react", "react", "b", "alf", 1, 2, 50.0),
         ]
     )
-    c = results.iteration_curves(runs)
+    c = paper_tables.iteration_curves(runs)
     assert list(c.columns) == [
         "benchmark",
         "backbone",
@@ -245,7 +245,7 @@ def test_iteration_curves_average_seeds_per_iteration():
     # the paper's error bars are stds over seeds (§4.1): iteration 1 has two seeds, iteration 2 one (no spread)
     assert c["success_std"].iloc[0] == pytest.approx(14.1421356) and pd.isna(c["success_std"].iloc[1])
     assert c["seeds"].tolist() == [2, 1]
-    assert results.iteration_curves(pd.DataFrame()).empty
+    assert paper_tables.iteration_curves(pd.DataFrame()).empty
 
 
 def test_beside_paper_puts_both_sources_in_one_frame():
@@ -253,7 +253,7 @@ def test_beside_paper_puts_both_sources_in_one_frame():
     mine = pd.DataFrame(
         {"policy": ["bandit", "random"], "benchmark": ["alf", "alf"], "backbone": ["tiny"] * 2, "success": [5.0, 1.0]}
     )
-    both = results.beside_paper(cells, mine, key="policy")
+    both = paper_tables.beside_paper(cells, mine, key="policy")
     assert list(both.columns) == ["source", "benchmark", "policy", "success", "setting", "success_std", "seeds"]
     assert both["policy"].tolist() == ["bandit", "bandit", "random"]
     assert both["setting"].tolist() == ["paper: qwen / alf", "this run: tiny / alf", "this run: tiny / alf"]
@@ -261,11 +261,11 @@ def test_beside_paper_puts_both_sources_in_one_frame():
 
 
 def test_discard_minus_persist_per_setting():
-    gaps = results.discard_minus_persist(paper.table2())
+    gaps = paper_tables.discard_minus_persist(paper.table2())
     assert gaps.loc[("llama-4-scout", "alfworld")] == pytest.approx(54.7 - 26.7)
     assert len(gaps) == 4 and (gaps > 0).all()
     cells = [Cell("t", "m", "b", "x", 1.0, None, "discard"), Cell("t", "m", "b", "x", 3.0, None, "persist")]
-    assert results.discard_minus_persist(cells).tolist() == [-2.0]
+    assert paper_tables.discard_minus_persist(cells).tolist() == [-2.0]
 
 
 def test_mode_facts_counts_used_modes():
@@ -279,20 +279,20 @@ def test_mode_facts_counts_used_modes():
             "corrective": [0.0, 0.0],
         }
     )
-    f = results.mode_facts(freq)
+    f = paper_tables.mode_facts(freq)
     assert f["modes used"].tolist() == [2, 2] and f["none used"].tolist() == [False, True]
     # 'none' used only through round-robin / warm-up: the bandit check fails, as it must be able to
     assert f["none chosen by the bandit"].tolist() == [False, False]
-    f = results.mode_facts(freq.assign(bandit_none=[0, 3]))
+    f = paper_tables.mode_facts(freq.assign(bandit_none=[0, 3]))
     assert f["none chosen by the bandit"].tolist() == [False, True]
 
 
 def test_paper_sweep_splits_figure12_and_names_unknown_sweeps():
-    assert {c.source for c in results.paper_sweep("B")} == {"Figure 12a"}
-    assert {c.source for c in results.paper_sweep("B_hat")} == {"Figure 12b"}
-    assert results.paper_sweep("gamma") == paper.figure5_gamma()
+    assert {c.source for c in paper_tables.paper_sweep("B")} == {"Figure 12a"}
+    assert {c.source for c in paper_tables.paper_sweep("B_hat")} == {"Figure 12b"}
+    assert paper_tables.paper_sweep("gamma") == paper.figure5_gamma()
     with pytest.raises(ValueError, match="no paper sweep 'delta'"):
-        results.paper_sweep("delta")
+        paper_tables.paper_sweep("delta")
 
 
 def test_sweep_frame_reads_values_from_variants_and_folders():
@@ -303,7 +303,7 @@ def test_sweep_frame_reads_values_from_variants_and_folders():
             ("anti_persistence", "lambda-0.2", "tiny", "alfworld", 42, 1, 99.0),  # another sweep: left out
         ]
     )
-    f = results.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
+    f = paper_tables.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
     assert list(f.columns) == [
         "source",
         "benchmark",
@@ -320,43 +320,43 @@ def test_sweep_frame_reads_values_from_variants_and_folders():
 
 
 def test_figure12_frame_holds_both_budgets():
-    f = results.figure12_frame(pd.DataFrame(), {"B": {}, "B_hat": {}})
+    f = paper_tables.figure12_frame(pd.DataFrame(), {"B": {}, "B_hat": {}})
     assert f["parameter"].value_counts().to_dict() == {"B_hat": 8, "B": 6}
     assert sorted(set(f.loc[f["parameter"] == "B", "value"])) == [1.0, 5.0, 10.0]
 
 
 def test_best_paper_point_is_the_argmax_per_benchmark():
-    assert results.best_paper_point("gamma").tolist() == ["gamma=0.998", "gamma=0.998"]
-    assert results.best_paper_point("B_hat").tolist() == ["B_hat=10", "B_hat=10"]
+    assert paper_tables.best_paper_point("gamma").tolist() == ["gamma=0.998", "gamma=0.998"]
+    assert paper_tables.best_paper_point("B_hat").tolist() == ["B_hat=10", "B_hat=10"]
 
 
 def test_audit_abstractions_labels_only_runs_with_a_store():
     runs = results.load_iterations(SMOKE)
-    default, _ = results.audit_abstractions(runs, n_min=3, delta=0.05, pool="available")
+    default, _ = paper_tables.audit_abstractions(runs, n_min=3, delta=0.05, pool="available")
     assert {r.method for r in default} == {"abstraction_memory"}  # the setting the paper audits
     with_react = ["abstraction_memory", "joint_memory", "react"]
-    audited, labels = results.audit_abstractions(runs, methods=with_react, n_min=3, delta=0.05, pool="available")
+    audited, labels = paper_tables.audit_abstractions(runs, methods=with_react, n_min=3, delta=0.05, pool="available")
     assert sorted({r.method for r in audited}) == ["abstraction_memory", "joint_memory"]  # react has no store
     assert set(labels["method"]) == {"abstraction_memory", "joint_memory"}
     assert list(labels.columns[:4]) == ["run", "method", "benchmark", "abstraction_id"]
     assert set(labels["run"]) == {r.run for r in audited}
-    none, no_labels = results.audit_abstractions(pd.DataFrame())
+    none, no_labels = paper_tables.audit_abstractions(pd.DataFrame())
     assert none == [] and no_labels.empty
 
 
 def test_figure10_table_puts_the_paper_row_first():
     pooled = pd.DataFrame([{"variant": "v", "backbone": "b", "benchmark": "x", "alpha_emp": 0.5, "alpha_0": 0.25}])
-    t = results.figure10_table(pooled)
+    t = paper_tables.figure10_table(pooled)
     assert t["source"].tolist() == ["paper", "this run"]
     assert t.loc[0, "gap"] == paper.FIGURE10_LARGEST_GAP["gap"] and pd.isna(t.loc[0, "alpha_emp"])
     assert t.loc[1, "alpha_emp"] == 0.5
-    assert results.figure10_table(pd.DataFrame())["source"].tolist() == ["paper"]
+    assert paper_tables.figure10_table(pd.DataFrame())["source"].tolist() == ["paper"]
 
 
 def test_figure10_settings_labels_or_placeholder():
     pooled = pd.DataFrame([{"variant": "v", "backbone": "b", "benchmark": "x", "alpha_emp": 0.5, "alpha_0": None}])
-    assert results.figure10_settings(pooled)["setting"].tolist() == ["v\nb\nx"]
-    empty = results.figure10_settings(pd.DataFrame())
+    assert paper_tables.figure10_settings(pooled)["setting"].tolist() == ["v\nb\nx"]
+    empty = paper_tables.figure10_settings(pd.DataFrame())
     assert empty["setting"].tolist() == ["(no runs)"] and empty["alpha_emp"].isna().all()
 
 
@@ -369,16 +369,16 @@ def test_figure11_panel_and_by_condition():
             ("abstraction_memory", "abstraction-judge", "tiny", "alfworld", 42, 1, 99.0),  # panel (b): left out
         ]
     )
-    f = results.figure11_panel(runs, "Figure 11a", names)
+    f = paper_tables.figure11_panel(runs, "Figure 11a", names)
     assert list(f.columns) == ["source", "condition", "success", "success_std", "seeds"]
     assert len(f[f["source"] == "paper: qwen3-coder-next / appworld"]) == 3
     mine = f[f["source"] == "this run: tiny / alfworld"].set_index("condition")["success"]
     assert mine.to_dict() == {"no skills": 10.0, "useful skills": 20.0}
-    t = results.by_condition(f, names)
+    t = paper_tables.by_condition(f, names)
     assert list(t.index) == ["no skills", "useful skills", "toxic skills"]
     assert t.loc["useful skills", "paper: qwen3-coder-next / appworld"] == 40.0
     assert pd.isna(t.loc["toxic skills", "this run: tiny / alfworld"])
-    assert len(results.figure11_panel(pd.DataFrame(), "Figure 11b", {})) == 4
+    assert len(paper_tables.figure11_panel(pd.DataFrame(), "Figure 11b", {})) == 4
     # this run's spread over seeds beside the paper's bare means (it prints none for Figure 11)
     two = _runs(
         [
@@ -387,7 +387,7 @@ def test_figure11_panel_and_by_condition():
             ("frozen_skills", "skills-none", "tiny", "alfworld", 42, 1, 10.0),
         ]
     )
-    printed = results.by_condition_spread(results.figure11_panel(two, "Figure 11a", names), names)
+    printed = paper_tables.by_condition_spread(paper_tables.figure11_panel(two, "Figure 11a", names), names)
     assert printed.loc["useful skills", "this run: tiny / alfworld"] == "25.0 ± 7.1"
     assert printed.loc["no skills", "this run: tiny / alfworld"] == "10.0 (1 seed)"
     assert printed.loc["useful skills", "paper: qwen3-coder-next / appworld"] == "40.0"
@@ -401,7 +401,7 @@ def test_ordered_pivot_keeps_the_order_rows_and_columns_first_appear_in():
             "success": [1.0, 2.0, 3.0, 4.0],
         }
     )
-    t = results.ordered_pivot(df, index="policy", columns="setting", values="success")
+    t = paper_tables.ordered_pivot(df, index="policy", columns="setting", values="success")
     assert list(t.index) == ["bandit", "fixed: none"] and list(t.columns) == ["qwen / web", "llama / alf"]
     assert t.loc["fixed: none", "llama / alf"] == 4.0
     assert list(df.pivot(index="policy", columns="setting", values="success").columns) == ["llama / alf", "qwen / web"]
@@ -425,7 +425,7 @@ def _outcome(method, seed, task, score, *, iteration=2, infra=False, bench="text
 def test_task_level_pairs_match_task_seed_and_iteration_and_skip_engine_failures():
     import pandas as pd
 
-    from antipersist_lib.analysis.results import paired_by_task
+    from antipersist_lib.analysis.table7 import paired_by_task
 
     rows = []
     for seed in (1, 2, 3):
@@ -455,7 +455,8 @@ def test_task_level_pairs_match_task_seed_and_iteration_and_skip_engine_failures
 def test_a_table_of_no_main_run_is_empty_not_an_error():
     import pandas as pd
 
-    from antipersist_lib.analysis.results import mean_std_table, table1
+    from antipersist_lib.analysis.paper_tables import mean_std_table
+    from antipersist_lib.analysis.results import table1
 
     empty = table1(
         pd.DataFrame(columns=["run", "iteration", "method", "variant", "main", "backbone", "benchmark", "score"]),
@@ -467,7 +468,7 @@ def test_a_table_of_no_main_run_is_empty_not_an_error():
 def test_task_level_pairs_are_made_per_benchmark_and_against_a_chosen_reference():
     import pandas as pd
 
-    from antipersist_lib.analysis.results import paired_by_task, paired_per_benchmark
+    from antipersist_lib.analysis.table7 import paired_by_task, paired_per_benchmark
 
     rows = []
     for seed in (1, 2):
@@ -496,7 +497,7 @@ def test_task_level_pairs_are_made_per_benchmark_and_against_a_chosen_reference(
 def test_each_task_level_comparison_pairs_the_units_its_two_methods_have():
     import pandas as pd
 
-    from antipersist_lib.analysis.results import paired_by_task
+    from antipersist_lib.analysis.table7 import paired_by_task
 
     rows = []
     for seed in (1, 2, 3):
@@ -518,7 +519,8 @@ def test_runs_still_in_progress_are_left_out_and_named(tmp_path):
     import shutil
     import warnings
 
-    from antipersist_lib.analysis.results import load_iterations, task_outcomes
+    from antipersist_lib.analysis.results import load_iterations
+    from antipersist_lib.analysis.table7 import task_outcomes
     from antipersist_lib.rundir import RunDirectory
 
     root = tmp_path / "runs"
@@ -573,14 +575,14 @@ def test_table1_cells_name_their_seed_count_when_fewer_than_asked():
     rows.append(("reflexion", "reflexion", "qwen3-coder-next", "alfworld", 42, 1, 41.2))  # one seed only
     t1 = results.table1(_runs(rows))
     assert t1.set_index("method")["seeds_asked"].tolist() == [3, 3, 3]  # the best-covered cell
-    t = results.table1_beside_paper(_runs(rows))
+    t = paper_tables.table1_beside_paper(_runs(rows))
     mine = ("qwen3-coder-next", "alfworld", "this run")
     assert t.loc["anti_persistence", mine] == "55.0 ± 5.0"  # all the seeds asked for: no note
     assert t.loc["react", mine] == "45.0 ± 7.1 (2 seeds)"
     assert t.loc["reflexion", mine] == "41.2 (1 seed)"  # no spread, and said so (not a bare mean)
     assert t.loc["react", ("qwen3-coder-next", "alfworld", "paper")] == "70.4 ± 1.8"  # the paper's cell: no note
     # the profile's own seed count, when given, wins over the best-covered cell
-    asked = results.mean_std_table(results.table1(_runs(rows), seeds_asked=4), index="method", columns="benchmark")
+    asked = paper_tables.mean_std_table(results.table1(_runs(rows), seeds_asked=4), index="method", columns="benchmark")
     assert asked.loc["anti_persistence", "alfworld"] == "55.0 ± 5.0 (3 seeds)"
 
 
@@ -600,7 +602,7 @@ def test_every_cell_short_of_the_seeds_its_manifests_planned_names_its_count(tmp
     assert set(df["seeds_asked"]) == {3}
     (cell,) = results.table1(df).to_dict("records")
     assert (cell["seeds"], cell["seeds_asked"]) == (2, 3)
-    printed = results.mean_std_table(results.table1(df), index="method", columns="benchmark")
+    printed = paper_tables.mean_std_table(results.table1(df), index="method", columns="benchmark")
     assert printed.loc["react", "scienceworld"].endswith("(2 seeds)")
     # without the record (runs made before it, or alone) the best-covered cell is the yardstick again
     for seed in (1, 2):
@@ -618,7 +620,7 @@ def test_table6_cells_name_their_seed_count_too():
         ("anti_persistence", "anti_persistence", "llama-4-scout", "webshop", 43, 1, 0.0, 5.0),
         ("react", "react", "llama-4-scout", "webshop", 42, 1, 0.0, 2.0),
     ]
-    t = results.table6_beside_paper(_runs(rows))
+    t = paper_tables.table6_beside_paper(_runs(rows))
     assert t.loc["anti_persistence", ("llama-4-scout", "webshop", "this run")] == "4.00 ± 1.41"
     assert t.loc["react", ("llama-4-scout", "webshop", "this run")] == "2.00 (1 seed)"
 
@@ -634,14 +636,14 @@ def test_variants_and_sweeps_carry_the_std_over_seeds():
     v = results.variants(runs, {"gamma-0.98": "0.98", "anti_persistence": "0.998"}).set_index("label")
     assert v.loc["0.98", "success_std"] == pytest.approx(7.0710678)
     assert pd.isna(v.loc["0.998", "success_std"]) and v.loc["0.998", "seeds"] == 1
-    f = results.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
+    f = paper_tables.sweep_frame(runs, "gamma", {"gamma-0.98": 0.98, "anti_persistence": 0.998})
     mine = f[f["source"] == "this run: tiny"].set_index("value")
     assert mine.loc[0.98, "success_std"] == pytest.approx(7.0710678) and mine.loc[0.98, "seeds"] == 2
-    printed = results.spread_table(f, index="value", columns=["source", "benchmark"])
+    printed = paper_tables.spread_table(f, index="value", columns=["source", "benchmark"])
     assert printed.loc[0.98, ("this run: tiny", "alfworld")] == "15.0 ± 7.1"
     assert printed.loc[0.998, ("this run: tiny", "alfworld")] == "30.0 (1 seed)"
     assert printed.loc[0.98, ("paper: qwen3-coder-next", "alfworld")] == "90.0"  # the paper prints no spread here
-    f12 = results.figure12_frame(
+    f12 = paper_tables.figure12_frame(
         runs.assign(variant=runs["variant"].replace({"gamma-0.98": "B-1"})), {"B": {"B-1": 1.0}, "B_hat": {}}
     )
     assert f12.loc[f12["source"] == "this run: tiny", "success_std"].tolist() == [pytest.approx(7.0710678)]
@@ -658,8 +660,8 @@ def test_table2_beside_paper_prints_the_spread_of_both_sources():
     mine = results.variants(runs, {"anti_persistence": "discard", "persist": "persist"}).rename(
         columns={"label": "variant"}
     )
-    both = results.beside_paper(paper.table2(), mine, key="variant")
-    t = results.spread_table(both, index="setting", columns="variant")
+    both = paper_tables.beside_paper(paper.table2(), mine, key="variant")
+    t = paper_tables.spread_table(both, index="setting", columns="variant")
     assert t.loc["paper: llama-4-scout / alfworld", "discard"] == "54.7 ± 2.9"
     assert t.loc["this run: tiny / alfworld", "discard"] == "60.0 ± 14.1"
     assert t.loc["this run: tiny / alfworld", "persist"] == "20.0 (1 seed)"
@@ -671,16 +673,16 @@ def test_table7_of_runs_from_unrounded_and_from_one_decimal_means():
         rows.append(("anti_persistence", "anti_persistence", "tiny", bench, 42, 1, ours))
         rows.append(("react", "react", "tiny", bench, 42, 1, theirs))
     runs = _runs(rows)
-    assert results.table7_of_runs(runs).loc["react", "positive"] == 3  # unrounded, as before
-    assert results.table7_of_runs(runs, decimals=1).loc["react", "positive"] == 0  # the printed means tie
-    both = results.table7_of_runs_both(runs)
+    assert table7.table7_of_runs(runs).loc["react", "positive"] == 3  # unrounded, as before
+    assert table7.table7_of_runs(runs, decimals=1).loc["react", "positive"] == 0  # the printed means tie
+    both = table7.table7_of_runs_both(runs)
     assert both.loc[("unrounded", "react"), "positive"] == 3
     assert both.loc[("one-decimal", "react"), "negative"] == 1
     assert both.loc[("one-decimal", "react"), "mean_diff"] == pytest.approx(-0.025)
 
 
 def test_f2_baselines_are_set_beside_table1s_cells_of_the_same_setting():
-    t = results.f2_baselines()
+    t = paper_tables.f2_baselines()
     assert t.loc["no filter", "paper F.2 (Figure 11b)"] == 38.7 and t.loc["no filter", "paper Table 1"] == "38.3 ± 3.5"
     assert t.loc["no frozen layer", "paper F.2 (Figure 11b)"] == 56.0
     assert t.loc["no frozen layer", "paper Table 1"] == "54.0 ± 2.0"

@@ -14,7 +14,8 @@ from antipersist_lib.memory.outcome_log import OutcomeLog
 from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.records import EpisodeOutcome, Task, Trajectory
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import RunSpec, run_cell
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy
@@ -215,6 +216,47 @@ def test_subpackages_form_layers_without_cycles():
     # the leaves import nothing else of the kit
     for leaf in ("errors", "jsonl", "tolerance", "textfit"):
         assert graph.get(leaf, set()) <= {"errors"}, f"{leaf} must stay at the bottom"
+
+
+#: the layers docs/layout.md states, bottom first: a unit imports only units of its own layer or of lower ones.
+#: The faulty-memories wing (studies, arc, consolidation and their commands) stands on top of the main house:
+#: its planners, figures and tables reuse analysis/, and the consolidation study runs the kit's methods as rows.
+LAYERS = (
+    {"errors"},
+    {"jsonl", "tolerance", "textfit", "paths", "versions", "context_budget", "replies", "profile_fields"},
+    {"records", "rundir"},
+    {"memory", "serving"},
+    {"envs"},
+    {"core"},
+    {"methods"},
+    {"testing"},
+    {"runner"},
+    {"analysis"},
+    {"studies"},
+    {"arc"},
+    {"consolidation"},
+    {"study_commands"},
+    {"commands"},
+    {"cli"},
+)
+
+
+def test_every_import_between_units_goes_down_the_stated_layers():
+    """Issue 46: docs/layout.md stated an order the code did not have (arc imports analysis); the order is
+    now one list here, and an import that climbs it fails with the two units named."""
+    level = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+    graph = _package_imports()
+    lib = ROOT / "antipersist_lib"
+    units = {p.name.removesuffix(".py") for p in lib.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    units -= {"__init__", "__main__"}
+    assert units <= set(level), (
+        f"units missing from LAYERS (place them in docs/layout.md too): {sorted(units - set(level))}"
+    )
+    upward = sorted(
+        f"{unit} -> {dep}" for unit, deps in graph.items() if unit in level for dep in deps if level[dep] > level[unit]
+    )
+    assert not upward, f"imports that climb the layers: {upward}"
+    assert graph["__init__"] <= LAYERS[2] | LAYERS[0], "the package's __init__ reaches only the records floor"
 
 
 def _module_imports() -> dict[str, set[str]]:

@@ -190,14 +190,13 @@ def test_the_study_command_line_takes_an_adhoc_endpoint(tmp_path, capsys):
         return None
 
     def cli(*argv):
-        return studies.command_line(
-            ["--profile", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o"), *argv],
+        return studies.StudyCommand(
             study="arc",
             command="arc-study",
             description="",
             run=run,
             show=lambda r: pd.DataFrame(),
-        )
+        ).main(["--profile", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o"), *argv])
 
     assert cli() == 0 and got[-1] == {}
     assert cli("--base-url", "http://h:1/v1", "--model", "org/m", "--api-key-env", "KEY") == 0

@@ -112,11 +112,30 @@ def test_none_mode_is_factual_and_free(make_clients):
 
 
 def test_prompt_hashes_cover_every_prompt_and_track_changes():
-    h = prompts.prompt_hashes()
+    h = prompts.prompt_hashes(prompts.PROMPTS)
     for name in ("agent_system", "imitation", "strategic", "corrective", "factual_header", "header_corrective"):
         assert re.fullmatch(r"[0-9a-f]{16}", h[name])
-    prompts.register_prompt("test_extra", "version 1")
-    v1 = prompts.prompt_hashes()["test_extra"]
-    prompts.register_prompt("test_extra", "version 2")
-    assert prompts.prompt_hashes()["test_extra"] != v1
-    prompts._EXTRA.pop("test_extra")
+    v1 = prompts.prompt_hashes({"test_extra": "version 1"})["test_extra"]
+    assert prompts.prompt_hashes({"test_extra": "version 2"})["test_extra"] != v1
+    with pytest.raises(ValueError, match="appear in two families"):
+        prompts.prompt_hashes(prompts.PROMPTS, {"agent_system": "another text"})
+
+
+def test_a_manifest_hashes_its_methods_families_whatever_the_process_imported(tmp_path):
+    """Issue 46: prompts registered themselves on import, so a manifest's hashes depended on what the launching
+    process happened to import (arc prompts appeared in main runs started from a consolidation study)."""
+    import antipersist_lib.arc.prompts  # noqa: F401  (imported on purpose: it must not leak into the hashes)
+    import antipersist_lib.consolidation.prompts  # noqa: F401
+    from antipersist_lib import methods
+
+    for name in methods.METHODS:
+        families = methods.method_class(name).prompt_families
+        assert set(families) <= set(methods.PROMPT_FAMILIES) and families[0] == "kit", name
+        hashes = methods.prompt_hashes(families)
+        assert not any(k.startswith(("arc_", "consolidation_")) for k in hashes), name
+        assert set(hashes) == {n for fam in methods.family_prompts(families) for n in fam}
+    assert set(methods.prompt_hashes(["kit"])) == set(prompts.PROMPTS)
+    assert "expel_compare" in methods.prompt_hashes(methods.method_class("expel").prompt_families)
+    assert "expel_compare" not in methods.prompt_hashes(methods.method_class("reflexion").prompt_families)
+    with pytest.raises(ValueError, match="unknown prompt famil"):
+        methods.prompt_hashes(["arc"])

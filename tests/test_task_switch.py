@@ -188,7 +188,7 @@ def test_a_study_runs_the_task_switch_and_resumes(tmp_path):
     the task's type; a re-run makes no new call."""
     import yaml
 
-    from antipersist_lib.consolidation import study
+    from antipersist_lib.consolidation import study, study_folder
     from antipersist_lib.serving.llm import Endpoint
     from antipersist_lib.testing.loopback_server import LoopbackServer
     from antipersist_lib.testing.scripted_policy import errand_policy
@@ -219,7 +219,7 @@ def test_a_study_runs_the_task_switch_and_resumes(tmp_path):
         path = tmp_path / "switch.yaml"
         path.write_text(yaml.safe_dump(profile))
         result = study.run_study(path, tmp_path / "out", endpoint=ep, embed_endpoint=ep)
-        rows = study.load_task_switch(result.out)
+        rows = study_folder.load_task_switch(result.out)
         n_requests = len(srv.requests_for(ROUTE_CHAT))
         study.run_study(path, tmp_path / "out", endpoint=ep, embed_endpoint=ep)  # resumes: nothing to redo
         assert len(srv.requests_for(ROUTE_CHAT)) == n_requests
@@ -237,7 +237,7 @@ def test_a_study_runs_the_task_switch_and_resumes(tmp_path):
     cum2 = next(r for r in rows if r["setup"] == "cumulative" and r["index"] == 2)
     fresh2 = next(r for r in rows if r["setup"] == "fresh" and r["index"] == 2)
     assert cum2["labels"] and fresh2["labels"] and cum2["entries"] == len(cum2["labels"])
-    assert result.manifest["task_switch"] == {"rows": 8, "file": study.SWITCH_RESULTS}
+    assert result.manifest["task_switch"] == {"rows": 8, "file": study_folder.SWITCH_RESULTS}
     table = switch_table(rows)
     assert list(table["setup"]) == ["cumulative", "cumulative", "fresh", "fresh"]
     assert table["score_total"].notna().all()
@@ -277,16 +277,16 @@ def test_the_recorded_fixture_is_the_smoke_profile_and_loads():
 
     import yaml
 
-    from antipersist_lib.consolidation import study
+    from antipersist_lib.consolidation import study_folder
 
     root = Path(__file__).resolve().parents[1]
     folder = root / "tests" / "fixtures" / "consolidation" / "task_switch_smoke"
-    manifest = study.load_manifest(folder)
+    manifest = study_folder.load_manifest(folder)
     profile = yaml.safe_load((root / "params" / "consolidation" / "task_switch_smoke.yaml").read_text())
     assert manifest["status"] == "complete" and manifest["profile"] == profile
     assert manifest["embedded_backbone"]["model"]["name"] == profile["backbone_options"]["model"]
     assert len(manifest["embedded_backbone"]["model"]["sha256"]) == 64  # the model file's hash is recorded
-    rows = study.load_task_switch(folder)
+    rows = study_folder.load_task_switch(folder)
     assert {(r["setup"], r["index"], r["task_type"]) for r in rows} == {
         (s, i, t) for s in ("fresh", "cumulative") for i, t in ((1, "boil"), (2, "melt"))
     }

@@ -12,7 +12,8 @@ from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.rundir import ManifestMismatchError
 from antipersist_lib.runner.grid import load_grid
-from antipersist_lib.runner.protocol import RunSpec, of_types, run_cell, work_left
+from antipersist_lib.runner.protocol import run_cell
+from antipersist_lib.runner.spec import RunSpec, of_types, work_left
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import LoopbackServer
 from antipersist_lib.testing.scripted_policy import errand_policy

@@ -1,12 +1,12 @@
-"""Sections 4.2-4.3 recounted from a Table 1 frame (``results.text_claims``), Figure 4's frame and bars, and which
-held-out denominators the ALFWorld cells of Tables 1-2 can come from (``results.alfworld_denominator_finding``)."""
+"""Sections 4.2-4.3 recounted from a Table 1 frame (``paper_text.text_claims``), Figure 4's frame and bars, and which
+held-out denominators the ALFWorld cells of Tables 1-2 can come from (``paper_text.alfworld_denominator_finding``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from antipersist_lib.analysis import paper, plots, results
+from antipersist_lib.analysis import paper, paper_text, plots, results
 
 #: the counts as the paper's text prints them (Sections 4.2-4.3), written out here so that a change on either
 #: side (the recount or the reference data) fails
@@ -34,11 +34,11 @@ def _paper_t1() -> pd.DataFrame:
 
 
 def _claims(t1: pd.DataFrame) -> dict[str, str]:
-    return dict(zip(*results.text_claims(t1)[["claim", "this_run"]].T.values))
+    return dict(zip(*paper_text.text_claims(t1)[["claim", "this_run"]].T.values))
 
 
 def test_the_papers_own_table1_gives_the_counts_its_text_states():
-    claims = results.text_claims(_paper_t1())
+    claims = paper_text.text_claims(_paper_t1())
     assert dict(zip(claims["claim"], claims["paper"])) == PAPER_COUNTS
     assert dict(zip(claims["claim"], claims["this_run"])) == PAPER_COUNTS
     assert claims["agrees"].tolist() == [True] * len(PAPER_COUNTS)
@@ -75,39 +75,39 @@ def test_a_small_run_says_what_is_missing_instead_of_counting():
         t1["method"].isin(["trajectory_memory", "abstraction_memory", "joint_memory", "anti_persistence"])
         & (t1["backbone"] == "qwen3-coder-next")
     ]
-    got = results.text_claims(small).set_index("claim")
+    got = paper_text.text_claims(small).set_index("claim")
     assert got.loc["best", "this_run"] == "not computed (missing react, reflexion, expel, autorefine)"
     assert got.loc["autorefine_vs_abstraction", "this_run"] == "not computed (missing autorefine)"
     assert got.loc["average_reflexion", "agrees"] is None
     assert got.loc["beats_trajectory_memory", "this_run"] == "3 of 3"  # counted over this run's own settings
     assert got.loc["best_memory_configuration_figure2", "this_run"] == "3 of 3"
     holed = small[~((small["method"] == "joint_memory") & (small["benchmark"] == "webshop"))]
-    got = results.text_claims(holed).set_index("claim")
+    got = paper_text.text_claims(holed).set_index("claim")
     assert (
         got.loc["beats_joint_memory", "this_run"] == "not computed (missing joint_memory in qwen3-coder-next/webshop)"
     )
     assert got.loc["average_joint_memory", "this_run"].startswith("not computed (missing joint_memory in")
     assert got.loc["beats_abstraction_memory", "this_run"] == "3 of 3"
-    empty = results.text_claims(results.table1(pd.DataFrame()))
+    empty = paper_text.text_claims(results.table1(pd.DataFrame()))
     assert empty["this_run"].str.startswith("not computed").all()
 
 
 def test_alfworld_cells_fit_50_tasks_far_more_often_than_134():
-    finding = results.alfworld_denominator_finding()
+    finding = paper_text.alfworld_denominator_finding()
     assert finding.loc[134, "cells"] == 28 and finding.loc[134, "fit"] == 13
     assert finding.loc[50, "cells"] == 28 and finding.loc[50, "fit"] == 21
     assert finding.loc[134, "chance"] == pytest.approx(403 / 1001)
     assert finding.loc[50, "chance"] == pytest.approx(151 / 1001)
-    cells = results.alfworld_denominator_cells()
+    cells = paper_text.alfworld_denominator_cells()
     row = cells[(cells["method"] == "react") & (cells["backbone"] == "llama-4-scout")].iloc[0]
     assert row["mean"] == 29.3 and row["fits_50"] and not row["fits_134"]  # 44/150 = 29.33; no K/402 rounds to 29.3
-    assert results.fits_mean_of_seed_scores(54.7, 134)  # 220/402 = 54.73
-    assert results.fits_mean_of_seed_scores(100.0, 50) and results.fits_mean_of_seed_scores(0.0, 134)
-    assert not results.fits_mean_of_seed_scores(50.1, 50)
+    assert paper_text.fits_mean_of_seed_scores(54.7, 134)  # 220/402 = 54.73
+    assert paper_text.fits_mean_of_seed_scores(100.0, 50) and paper_text.fits_mean_of_seed_scores(0.0, 134)
+    assert not paper_text.fits_mean_of_seed_scores(50.1, 50)
 
 
 def test_figure4_shows_the_papers_six_settings_and_this_runs_own():
-    df = results.figure4_frame(pd.DataFrame())
+    df = paper_text.figure4_frame(pd.DataFrame())
     assert set(df["source"]) == {"paper"} and len(df) == 18
     assert set(zip(df["backbone"], df["benchmark"])) == {
         (b, k) for b in ("llama-4-scout", "qwen3-coder-next") for k in paper.BENCHMARKS
@@ -118,8 +118,8 @@ def test_figure4_shows_the_papers_six_settings_and_this_runs_own():
     runs_t1 = pd.concat([mine, _paper_t1().assign(seeds=3)[lambda d: d["backbone"] == "gemma-4-31b-it"]])
     import unittest.mock as mock
 
-    with mock.patch.object(results, "table1", return_value=runs_t1):
-        both = results.figure4_frame(pd.DataFrame({"x": [1]}))
+    with mock.patch.object(paper_text, "table1", return_value=runs_t1):
+        both = paper_text.figure4_frame(pd.DataFrame({"x": [1]}))
     assert set(both.loc[both["source"] == "this run", "backbone"]) == {"my-model"}
     assert set(both.loc[both["source"] == "this run", "method"]) == set(paper.FIGURE4_METHODS)
     fig = plots.figure4_bars(both, title="Figure 4")

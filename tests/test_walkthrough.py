@@ -143,22 +143,22 @@ def test_the_report_section_shows_decision_estimates_guidance_and_discard(tmp_pa
 
 
 def test_the_main_job_writes_the_walkthrough_beside_its_tables_or_says_why_not(tmp_path, capsys):
-    """`make run`'s step (cli._main_walkthrough): the profile's walkthrough benchmark names the run; the
+    """`make run`'s step (commands.main_walkthrough): the profile's walkthrough benchmark names the run; the
     report is replayed from the main job's cache folder; without that cache the tables stand and the
     reason is printed."""
-    from antipersist_lib.cli import _main_walkthrough
+    from antipersist_lib.commands import main_walkthrough
 
     summary = {
         "walkthrough": "alfworld",
         "rows": [{"method": "anti_persistence", "benchmark": "alfworld", "run_dir": str(RUN)}],
     }
-    _main_walkthrough(summary, tmp_path)  # no cache under tmp_path yet
+    main_walkthrough(summary, tmp_path)  # no cache under tmp_path yet
     assert "walkthrough: not written" in capsys.readouterr().out and not (tmp_path / "walkthrough.md").exists()
     shutil.copytree(CACHE, tmp_path / "cache")
-    _main_walkthrough(summary, tmp_path)
+    main_walkthrough(summary, tmp_path)
     out = capsys.readouterr().out
     assert "walkthrough (one held-out task" in out and "guidance found in 0 of" in out
     text = (tmp_path / "walkthrough.md").read_text()
     assert "**Decision**" in text and "**Proof of discard**: state files byte-identical" in text
-    _main_walkthrough({**summary, "walkthrough": "scienceworld"}, tmp_path)
+    main_walkthrough({**summary, "walkthrough": "scienceworld"}, tmp_path)
     assert "no anti_persistence run on scienceworld" in capsys.readouterr().out

@@ -293,7 +293,7 @@ FIGURE4_METHODS = ("abstraction_memory", "autorefine", "anti_persistence")
 FIGURE4_BACKBONES = ("llama-4-scout", "qwen3-coder-next")
 
 #: the counted claims of Sections 4.2-4.3, each (id, the paper's sentence, the paper's count as printed);
-#: ``analysis.results.text_claims`` recounts each on a Table 1 frame (a test recounts them on Table 1 itself)
+#: ``analysis.paper_text.text_claims`` recounts each on a Table 1 frame (a test recounts them on Table 1 itself)
 TEXT_CLAIMS: tuple[tuple[str, str, str], ...] = (
     (
         "best",

@@ -385,8 +385,8 @@ def actual_beside_plan(plan: Plan) -> str:
 
 def plan_specs(job: str, specs: Sequence[Any], *, roots: Sequence[Path], throughput: float | None = None) -> Plan:
     """The plan of a list of ``RunSpec`` (a grid's or a main-job profile's runs): episodes from each run's own
-    task lists (``runner.protocol.run_episode_counts``), rates from the runs under ``roots``."""
-    from antipersist_lib.runner.protocol import run_episode_counts
+    task lists (``runner.spec.run_episode_counts``), rates from the runs under ``roots``."""
+    from antipersist_lib.runner.spec import run_episode_counts
 
     rates = Rates(recorded_runs(roots))
     prices: dict[str, tuple[dict[str, float] | None, str]] = {}

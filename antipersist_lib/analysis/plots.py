@@ -736,7 +736,7 @@ def toxic_share(df: pd.DataFrame, *, deleted_after: int, title: str, note: str =
 
 def figure4_bars(df: pd.DataFrame, *, title: str, note: str = "") -> plt.Figure:
     """Figure 4: final held-out success of abstraction memory, AutoRefine and Anti-Persistence per setting (bars:
-    mean over seeds, error bars: std), one panel per source (``results.figure4_frame``: the paper's six settings,
+    mean over seeds, error bars: std), one panel per source (``paper_text.figure4_frame``: the paper's six settings,
     then this run's), so no bar of this run stands among the paper's. Every bar carries its value."""
     sns.set_theme(style="whitegrid")
     sources = list(dict.fromkeys(df["source"])) or ["paper"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.analysis import plots, results
+from antipersist_lib.analysis import plots, results, table7
 from antipersist_lib.analysis.paper import METHOD_LABELS
 
 BEGIN = "<!-- study-summary:begin"
@@ -66,7 +66,7 @@ def study_outcomes(summary: dict[str, Any]) -> pd.DataFrame:
     rows = summary["rows"]
     if not rows:
         return pd.DataFrame()
-    outcomes = results.task_outcomes(summary["runs_root"], complete_only=True)
+    outcomes = table7.task_outcomes(summary["runs_root"], complete_only=True)
     if outcomes.empty:
         return outcomes
     reported = {(r["benchmark"], r["method"], int(r["seed"])) for r in rows if r["run"] == r["method"]}
@@ -81,8 +81,8 @@ def paired_rows(outcomes: pd.DataFrame, benchmarks: list[str] | None = None) -> 
     benchmark and one measure, as in notebook 01."""
     out: list[PairedRow] = []
     for reference, flip in (("react", True), ("anti_persistence", False)):
-        score = results.paired_per_benchmark(outcomes, "score", reference=reference)
-        success = results.paired_per_benchmark(outcomes, "success", reference=reference)
+        score = table7.paired_per_benchmark(outcomes, "score", reference=reference)
+        success = table7.paired_per_benchmark(outcomes, "success", reference=reference)
         if score is None or success is None:
             continue
         for (bench, other), s in score.iterrows():
@@ -160,7 +160,7 @@ def result_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _seed_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    from antipersist_lib.runner.main_job import seed_summary
+    from antipersist_lib.runner.main_tables import seed_summary
 
     return seed_summary(summary["rows"])
 

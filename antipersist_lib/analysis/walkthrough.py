@@ -2,10 +2,12 @@
 
 ``walk(run_dir, llm=..., embedder=...)`` re-runs the chosen held-out task of the run's last
 iteration on a working copy of the run's final (frozen) state, exactly as the held-out
-evaluation did: the selector's audit (neighbourhood, per-mode estimates, bonuses, scores), the
-retrieved records, the temporary guidance, the execution, and then the proof that the guidance
-was discarded: the state files are byte-identical before and after, the guidance text occurs in
-no file of the run directory or the working copy, and the episode record has no field for it.
+evaluation did: through the protocol's own ``run_task`` (with the run's in-context
+demonstrations, if it showed any), watching the task with its ``capture`` hook. It shows the
+selector's audit (neighbourhood, per-mode estimates, bonuses, scores), the retrieved records,
+the temporary guidance, the execution, and then the proof that the guidance was discarded: the
+state files are byte-identical before and after, the guidance text occurs in no file of the run
+directory or the working copy, and the episode record has no field for it.
 
 Replay: every request of a run is in its response cache, so ``runner.replay.replay_clients(run_dir, cache_dir)``
 builds clients whose endpoint is unreachable: the walkthrough then runs without any model and
@@ -25,7 +27,7 @@ from typing import Any
 
 from antipersist_lib import tolerance
 from antipersist_lib.analysis.audit import log_entries_seen
-from antipersist_lib.core.agent import AgentConfig, run_episode
+from antipersist_lib.core.agent import AgentConfig
 from antipersist_lib.core.selector import PHASES, decision_differences
 from antipersist_lib.envs import make_env
 from antipersist_lib.errors import LLMUnavailableError
@@ -34,6 +36,7 @@ from antipersist_lib.methods import make_method, params_as_recorded
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.protocol import TaskCapture, run_task
 from antipersist_lib.runner.replay import replay_clients
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
@@ -180,14 +183,14 @@ def _state_before(run: Path, rec: dict[str, Any], work: Path) -> None:
         RunDirectory(work).state_path(name).write_bytes(b"".join(lines[:keep]))
 
 
-def _with_demonstrations(man: dict[str, Any], task: Task, env: Any, agent: AgentConfig, blocks: list[str]) -> list[str]:
-    """The context exactly as the run built it: a run with in-context demonstrations (agent option
-    ``icl_examples``) put the task's expert demonstrations first, from the replays cached where its manifest
-    says (replayed on the engine again if that cache is gone: no model is involved)."""
+def _demonstrations(man: dict[str, Any], task: Task, env: Any) -> Any:
+    """The run's in-context demonstrations (agent option ``icl_examples``), or None when it showed none: the
+    task's expert replays, read from the cache its manifest names (replayed on the engine again if that cache
+    is gone: no model is involved); ``run_task`` puts them first in the context, as the run did."""
     demos = man.get("demonstrations")
     if not demos:
-        return blocks
-    from antipersist_lib.core.demonstrations import DemonstrationLibrary, render_block
+        return None
+    from antipersist_lib.core.demonstrations import DemonstrationLibrary
     from antipersist_lib.envs.partitions import load_partition
     from antipersist_lib.paths import repo_root
 
@@ -198,8 +201,7 @@ def _with_demonstrations(man: dict[str, Any], task: Task, env: Any, agent: Agent
         load_partition(man["benchmark"]), int(man["seed"]), int(demos["icl_examples"]), folder.parent.parent
     )
     library.prepare(env, [task.task_type])
-    block = render_block(library.for_task(task), agent.icl_max_chars)
-    return [block, *blocks] if block else blocks
+    return library
 
 
 def walk(
@@ -251,30 +253,28 @@ def walk(
         method.freeze()  # held-out: nothing may be written
     own_env = env is None
     env = env or make_env(man["benchmark"], **man.get("benchmark_options", {}))
+    captured: list[TaskCapture] = []
     try:
-        obs = env.reset(task)
-        ctx = method.prepare(task, obs, phase=phase, iteration=rec["iteration"], position=rec["position"])
-        guidance = ctx.blocks[-1] if ctx.blocks else ""
-        agent = AgentConfig(**man["agent"])
-        ep = run_episode(
+        record = run_task(
+            method,
             env,
             task,
-            llm,
-            context_blocks=_with_demonstrations(man, task, env, agent, ctx.blocks),
-            config=agent,
-            initial_observation=obs,
-            tags={"phase": phase, "iteration": rec["iteration"], "task": task.key},
+            phase=phase,
+            iteration=rec["iteration"],
+            position=rec["position"],
+            agent_config=AgentConfig(**man["agent"]),
+            demonstrations=_demonstrations(man, task, env),
+            capture=captured.append,
         )
-        if phase == "train":
-            method.learn(task, ctx, ep, iteration=rec["iteration"], position=rec["position"])
     finally:
         method.close()
         if own_env:
             env.close()
-    from antipersist_lib.runner.protocol import _episode_record
-
-    record = _episode_record(task, phase, rec["iteration"], rec["position"], ctx, ep, {})
-    decision = ctx.meta["decision"]
+    if not captured:  # the engine could not load the task (an infrastructure-failure record)
+        raise RuntimeError(f"{run}: task {task.key} could not be loaded for the replay: {record['outcome']}")
+    seen = captured.pop()
+    decision = seen.decision
+    guidance = seen.guidance
     log = [x.value for x in read_jsonl(dst.state_path(RunDirectory.OUTCOME_LOG))]
     weights = decision["weights"] or [None] * len(decision["neighbours"])
     neighbours = [
@@ -296,7 +296,7 @@ def walk(
             "success": memory[i]["outcome"]["success"],
             "steps": len(memory[i]["trajectory"]["steps"]),
         }
-        for i in ctx.meta["retrieved_ids"]
+        for i in seen.retrieved_ids
         if i in memory
     ]
     after = _hashes(dst.state_dir)
@@ -308,9 +308,10 @@ def walk(
             {k: (f"<{len(v)} floats>" if k == "embedding" else v) for k, v in r.items() if k != "trajectory"}
             for r in new
         ]
-    n, hits = _files_containing(guidance, [run, work]) if ctx.synthesis_calls else (0, [])
+    n, hits = _files_containing(guidance, [run, work]) if seen.context.synthesis_calls else (0, [])
     proof = DiscardProof(phase, before, after, appended, n, hits, sorted(record) + sorted(record["meta"]), matches)
-    del ctx  # the guidance's last holder besides the copy returned to the reader
+    ep = seen.episode
+    del seen  # the guidance's last holder besides the copy returned to the reader
     return Walkthrough(
         str(run),
         phase,

@@ -32,14 +32,10 @@ from antipersist_lib.arc.lineage import (
     misclassifications,
     trace_lineage,
 )
-from antipersist_lib.arc.study import (
+from antipersist_lib.arc.study_folder import (
     CONDITIONS_DIR,
-    COVERAGE_AVERAGES,
     EVALS_FILE,
-    FIG2_EVAL_SET,
-    FIG2_GROUP,
     JUDGE_FILE,
-    NO_MEMORY,
     SOURCES_FILE,
     SURGERY_FILE,
     condition_names,
@@ -49,6 +45,7 @@ from antipersist_lib.arc.study import (
     load_manifest,
     seed_folders,
 )
+from antipersist_lib.arc.study_profile import COVERAGE_AVERAGES, FIG2_EVAL_SET, FIG2_GROUP, NO_MEMORY
 from antipersist_lib.jsonl import read_json, read_jsonl
 
 

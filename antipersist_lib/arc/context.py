@@ -166,7 +166,7 @@ def refusal(sizes: Sequence[PromptSize], context_length: int, model: str) -> str
     )
 
 
-# -- a study profile's check (``arc.study.load_study_profile`` and ``run_profile``) ------------------------------
+# -- a study profile's check (``arc.study_profile.load_study_profile`` and ``run_profile``) ------------------------------
 
 
 #: what a prompt that outgrew the context during a run can do (the abstract store has no cap, App. D.1)

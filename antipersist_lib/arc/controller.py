@@ -53,28 +53,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from antipersist_lib.arc.decisions import (
+    Decision,
+    StrategyChoice,
+    decision_or_fallback,
+    parse_extraction,
+    selection_or_fallback,
+)
 from antipersist_lib.arc.generator import ArcTask
 from antipersist_lib.arc.prompts import (
     EXTRACTION_SCHEMAS,
     SELECTED_NONE,
     SOLVER_MODES,
-    Decision,
-    ReplyParseError,
-    StrategyChoice,
     decision_messages,
-    decision_or_fallback,
     extraction_messages,
     failure_banner,
-    parse_extraction,
     selection_messages,
-    selection_or_fallback,
     solver_messages,
 )
-from antipersist_lib.arc.sandbox import DEFAULT_LIMITS, ExampleOutcome, GradeResult, SandboxLimits, extract_code, grade
+from antipersist_lib.arc.prompts import PROMPTS as ARC_PROMPTS
+from antipersist_lib.arc.sandbox import DEFAULT_LIMITS, ExampleOutcome, GradeResult, SandboxLimits, grade
 from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, Strategy, StrategyDraft
 from antipersist_lib.arc.tools import TOOL_SOURCE
 from antipersist_lib.core.prompts import prompt_hashes
+from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.replies import extract_code
 from antipersist_lib.serving.llm import LLMClient
 
 REGIMES = ("force", "auto", "episodic_only")
@@ -591,7 +595,7 @@ def run_stream(
     if snapshots_path.exists() and snapshots_path.stat().st_size > 0:
         raise FileExistsError(f"{snapshots_path} already holds a run; use a fresh out_dir")
     batches = [list(b) for b in batches] if batches is not None else stream_batches(tasks, config)
-    hashes = {k: v for k, v in prompt_hashes().items() if k.startswith("arc_")}
+    hashes = prompt_hashes(ARC_PROMPTS)
     atomic_write_json(
         out / CONFIG_FILE,
         {"config": config.to_dict(), "task_ids": [t.task_id for t in tasks], "prompt_hashes": hashes},

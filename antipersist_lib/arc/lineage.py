@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from antipersist_lib.arc.controller import EvalResult, evaluate
+from antipersist_lib.arc.decisions import JUDGE_LABELS, UNPARSED_LABEL, judge_or_fallback
 from antipersist_lib.arc.generator import ArcTask
-from antipersist_lib.arc.prompts import JUDGE_LABELS, UNPARSED_LABEL, judge_messages, judge_or_fallback
+from antipersist_lib.arc.prompts import judge_messages
 from antipersist_lib.arc.stores import Memory
 from antipersist_lib.serving.llm import LLMClient
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from antipersist_lib.analysis.plan import Plan, backbone_price, plan_purposes, purpose_rates
 from antipersist_lib.arc.generator import POOL_SIZES
-from antipersist_lib.arc.study import PoolSpec, StudyProfile, load_study_profile
+from antipersist_lib.arc.study_profile import PoolSpec, StudyProfile, load_study_profile
 from antipersist_lib.paths import repo_root
 
 #: the entries a final abstract store holds, for the judge's and the surgery's calls before a run has made one

@@ -5,7 +5,7 @@
 and construction regimes; ``trajectory_log_table`` / ``paper_table_cells`` / ``row_marks`` /
 ``table_display`` / ``tables_beside_paper`` build Tables 2-3 with the paper's "(--)" and best-in-row
 marks, and ``paper_reference`` the values the paper states for its figures. Figures are in
-``consolidation.figures``; the frames come from ``consolidation.study.results``.
+``consolidation.figures``; the frames come from ``consolidation.study_folder.results``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pandas as pd
 
 from antipersist_lib.analysis import faulty_paper
 from antipersist_lib.analysis.paper import METHOD_LABELS
+from antipersist_lib.consolidation.context_estimate import FS_PATTERN
 from antipersist_lib.consolidation.profile import (
-    FS_PATTERN,
     METHOD_REGIME,
     NO_MEMORY,
     TRAJECTORY_LOG_FIXED,
 )
-from antipersist_lib.consolidation.study import CONDITION_COLUMNS
+from antipersist_lib.consolidation.study_folder import CONDITION_COLUMNS
 
 #: what the paper says about its utility-vs-updates figures (their values are printed as images only)
 FIGURE1_STATEMENT = (
@@ -457,7 +457,7 @@ def success_by_type(df: pd.DataFrame, out_dirs: Any) -> pd.DataFrame:
     type, evaluated on that type and on a related one): one row per (builder, condition, step, seed, task_type)
     with ``n`` episodes and ``success`` (the fraction solved), read from each row's run directory.
 
-    ``out_dirs``: the study folder(s) the rows' ``run_dir`` paths are relative to (``study.results`` input)."""
+    ``out_dirs``: the study folder(s) the rows' ``run_dir`` paths are relative to (``study_folder.results`` input)."""
     from pathlib import Path
 
     from antipersist_lib.consolidation.surgery import episode_rows

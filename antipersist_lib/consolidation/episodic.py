@@ -19,9 +19,9 @@ from typing import Any
 
 from antipersist_lib.consolidation import prompts as P
 from antipersist_lib.consolidation.bank import MemoryBank
-from antipersist_lib.consolidation.consolidators import Consolidator
-from antipersist_lib.consolidation.parsing import excerpt, extract_json
+from antipersist_lib.consolidation.consolidator import Consolidator
 from antipersist_lib.consolidation.pool import PoolRecord, check_pool, summarize_trajectory
+from antipersist_lib.replies import excerpt, extract_json
 
 #: characters of each log kept in the bank (the agent reads these in full)
 LOG_CHARS = 4000

@@ -23,15 +23,10 @@ from antipersist_lib.analysis.plan import (
     recorded_runs,
     records,
 )
-from antipersist_lib.consolidation.profile import (
-    Build,
-    StudyProfile,
-    load_study_profile,
-    pool_size,
-    update_count,
-)
+from antipersist_lib.consolidation.context_estimate import pool_size, update_count
+from antipersist_lib.consolidation.profile import Build, StudyProfile, load_study_profile
 from antipersist_lib.paths import repo_root
-from antipersist_lib.runner.protocol import RunSpec, run_episode_counts
+from antipersist_lib.runner.spec import RunSpec, run_episode_counts
 
 
 def _evaluated(profile: StudyProfile, build: Build, updates: int) -> int:

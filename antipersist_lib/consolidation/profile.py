@@ -5,7 +5,9 @@ file), the builders (consolidators and trajectory logs) and the regimes they are
 (seeds = repeats, held-out games, step budget, which update steps to evaluate) and the kit's own methods to
 evaluate beside them. ``load_study_profile`` reads it into a ``StudyProfile``; every unknown or malformed key
 is named in a ``StudyProfileError`` together with the file, and the builders' and protocol's own checks run
-on the profile's options, so a typo fails in seconds rather than hours into a run.
+on the profile's options, so a typo fails in seconds rather than hours into a run. Each block's keys are stated
+once, with their kinds, allowed values and defaults (``PROFILE``, ``POOL``, ``REGIME``, ... : ``profile_fields``
+specs); the readers below add the rules between keys.
 
 A stream regime may also say ``passes`` (cycle the pool; App. F.3 / J.1.3, H.1.2), ``stages`` (``count``,
 ``rule``: ``one_per_type`` | ``single_type``, ``per_type_limit``; App. G.1 / G.2; the rule fixes the batches'
@@ -13,35 +15,31 @@ composition, so ``homogeneous`` may not contradict it), and any regime a ``backb
 builds its banks; §4.1 / Fig. 4). The top-level ``context`` block (``overflow``: ``refuse`` | ``truncate_oldest``,
 ``reserve_tokens``) sets what a prompt past the backbone's context length does (``consolidation.context``); under
 ``refuse`` a profile whose largest estimated prompt or known memory passes it is refused when it loads
-(``check_profile_context``).
+(``context_estimate.check_profile_context``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.consolidation import context_estimate as ctx
 from antipersist_lib.consolidation.context import CONTEXT_POLICIES, REFUSE, ContextSpec
+from antipersist_lib.consolidation.context_estimate import FS_PATTERN, check_profile_context
 from antipersist_lib.consolidation.pool import EXPERT_BENCHMARKS, STAGE_RULES
 from antipersist_lib.consolidation.regimes import REGIMES, StageSpec, make_builder
 from antipersist_lib.consolidation.task_switch import SETUPS as SWITCH_SETUPS
 from antipersist_lib.envs import BENCHMARKS
 from antipersist_lib.envs.partitions import heldout_set_path, load_partition
-from antipersist_lib.runner.protocol import AGENT_KEYS, RunSpec, of_types
+from antipersist_lib.profile_fields import BOOL, CHOICE, INT, MAPPING, NAMES, STR, Checker, Field, Fields
+from antipersist_lib.runner.spec import AGENT_KEYS, RunSpec, of_types
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
     EMBEDDED,
     _check_profile_file,
     check_backbone,
-    check_bool,
     check_embedding,
-    check_int,
-    check_mapping,
-    check_names,
     fail,
     read_profile,
 )
@@ -49,71 +47,6 @@ from antipersist_lib.studies import (
 #: the no-memory row's builder (and protocol method)
 NO_MEMORY = "react"
 NO_MEMORY_CONDITION = "no_memory"
-
-PROFILE_KEYS = {
-    "name",
-    "description",
-    "benchmark",
-    "benchmark_options",
-    "backbone",
-    "backbone_options",
-    "embedding",
-    "pool",
-    "builders",
-    "builder_options",
-    "regimes",
-    "build_seed",
-    "evaluation",
-    "response_cache",
-    "methods",
-    "context",
-    "task_switch",
-    "surgery",
-}
-#: keys of the ``surgery`` block (App. I.1, Tables 12-13; ``consolidation.surgery``)
-SURGERY_KEYS = {"builder", "regime", "step", "remove"}
-#: keys of the ``task_switch`` block (§6.2, Figs. 10 and 18; ``consolidation.task_switch``)
-TASK_SWITCH_KEYS = {
-    "sequence",
-    "builder",
-    "batch_size",
-    "capacity",
-    "setups",
-    "judge",
-    "heldout_limit",
-    "records_per_task",
-}
-POOL_KEYS = {"expert", "runs", "file", "successes_only"}
-EXPERT_KEYS = {"per_type", "seed", "types", "split", "allow_fewer"}
-REGIME_KEYS = {
-    "regime",
-    "batch_size",
-    "homogeneous",
-    "capacity",
-    "initial",
-    "builders",
-    "steps",
-    "passes",
-    "stages",
-    "backbone",
-    "types",
-    "initial_step",
-}
-STAGE_KEYS = {"count", "rule", "per_type_limit"}
-CONTEXT_KEYS = {"overflow", "reserve_tokens"}
-EVALUATION_KEYS = {
-    "seeds",
-    "backbones",
-    "heldout_limit",
-    "max_steps",
-    "agent",
-    "heldout_concurrency",
-    "steps",
-    "no_memory",
-    "task_types",
-    "heldout_set",
-}
-METHOD_ROW_KEYS = {"method", "params", "seed_pool", "iterations", "train_per_iteration", "train_pool_limit"}
 #: the kit methods that keep a trajectory store, and so can start from the study's pool (``seed_pool``)
 SEEDABLE_METHODS = ("anti_persistence", "trajectory_memory")
 #: the ``regime`` of a method row
@@ -121,7 +54,109 @@ METHOD_REGIME = "method"
 #: builder_options key applied to every builder (before its own options)
 COMMON_OPTIONS = "common"
 BUILDER_NAMES = ("ace", "ace_gt", "awm", "dc", "clin", "all", "keep")
-FS_PATTERN = re.compile(r"fs([1-9]\d*)")
+
+# -- the profile's blocks, each key stated once (``profile_fields``); the rules between keys are in the readers --
+
+PROFILE = Fields(
+    Field("name"),
+    Field("description"),
+    Field("benchmark", CHOICE, choices=BENCHMARKS, required=True),
+    Field("benchmark_options", MAPPING),
+    Field("backbone"),  # studies.check_backbone
+    Field("backbone_options", MAPPING, keys=BACKBONE_OPTION_KEYS),
+    Field("embedding"),  # studies.check_embedding
+    Field("pool"),  # POOL
+    Field("builders"),  # a list of BUILDER_NAMES or fs<N>, required
+    Field("builder_options"),  # a mapping; keys: the builders and COMMON_OPTIONS
+    Field("regimes"),  # name -> REGIME
+    Field("build_seed", INT, minimum=0, default=0),
+    Field("evaluation"),  # EVALUATION
+    Field("response_cache", BOOL, default=True),
+    Field("methods", MAPPING),  # row name -> METHOD_ROW
+    Field("context"),  # CONTEXT
+    Field("task_switch"),  # TASK_SWITCH (§6.2, Figs. 10 and 18; ``consolidation.task_switch``)
+    Field("surgery"),  # SURGERY (App. I.1, Tables 12-13; ``consolidation.surgery``)
+)
+POOL = Fields(
+    Field("expert"),  # EXPERT
+    Field("runs", NAMES),
+    Field("file", STR, what="a path to a pool .jsonl"),
+    Field("successes_only", BOOL, default=True),
+)
+EXPERT = Fields(
+    Field("per_type", INT, minimum=1, required=True),
+    Field("seed", INT, minimum=0, default=0),
+    Field("types", NAMES, nullable=True),
+    Field("split", STR, default="train"),
+    Field("allow_fewer", BOOL, default=False),
+)
+#: keys only a stream regime takes
+STREAM_KEYS = ("batch_size", "homogeneous", "passes", "stages")
+REGIME = Fields(
+    Field("regime"),  # one of REGIMES; default: the regime's name
+    Field("batch_size", INT, minimum=1),  # required by a stream
+    Field("homogeneous", BOOL, default=True),
+    Field("capacity", INT, minimum=1, nullable=True),
+    Field("initial"),  # another regime's name
+    Field("builders", NAMES),
+    Field("steps"),  # as evaluation.steps
+    Field("passes", INT, minimum=1, default=1),
+    Field("stages"),  # STAGES
+    Field(
+        "backbone",
+        STR,
+        test=lambda v: v != EMBEDDED,
+        what="a backbone profile name in params/backbones/ or a profile file (.yaml) (not 'embedded': the embedded "
+        "default runs one model per study)",
+    ),
+    Field("types", NAMES),
+    Field("initial_step", INT, minimum=0, nullable=True),
+)
+STAGES = Fields(
+    Field("rule", CHOICE, choices=STAGE_RULES, required=True),
+    Field("count", INT, minimum=1, required=True),
+    Field("per_type_limit", INT, minimum=1, nullable=True),
+)
+CONTEXT = Fields(
+    Field("overflow", CHOICE, choices=CONTEXT_POLICIES, default=REFUSE),
+    Field("reserve_tokens", INT, minimum=0, nullable=True),
+)
+EVALUATION = Fields(
+    Field("seeds", default=[42, 43]),  # distinct integers, one per repeat
+    Field("backbones"),  # distinct backbone profiles
+    Field("heldout_limit", INT, minimum=1, nullable=True),
+    Field("max_steps", INT, minimum=1, default=50),
+    Field("agent", MAPPING, keys=AGENT_KEYS),
+    Field("heldout_concurrency", INT, minimum=1, default=1),
+    Field("steps", default="last"),  # "last" | "all" | [int, ...] | {every: k} | {every_pass: k}
+    Field("no_memory", BOOL, default=True),
+    Field("task_types", NAMES),
+    Field("heldout_set", STR, nullable=True, what="a held-out set's name"),  # of the benchmark, committed
+)
+METHOD_ROW = Fields(
+    Field("method"),  # a kit method; default: the row's name
+    Field("params", MAPPING),
+    Field("seed_pool", BOOL, default=False),
+    Field("iterations", INT, minimum=1, default=1),
+    Field("train_per_iteration", INT, minimum=0, default=0),
+    Field("train_pool_limit", INT, minimum=1, nullable=True),
+)
+TASK_SWITCH = Fields(
+    Field("builder"),  # one of the profile's builders
+    Field("sequence", NAMES, nullable=True),
+    Field("setups", default=list(SWITCH_SETUPS)),
+    Field("batch_size", INT, minimum=1, default=4),
+    Field("capacity", INT, minimum=1, nullable=True),
+    Field("judge", BOOL, default=True),
+    Field("heldout_limit", INT, minimum=1, nullable=True),
+    Field("records_per_task"),  # null, an integer >= 1, or task type -> integer >= 1
+)
+SURGERY = Fields(
+    Field("builder"),
+    Field("regime"),
+    Field("step", default="last"),  # "last", an integer >= 0, or {pass: k}
+    Field("remove", default="all"),  # "all" or entry ids
+)
 
 
 @dataclass(frozen=True)
@@ -311,296 +346,233 @@ def _valid_builder(name: str) -> bool:
     return name in BUILDER_NAMES or FS_PATTERN.fullmatch(name) is not None
 
 
-def _eval_backbones(value: Any, path: Any) -> tuple[str, ...]:
+def _eval_backbones(value: Any, check: Checker) -> tuple[str, ...]:
     """``evaluation.backbones``: distinct backbone profiles (names or files), each loadable now."""
     if value is None:
         return ()
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise fail(path, f"'evaluation.backbones' must be a non-empty list of backbone profile names, got {value!r}")
+        raise check.fail(f"'evaluation.backbones' must be a non-empty list of backbone profile names, got {value!r}")
     if len(set(value)) != len(value):
-        raise fail(path, f"'evaluation.backbones' names a backbone twice: {value!r}")
+        raise check.fail(f"'evaluation.backbones' names a backbone twice: {value!r}")
     from antipersist_lib.serving.profiles import load_profile
 
     for name in value:
         if name == "embedded":
-            raise fail(
-                path,
-                "'evaluation.backbones' takes backbone profiles; the embedded default acts as the study's backbone",
+            raise check.fail(
+                "'evaluation.backbones' takes backbone profiles; the embedded default acts as the study's backbone"
             )
         try:
             load_profile("backbones", name)
         except ValueError as exc:
-            raise fail(path, f"'evaluation.backbones': {exc}") from None
+            raise check.fail(f"'evaluation.backbones': {exc}") from None
     return tuple(value)
 
 
-def _pool_spec(data: dict[str, Any], path: Any) -> PoolSpec:
-    spec = check_mapping(data.get("pool"), "pool", POOL_KEYS, path)
-    kinds = [k for k in ("expert", "runs", "file") if k in spec]
+def _pool_spec(data: dict[str, Any], check: Checker) -> PoolSpec:
+    spec = check.read(data.get("pool"), "pool", POOL)
+    kinds = [k for k in ("expert", "runs", "file") if k in spec.given]
     if len(kinds) != 1:
-        raise fail(path, f"'pool' needs exactly one of 'pool.expert', 'pool.runs', 'pool.file'; got {kinds or 'none'}")
-    successes_only = check_bool(spec.get("successes_only", True), "pool.successes_only", path)
-    kind = kinds[0]
-    if kind == "expert":
-        ex = check_mapping(spec["expert"], "pool.expert", EXPERT_KEYS, path)
-        if data.get("benchmark") not in EXPERT_BENCHMARKS:
-            raise fail(
-                path, f"'pool.expert' replays exist for {EXPERT_BENCHMARKS}, not benchmark {data.get('benchmark')!r}"
-            )
-        types = ex.get("types")
-        return PoolSpec(
-            "expert",
-            per_type=check_int(ex.get("per_type"), "pool.expert.per_type", path, minimum=1),
-            seed=int(check_int(ex.get("seed", 0), "pool.expert.seed", path) or 0),
-            types=None if types is None else tuple(check_names(types, "pool.expert.types", path)),
-            split=str(ex.get("split", "train")),
-            allow_fewer=check_bool(ex.get("allow_fewer", False), "pool.expert.allow_fewer", path),
+        raise check.fail(f"'pool' needs exactly one of 'pool.expert', 'pool.runs', 'pool.file'; got {kinds or 'none'}")
+    if kinds == ["runs"]:
+        return PoolSpec("runs", runs=tuple(spec["runs"]), successes_only=spec["successes_only"])
+    if kinds == ["file"]:
+        return PoolSpec("file", file=spec["file"])
+    ex = check.read(spec["expert"], "pool.expert", EXPERT)
+    if data.get("benchmark") not in EXPERT_BENCHMARKS:
+        raise check.fail(
+            f"'pool.expert' replays exist for {EXPERT_BENCHMARKS}, not benchmark {data.get('benchmark')!r}"
         )
-    if kind == "runs":
-        return PoolSpec("runs", runs=tuple(check_names(spec["runs"], "pool.runs", path)), successes_only=successes_only)
-    if not isinstance(spec["file"], str) or not spec["file"]:
-        raise fail(path, f"'pool.file' must be a path to a pool .jsonl, got {spec['file']!r}")
-    return PoolSpec("file", file=spec["file"])
+    types = None if ex["types"] is None else tuple(ex["types"])
+    return PoolSpec("expert", ex["per_type"], ex["seed"], types, ex["split"], ex["allow_fewer"])
 
 
-def _regimes(data: dict[str, Any], builders: list[str], path: Any) -> tuple[RegimeSpec, ...]:
+def _regimes(data: dict[str, Any], builders: list[str], check: Checker) -> tuple[RegimeSpec, ...]:
     block = data.get("regimes")
     if "task_switch" in data and (block is None or block == {}):
         return ()  # a task-switch study builds its banks per task and needs no other regime
     if not isinstance(block, dict) or not block:
-        raise fail(path, f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME_KEYS))}}}")
-    out = []
-    for name, value in block.items():
-        key = f"regimes.{name}"
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise fail(path, f"regime name {name!r} must be letters, digits, '_', '-' or '.'")
-        spec = check_mapping(value, key, REGIME_KEYS, path)
-        regime = spec.get("regime", name)
-        if regime not in REGIMES:
-            raise fail(path, f"'{key}.regime' must be one of {REGIMES}, got {regime!r}")
-        batch = homogeneous = None
-        passes, stages = 1, None
-        if regime == "stream":
-            batch = check_int(spec.get("batch_size"), f"{key}.batch_size", path, minimum=1)
-            passes = int(check_int(spec.get("passes", 1), f"{key}.passes", path, minimum=1) or 1)
-            stages = _stages(spec.get("stages"), f"{key}.stages", path) if "stages" in spec else None
-            if stages is not None and "passes" in spec:
-                raise fail(
-                    path,
-                    f"'{key}': 'passes' cycles the whole pool and 'stages' draws fresh batches per stage; give one",
-                )
-            if stages is None:
-                homogeneous = check_bool(spec.get("homogeneous", True), f"{key}.homogeneous", path)
-            else:  # the stage rule decides the batches' composition
-                homogeneous = stages.rule == "single_type"
-                if "homogeneous" in spec and check_bool(spec["homogeneous"], f"{key}.homogeneous", path) != homogeneous:
-                    raise fail(
-                        path,
-                        f"'{key}.homogeneous' contradicts 'stages.rule: {stages.rule}' (whose batches are "
-                        f"{'homogeneous' if homogeneous else 'heterogeneous'}); drop it",
-                    )
-        else:
-            for k in ("batch_size", "homogeneous", "passes", "stages"):
-                if k in spec:
-                    raise fail(path, f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
-        backbone = None
-        if "backbone" in spec:
-            backbone = spec["backbone"]
-            if not isinstance(backbone, str) or not backbone or backbone == EMBEDDED:
-                raise fail(
-                    path,
-                    f"'{key}.backbone' must be a backbone profile name in params/backbones/ or a profile file "
-                    f"(.yaml), not {backbone!r} (the embedded default runs one model per study)",
-                )
-            _check_profile_file("backbones", backbone, f"{key}.backbone", path)
-        capacity = check_int(spec.get("capacity"), f"{key}.capacity", path, minimum=1, optional=True)
-        only = None
-        if "builders" in spec:
-            only = tuple(check_names(spec["builders"], f"{key}.builders", path))
-            unknown = [b for b in only if b not in builders]
-            if unknown:
-                raise fail(path, f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
-        steps = _steps(spec["steps"], path, f"{key}.steps") if "steps" in spec else None
-        types = tuple(check_names(spec["types"], f"{key}.types", path)) if "types" in spec else None
-        initial_step = check_int(spec.get("initial_step"), f"{key}.initial_step", path, minimum=0, optional=True)
-        if initial_step is not None and spec.get("initial") is None:
-            raise fail(path, f"'{key}.initial_step' needs 'initial' (the regime whose snapshot it continues)")
-        out.append(
-            RegimeSpec(
-                name,
-                regime,
-                batch,
-                homogeneous,
-                capacity,
-                spec.get("initial"),
-                only,
-                steps,
-                passes,
-                stages,
-                backbone,
-                types,
-                initial_step,
-            )
-        )
+        raise check.fail(f"'regimes' is required: a mapping of names to {{{', '.join(sorted(REGIME.keys))}}}")
+    out = [_regime(name, value, builders, check) for name, value in block.items()]
     names = [r.name for r in out]
     for r in out:
         if r.initial is None:
             continue
         key = f"regimes.{r.name}.initial"
         if r.initial not in names or r.initial == r.name:
-            raise fail(path, f"'{key}' must name another regime of 'regimes' ({names}), got {r.initial!r}")
-        if next(x for x in out if x.name == r.initial).initial is not None:
-            raise fail(path, f"'{key}': regime {r.initial!r} continues from another regime itself (one level only)")
+            raise check.fail(f"'{key}' must name another regime of 'regimes' ({names}), got {r.initial!r}")
+        base = next(x for x in out if x.name == r.initial)
+        if base.initial is not None:
+            raise check.fail(f"'{key}': regime {r.initial!r} continues from another regime itself (one level only)")
         if r.regime != "stream":
-            raise fail(path, f"'{key}': only a stream continues from another regime's bank")
+            raise check.fail(f"'{key}': only a stream continues from another regime's bank")
         for b in r.builders if r.builders is not None else builders:
-            base = next(x for x in out if x.name == r.initial)
             if not FS_PATTERN.fullmatch(b) and base.builders is not None and b not in base.builders:
-                raise fail(path, f"'{key}': regime {r.initial!r} does not build {b!r}")
+                raise check.fail(f"'{key}': regime {r.initial!r} does not build {b!r}")
     for r in out:
         for b in r.builders or ():
             if FS_PATTERN.fullmatch(b) and (r.regime != "static_all" or r.initial is not None):
-                raise fail(path, f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
+                raise check.fail(f"'regimes.{r.name}.builders': {b} (FS=N) is built under static_all only")
     return tuple(out)
 
 
-def _stages(value: Any, key: str, path: Any) -> StageSpec:
-    spec = check_mapping(value, key, STAGE_KEYS, path)
-    if spec.get("rule") not in STAGE_RULES:
-        raise fail(path, f"'{key}.rule' must be one of {STAGE_RULES}, got {spec.get('rule')!r}")
-    return StageSpec(
-        count=int(check_int(spec.get("count"), f"{key}.count", path, minimum=1) or 1),
-        rule=str(spec["rule"]),
-        per_type_limit=check_int(spec.get("per_type_limit"), f"{key}.per_type_limit", path, minimum=1, optional=True),
+def _regime(name: Any, value: Any, builders: list[str], check: Checker) -> RegimeSpec:
+    """One entry of ``regimes``: its own keys, and those that depend on its regime."""
+    key = f"regimes.{name}"
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise check.fail(f"regime name {name!r} must be letters, digits, '_', '-' or '.'")
+    spec = check.read(value, key, REGIME)
+    regime = check.choice(spec["regime"] if "regime" in spec.given else name, f"{key}.regime", REGIMES)
+    stages = homogeneous = None
+    if regime != "stream":
+        for k in STREAM_KEYS:
+            if k in spec.given:
+                raise check.fail(f"'{key}.{k}' applies to the stream regime only, not {regime!r}")
+    elif spec["batch_size"] is None:
+        raise check.fail(f"'{key}.batch_size' must be {REGIME['batch_size'].describe()}; it is missing")
+    elif "stages" not in spec.given:
+        homogeneous = spec["homogeneous"]
+    else:
+        if "passes" in spec.given:
+            raise check.fail(
+                f"'{key}': 'passes' cycles the whole pool and 'stages' draws fresh batches per stage; give one"
+            )
+        rule = check.read(spec["stages"], f"{key}.stages", STAGES)
+        stages = StageSpec(count=rule["count"], rule=rule["rule"], per_type_limit=rule["per_type_limit"])
+        homogeneous = stages.rule == "single_type"  # the stage rule decides the batches' composition
+        if "homogeneous" in spec.given and spec["homogeneous"] != homogeneous:
+            raise check.fail(
+                f"'{key}.homogeneous' contradicts 'stages.rule: {stages.rule}' (whose batches are "
+                f"{'homogeneous' if homogeneous else 'heterogeneous'}); drop it"
+            )
+    backbone = spec["backbone"]
+    if backbone is not None:
+        _check_profile_file("backbones", backbone, f"{key}.backbone", check.where)
+    only = None if spec["builders"] is None else tuple(spec["builders"])
+    unknown = [b for b in only or () if b not in builders]
+    if unknown:
+        raise check.fail(f"'{key}.builders' names {unknown}, which 'builders' does not list ({builders})")
+    if spec["initial_step"] is not None and spec["initial"] is None:
+        raise check.fail(f"'{key}.initial_step' needs 'initial' (the regime whose snapshot it continues)")
+    return RegimeSpec(
+        name,
+        regime,
+        spec["batch_size"] if regime == "stream" else None,
+        homogeneous,
+        spec["capacity"],
+        spec["initial"],
+        only,
+        _steps(spec["steps"], check, f"{key}.steps") if "steps" in spec.given else None,
+        spec["passes"] if regime == "stream" else 1,
+        stages,
+        backbone,
+        None if spec["types"] is None else tuple(spec["types"]),
+        spec["initial_step"],
     )
 
 
-def _task_switch(value: Any, builders: list[str], path: Any) -> TaskSwitchSpec | None:
+def _task_switch(value: Any, builders: list[str], check: Checker) -> TaskSwitchSpec | None:
     if value is None:
         return None
-    spec = check_mapping(value, "task_switch", TASK_SWITCH_KEYS, path)
-    builder = spec.get("builder")
-    if builder not in builders:
-        raise fail(path, f"'task_switch.builder' must be one of the profile's builders {builders}, got {builder!r}")
-    sequence = spec.get("sequence")
-    if sequence is not None:
-        sequence = check_names(sequence, "task_switch.sequence", path)
-    setups = spec.get("setups", list(SWITCH_SETUPS))
+    spec = check.read(value, "task_switch", TASK_SWITCH)
+    check.value(
+        spec["builder"],
+        "task_switch.builder",
+        Field("builder", CHOICE, choices=builders, what=f"one of the profile's builders {builders}"),
+    )
+    setups = spec["setups"]
     if not isinstance(setups, list) or not setups or any(x not in SWITCH_SETUPS for x in setups):
-        raise fail(path, f"'task_switch.setups' must be a non-empty list from {list(SWITCH_SETUPS)}, got {setups!r}")
+        raise check.fail(f"'task_switch.setups' must be a non-empty list from {list(SWITCH_SETUPS)}, got {setups!r}")
+    sequence = spec["sequence"]
     return TaskSwitchSpec(
-        builder=str(builder),
+        builder=str(spec["builder"]),
         sequence=None if sequence is None else tuple(sequence),
-        batch_size=int(check_int(spec.get("batch_size", 4), "task_switch.batch_size", path, minimum=1) or 4),
-        capacity=check_int(spec.get("capacity"), "task_switch.capacity", path, minimum=1, optional=True),
+        batch_size=spec["batch_size"],
+        capacity=spec["capacity"],
         setups=tuple(dict.fromkeys(setups)),
-        judge=check_bool(spec.get("judge", True), "task_switch.judge", path),
-        heldout_limit=check_int(spec.get("heldout_limit"), "task_switch.heldout_limit", path, minimum=1, optional=True),
-        records_per_task=_records_per_task(spec.get("records_per_task"), sequence, path),
+        judge=spec["judge"],
+        heldout_limit=spec["heldout_limit"],
+        records_per_task=_records_per_task(spec["records_per_task"], sequence, check),
     )
 
 
-def _records_per_task(value: Any, sequence: list[str] | None, path: Any) -> int | dict[str, int] | None:
+def _records_per_task(value: Any, sequence: list[str] | None, check: Checker) -> int | dict[str, int] | None:
     """``task_switch.records_per_task``: null, an integer >= 1, or a mapping of the sequence's task types to one."""
     key = "task_switch.records_per_task"
     if value is None or not isinstance(value, dict):
-        return check_int(value, key, path, minimum=1, optional=True)
+        return check.integer(value, key, minimum=1, optional=True)
     unknown = [t for t in value if sequence is not None and t not in sequence]
     if unknown:
-        raise fail(path, f"'{key}' names task type(s) {unknown} that 'task_switch.sequence' does not hold")
-    return {str(t): int(check_int(n, f"{key}.{t}", path, minimum=1) or 1) for t, n in value.items()}
+        raise check.fail(f"'{key}' names task type(s) {unknown} that 'task_switch.sequence' does not hold")
+    return {str(t): check.integer(n, f"{key}.{t}", minimum=1) for t, n in value.items()}
 
 
-def _surgery(value: Any, regimes: tuple[RegimeSpec, ...], builders: list[str], path: Any) -> SurgerySpec | None:
+def _surgery(value: Any, regimes: tuple[RegimeSpec, ...], builders: list[str], check: Checker) -> SurgerySpec | None:
     if value is None:
         return None
-    spec = check_mapping(value, "surgery", SURGERY_KEYS, path)
+    spec = check.read(value, "surgery", SURGERY)
     names = [r.name for r in regimes]
-    regime = spec.get("regime")
+    regime, builder, step, remove = spec["regime"], spec["builder"], spec["step"], spec["remove"]
     if regime not in names:
-        raise fail(path, f"'surgery.regime' must name a regime of 'regimes' ({names}), got {regime!r}")
-    builder = spec.get("builder")
+        raise check.fail(f"'surgery.regime' must name a regime of 'regimes' ({names}), got {regime!r}")
     built = next(r for r in regimes if r.name == regime).builders or tuple(builders)
     if builder not in built:
-        raise fail(path, f"'surgery.builder' must be a builder of regime {regime!r} ({list(built)}), got {builder!r}")
-    step = spec.get("step", "last")
+        raise check.fail(f"'surgery.builder' must be a builder of regime {regime!r} ({list(built)}), got {builder!r}")
     end_of_pass = None
     if isinstance(step, dict):  # {pass: k}: the end of the k-th pass (App. I.1's epoch-1 memory)
-        inner = check_mapping(step, "surgery.step", {"pass"}, path)
-        end_of_pass = check_int(inner.get("pass"), "surgery.step.pass", path, minimum=1)
-        if next(r for r in regimes if r.name == regime).passes < int(end_of_pass or 1):
-            raise fail(path, f"'surgery.step.pass' is {end_of_pass}, but regime {regime!r} makes fewer passes")
+        end_of_pass = check.integer(
+            check.mapping(step, "surgery.step", {"pass"}).get("pass"), "surgery.step.pass", minimum=1
+        )
+        if next(r for r in regimes if r.name == regime).passes < end_of_pass:
+            raise check.fail(f"'surgery.step.pass' is {end_of_pass}, but regime {regime!r} makes fewer passes")
         step = "last"
     elif step != "last":
-        step = check_int(step, "surgery.step", path, minimum=0)
-    remove = spec.get("remove", "all")
-    if remove != "all":
-        remove = tuple(check_names(remove, "surgery.remove", path))
+        step = check.integer(step, "surgery.step", minimum=0)
     return SurgerySpec(
         builder=str(builder),
         regime=str(regime),
-        step=None if step == "last" else int(step),
-        remove=None if remove == "all" else remove,
+        step=None if step == "last" else step,
+        remove=None if remove == "all" else tuple(check.names(remove, "surgery.remove")),
         end_of_pass=end_of_pass,
     )
 
 
-def _context(value: Any, path: Any) -> ContextSpec:
-    spec = check_mapping(value, "context", CONTEXT_KEYS, path)
-    overflow = spec.get("overflow", "refuse")
-    if overflow not in CONTEXT_POLICIES:
-        raise fail(path, f"'context.overflow' must be one of {CONTEXT_POLICIES}, got {overflow!r}")
-    reserve = check_int(spec.get("reserve_tokens"), "context.reserve_tokens", path, minimum=0, optional=True)
-    return ContextSpec(overflow=overflow, reserve_tokens=reserve)
-
-
-def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path: Any) -> tuple[MethodRow, ...]:
+def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, check: Checker) -> tuple[MethodRow, ...]:
     from antipersist_lib.methods import METHODS, validate_method_params
 
     rows = []
-    for name, spec in check_mapping(data.get("methods"), "methods", None, path).items():
+    for name, value in check.mapping(data.get("methods"), "methods", None).items():
         key = f"methods.{name}"
-        spec = check_mapping(spec, key, METHOD_ROW_KEYS, path)
-        method = spec.get("method", name)
+        spec = check.read(value, key, METHOD_ROW)
+        method = spec["method"] if "method" in spec.given else name
         if method not in METHODS or method in ("consolidated_memory", NO_MEMORY):
             allowed = [m for m in METHODS if m not in ("consolidated_memory", NO_MEMORY)]
-            raise fail(path, f"'{key}.method' must be a kit method from {allowed}, got {method!r}")
+            raise check.fail(f"'{key}.method' must be a kit method from {allowed}, got {method!r}")
         if name in builders or name == "no_mem" or name in TRAJECTORY_LOG_FIXED or _valid_builder(name):
-            raise fail(path, f"'{key}': the row name {name!r} is taken by a builder or table column; rename it")
-        seed = check_bool(spec.get("seed_pool", False), f"{key}.seed_pool", path)
-        if seed and method not in SEEDABLE_METHODS:
-            raise fail(
-                path, f"'{key}.seed_pool': {method!r} keeps no trajectory store; only {list(SEEDABLE_METHODS)} can"
+            raise check.fail(f"'{key}': the row name {name!r} is taken by a builder or table column; rename it")
+        if spec["seed_pool"] and method not in SEEDABLE_METHODS:
+            raise check.fail(
+                f"'{key}.seed_pool': {method!r} keeps no trajectory store; only {list(SEEDABLE_METHODS)} can"
             )
-        params = check_mapping(spec.get("params"), f"{key}.params", None, path)
+        params = spec["params"]
         if "seed_pool" in params:
-            raise fail(path, f"'{key}.params.seed_pool': the study sets it; use '{key}.seed_pool: true'")
+            raise check.fail(f"'{key}.params.seed_pool': the study sets it; use '{key}.seed_pool: true'")
         row = MethodRow(
-            name=name,
-            method=method,
-            params=params,
-            seed_pool=seed,
-            iterations=int(check_int(spec.get("iterations", 1), f"{key}.iterations", path, minimum=1) or 1),
-            train_per_iteration=int(
-                check_int(spec.get("train_per_iteration", 0), f"{key}.train_per_iteration", path, minimum=0) or 0
-            ),
-            train_pool_limit=check_int(
-                spec.get("train_pool_limit"), f"{key}.train_pool_limit", path, minimum=1, optional=True
-            ),
+            name,
+            method,
+            params,
+            *(spec[k] for k in ("seed_pool", "iterations", "train_per_iteration", "train_pool_limit")),
         )
         if not row.seed_pool and not row.train_per_iteration:
-            raise fail(
-                path,
+            raise check.fail(
                 f"'{key}': the method would start and stay empty (the no-memory row already covers that); "
-                "set seed_pool: true or train_per_iteration > 0",
+                "set seed_pool: true or train_per_iteration > 0"
             )
         if (
             method == "anti_persistence"
             and not row.train_per_iteration
             and params.get("heldout_selection", "exploit") == "exploit"
         ):
-            raise fail(
-                path,
+            raise check.fail(
                 f"'{key}': without training episodes the outcome log stays empty, so every held-out decision "
                 "(heldout_selection 'exploit', the default) is mode 'none', the raw records: the trajectory-memory "
                 "row again, not Anti-Persistence; set train_per_iteration > 0 (iterations x train_per_iteration "
@@ -609,63 +581,80 @@ def _method_rows(data: dict[str, Any], builders: list[str], benchmark: str, path
         try:
             validate_method_params(method, params, benchmark)
         except (TypeError, ValueError) as exc:
-            raise fail(path, f"'{key}.params': {exc}") from None
+            raise check.fail(f"'{key}.params': {exc}") from None
         rows.append(row)
     return tuple(rows)
 
 
-def _steps(value: Any, path: Any, key: str = "evaluation.steps") -> Any:
+def _steps(value: Any, check: Checker, key: str = "evaluation.steps") -> Any:
     if value in ("last", "all"):
         return value
     if isinstance(value, dict):
-        spec = check_mapping(value, key, {"every", "every_pass"}, path)
+        spec = check.mapping(value, key, {"every", "every_pass"})
         if len(spec) != 1:
-            raise fail(path, f"'{key}' takes one of 'every' (updates) or 'every_pass' (passes), got {sorted(spec)}")
+            raise check.fail(f"'{key}' takes one of 'every' (updates) or 'every_pass' (passes), got {sorted(spec)}")
         which = next(iter(spec))
-        return {which: check_int(spec.get(which), f"{key}.{which}", path, minimum=1)}
+        return {which: check.integer(spec.get(which), f"{key}.{which}", minimum=1)}
     if isinstance(value, list) and value:
-        return sorted({int(check_int(s, f"{key}[]", path, minimum=1) or 1) for s in value})
-    raise fail(
-        path,
-        f"'{key}' must be 'last', 'all', a list of steps >= 1, {{every: k}} or {{every_pass: k}}, got {value!r}",
+        return sorted({check.integer(s, f"{key}[]", minimum=1) for s in value})
+    raise check.fail(
+        f"'{key}' must be 'last', 'all', a list of steps >= 1, {{every: k}} or {{every_pass: k}}, got {value!r}"
     )
+
+
+def _seeds(value: Any, check: Checker) -> tuple[int, ...]:
+    """``evaluation.seeds``: distinct integers, one per repeat (a single integer: one repeat)."""
+    seeds = value if isinstance(value, list) else [value]
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise check.fail(f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
+    return tuple(seeds)
+
+
+def _heldout_set(value: Any, benchmark: str, check: Checker) -> str | None:
+    """``evaluation.heldout_set``: null or a held-out set of the benchmark whose file is committed."""
+    if value is None:
+        return None
+    try:
+        heldout_set_path(benchmark, value)
+    except ValueError as exc:
+        raise check.fail(f"'evaluation.heldout_set': {exc}") from None
+    return value
+
+
+def _builders(data: dict[str, Any], check: Checker) -> list[str]:
+    """``builders``: required, names from ``BUILDER_NAMES`` or fs<N>."""
+    if "builders" not in data:
+        raise check.fail(f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")
+    builders = check.names(data["builders"], "builders")
+    bad = [b for b in builders if not _valid_builder(b) or b == NO_MEMORY]
+    if bad:
+        raise check.fail(f"'builders': unknown builder(s) {bad}; expected names from {list(BUILDER_NAMES)} or fs<N>")
+    return builders
 
 
 def load_study_profile(path: str | Path, *, context_check: bool = True) -> StudyProfile:
     """Read and check a study profile; any unknown or malformed key is named in the error. With ``context_check``
     the largest prompts it can send are estimated and, under ``context.overflow: refuse``, a profile whose estimate
-    passes its backbone's context is refused here (``check_profile_context``; a run given another endpoint checks
-    again against that endpoint's context before any call)."""
+    passes its backbone's context is refused here (``context_estimate.check_profile_context``; a run given another
+    endpoint checks again against that endpoint's context before any call)."""
     path = Path(path)
-    data = read_profile(path, PROFILE_KEYS)
-    benchmark = data.get("benchmark")
-    if benchmark not in BENCHMARKS:
-        raise fail(path, f"'benchmark' must be one of {BENCHMARKS}, got {benchmark!r}")
+    check = Checker(path, lambda message: fail(path, message))
+    data = read_profile(path, set(PROFILE.keys))
+    top = check.read(data, None, PROFILE)
+    benchmark = top["benchmark"]
     backbone = check_backbone(data, path)
     embedding = check_embedding(data, path, "qwen3-embedding-8b")
-    pool = _pool_spec(data, path)
-    if "builders" not in data:
-        raise fail(path, f"'builders' is required: a list from {list(BUILDER_NAMES) + ['fs<N>']}")
-    builders = check_names(data["builders"], "builders", path)
-    bad = [b for b in builders if not _valid_builder(b) or b == NO_MEMORY]
-    if bad:
-        raise fail(path, f"'builders': unknown builder(s) {bad}; expected names from {list(BUILDER_NAMES)} or fs<N>")
-    regimes = _regimes(data, builders, path)
+    pool = _pool_spec(data, check)
+    builders = _builders(data, check)
+    regimes = _regimes(data, builders, check)
     if any(FS_PATTERN.fullmatch(b) for b in builders) and not any(
         r.regime == "static_all" and r.initial is None for r in regimes
     ):
-        raise fail(path, "'builders' lists fs<N> (FS=N), which is built under static_all: add a static_all regime")
-    options = check_mapping(data.get("builder_options"), "builder_options", set(builders) | {COMMON_OPTIONS}, path)
+        raise check.fail("'builders' lists fs<N> (FS=N), which is built under static_all: add a static_all regime")
+    options = check.mapping(data.get("builder_options"), "builder_options", set(builders) | {COMMON_OPTIONS})
     for name, opts in options.items():
-        check_mapping(opts, f"builder_options.{name}", None, path)
-    evaluation = check_mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
-    seeds = evaluation.get("seeds", [42, 43])
-    seeds = seeds if isinstance(seeds, list) else [seeds]
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
-        raise fail(path, f"'evaluation.seeds' must be a list of distinct integers (one per repeat), got {seeds!r}")
-    agent = check_mapping(evaluation.get("agent"), "evaluation.agent", set(AGENT_KEYS), path)
-    eval_backbones = _eval_backbones(evaluation.get("backbones"), path)
-    bench_opts = check_mapping(data.get("benchmark_options"), "benchmark_options", None, path)
+        check.mapping(opts, f"builder_options.{name}", None)
+    evaluation = check.read(data.get("evaluation"), "evaluation", EVALUATION)
     profile = StudyProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
@@ -674,41 +663,33 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
         pool=pool,
         builders=tuple(builders),
         regimes=regimes,
-        seeds=tuple(int(s) for s in seeds),
-        heldout_limit=check_int(
-            evaluation.get("heldout_limit"), "evaluation.heldout_limit", path, minimum=1, optional=True
-        ),
-        task_types=(
-            tuple(check_names(evaluation["task_types"], "evaluation.task_types", path))
-            if "task_types" in evaluation
-            else None
-        ),
-        heldout_set=_heldout_set(evaluation.get("heldout_set"), benchmark, path),
-        max_steps=int(check_int(evaluation.get("max_steps", 50), "evaluation.max_steps", path, minimum=1) or 50),
-        agent=agent,
-        heldout_concurrency=int(
-            check_int(evaluation.get("heldout_concurrency", 1), "evaluation.heldout_concurrency", path, minimum=1) or 1
-        ),
-        steps=_steps(evaluation.get("steps", "last"), path),
-        no_memory=check_bool(evaluation.get("no_memory", True), "evaluation.no_memory", path),
-        build_seed=int(check_int(data.get("build_seed", 0), "build_seed", path) or 0),
+        seeds=_seeds(evaluation["seeds"], check),
+        heldout_limit=evaluation["heldout_limit"],
+        task_types=None if evaluation["task_types"] is None else tuple(evaluation["task_types"]),
+        heldout_set=_heldout_set(evaluation["heldout_set"], benchmark, check),
+        max_steps=evaluation["max_steps"],
+        agent=evaluation["agent"],
+        heldout_concurrency=evaluation["heldout_concurrency"],
+        steps=_steps(evaluation["steps"], check),
+        no_memory=evaluation["no_memory"],
+        build_seed=top["build_seed"],
         builder_options={k: dict(v or {}) for k, v in options.items()},
-        benchmark_options=bench_opts,
-        backbone_options=check_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path),
+        benchmark_options=top["benchmark_options"],
+        backbone_options=top["backbone_options"],
         embedding=embedding,
-        response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
-        methods=_method_rows(data, builders, benchmark, path),
-        context=_context(data.get("context"), path),
-        task_switch=_task_switch(data.get("task_switch"), builders, path),
-        surgery=_surgery(data.get("surgery"), regimes, builders, path),
+        response_cache=top["response_cache"],
+        methods=_method_rows(data, builders, benchmark, check),
+        context=ContextSpec(**check.read(data.get("context"), "context", CONTEXT)),
+        task_switch=_task_switch(data.get("task_switch"), builders, check),
+        surgery=_surgery(data.get("surgery"), regimes, builders, check),
         raw=data,
-        eval_backbones=eval_backbones,
+        eval_backbones=_eval_backbones(evaluation["backbones"], check),
     )
     for b in builders:  # the builders' own checks of their options, with the key named
         try:
             make_builder(b, llm=_Unused(), embedder=_Unused(), seed=0, **profile.options(b))
         except (TypeError, ValueError) as exc:
-            raise fail(path, f"'builder_options' for {b!r}: {exc}") from None
+            raise check.fail(f"'builder_options' for {b!r}: {exc}") from None
     try:  # the protocol's own checks (agent fields, limits), with the profile named
         RunSpec(
             method=NO_MEMORY,
@@ -716,13 +697,13 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
             backbone="check",
             max_steps=profile.max_steps,
             heldout_limit=profile.heldout_limit,
-            agent=agent,
+            agent=profile.agent,
             heldout_concurrency=profile.heldout_concurrency,
-            benchmark_options=bench_opts,
+            benchmark_options=profile.benchmark_options,
             heldout_set=profile.heldout_set,
         )
     except ValueError as exc:
-        raise fail(path, f"'evaluation': {exc}") from None
+        raise check.fail(f"'evaluation': {exc}") from None
     held_types = [("evaluation.task_types", profile.task_types)]
     if profile.task_switch is not None:
         held_types.append(("task_switch.sequence", profile.task_switch.sequence))
@@ -731,183 +712,10 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
             try:
                 of_types(load_partition(benchmark, heldout_set=profile.heldout_set).heldout, list(types))
             except ValueError as exc:
-                raise fail(path, f"'{key}': {exc}") from None
+                raise check.fail(f"'{key}': {exc}") from None
     if context_check:
         check_profile_context(profile)
     return profile
-
-
-#: pool size when the pool is read from runs or a file that do not exist yet (the kit's assumption)
-ASSUMED_POOL = 64
-
-
-def expert_counts(profile: StudyProfile) -> dict[str, int]:
-    """Records per task type of an expert pool (``pool.expert``): per_type each, an upper bound under
-    ``allow_fewer`` (ScienceWorld: at most its train variations, stored in its partition's ``drawn_with.pools``; a replay
-    that fails may still leave fewer); empty for a pool of runs or a file."""
-    pool = profile.pool
-    if pool.kind != "expert" or not pool.per_type:
-        return {}
-    types = pool.types or tuple(
-        dict.fromkeys(t.task_type for t in getattr(load_partition(profile.benchmark), pool.split))
-    )
-    if pool.allow_fewer and profile.benchmark == "scienceworld":  # a task gives what its train variations hold
-        engine_pools = load_partition("scienceworld").drawn_with.get("pools", {})  # the engine's, stored
-        return {t: min(pool.per_type, len(engine_pools[t][0])) if t in engine_pools else pool.per_type for t in types}
-    return dict.fromkeys(types, pool.per_type)
-
-
-def pool_size(profile: StudyProfile, out: Path | None = None) -> tuple[int, str]:
-    """How many records the study's pool holds, and where the count comes from: expert replays (per type x task
-    types, or what the split holds with ``allow_fewer``), the pool already written to ``out``, an existing
-    ``pool.file``, else ``ASSUMED_POOL``."""
-    pool = profile.pool
-    counts = expert_counts(profile)
-    if counts:
-        fewer = " (at most: allow_fewer)" if pool.allow_fewer else ""
-        return sum(counts.values()), f"{pool.per_type} expert replays x {len(counts)} task types{fewer}"
-    for saved, what in (
-        (out / "pool.jsonl" if out is not None else None, "the pool already written to"),
-        (
-            Path(pool.file) if pool.file else None,
-            "the pool file",
-        ),
-    ):
-        if saved is not None and saved.is_file():
-            with saved.open(encoding="utf-8") as fh:
-                return sum(1 for line in fh if line.strip()), f"{what} {saved}"
-    return (
-        ASSUMED_POOL,
-        f"assumed {ASSUMED_POOL} trajectories (the pool is read from runs or a file when the study starts)",
-    )
-
-
-def update_count(build: Build, pool: int, n_types: int) -> int:
-    """How many updates a build makes: Static-All one, Static-Group one per task type, a stream its stages or
-    its batches over the pool times its passes."""
-    r = build.regime
-    if r.regime == "static_all":
-        return 1
-    if r.regime == "static_group":
-        return max(n_types, 1)
-    if r.stages is not None:
-        return r.stages.count
-    return math.ceil(pool / max(r.batch_size or 1, 1)) * r.passes
-
-
-def _regime_pool(profile: StudyProfile, regime: RegimeSpec, pool: int) -> int:
-    """Records a regime builds from: the pool, or (``types``) those of its task types where the count is known."""
-    counts = expert_counts(profile)
-    if regime.types is not None and counts:
-        return min(pool, sum(counts.get(t, 0) for t in regime.types))
-    return pool
-
-
-def largest_update(profile: StudyProfile, build: Build, pool: int) -> int:
-    """Records the largest update of a build consolidates at once: Static-All the regime's whole pool,
-    Static-Group its largest task type (expert replays: per_type; otherwise bounded by the whole pool), a stream
-    its batch size."""
-    r = build.regime
-    records = _regime_pool(profile, r, pool)
-    if r.regime == "static_all":
-        return records
-    if r.regime == "static_group":
-        counts = expert_counts(profile)
-        return min(records, max(counts.values())) if counts else records
-    return min(records, r.batch_size or 1)
-
-
-def memory_logs(profile: StudyProfile, build: Build, pool: int) -> int | None:
-    """The most trajectory logs an episodic baseline's evaluated memory holds, known before the run: FS=N its N;
-    All and Keep every record the regime adds (a stream: its stages' batches or the pool times its passes), plus
-    what the bank it continues from holds, down to the regime's capacity when the builder is capped. None for an
-    LLM-written memory (ACE playbook, AWM, DC, CLIN), which has no bound before the run (``fit_bank`` checks it)."""
-    fs = FS_PATTERN.fullmatch(build.builder)
-    if fs is not None:
-        return int(fs.group(1))
-    if build.builder not in ("all", "keep"):
-        return None
-    r = build.regime
-    n = _regime_pool(profile, r, pool)
-    if r.regime == "stream":
-        n = r.stages.count * (r.batch_size or 1) if r.stages is not None else n * r.passes
-    if r.initial is not None:
-        n += memory_logs(profile, Build(build.builder, profile.regime(r.initial)), pool) or 0
-    capped = build.builder == "all" or profile.options(build.builder).get("capped", True)
-    return min(n, r.capacity) if capped and r.capacity is not None else n
-
-
-def profile_prompt_sizes(profile: StudyProfile, endpoint: Any = None) -> list[ctx.PromptSize]:
-    """Every build's largest consolidation prompt (``context.consolidation_prompt``: its largest update's records
-    at summary_chars, the builder's own prompt, the reply cap) against the backbone that builds it, and every
-    episodic baseline's evaluated memory (``memory_logs`` x log_chars, plus the reserve) against each evaluation
-    backbone; the task-switch builder's batches as build "<builder>/task_switch". ``endpoint`` (an ``Endpoint``: the
-    one a run really uses) replaces the study's own backbone; backbones named by a regime or ``evaluation.backbones``
-    are read from their profiles. A backbone stating no context length gives sizes with ``context_length`` None."""
-    named: dict[str | None, tuple[int | None, str]] = {}
-
-    def context_of(backbone: str | None) -> tuple[int | None, str]:
-        if backbone not in named:
-            if backbone is None and endpoint is not None:
-                named[backbone] = (endpoint.context_length, str(endpoint.model))
-            else:
-                from antipersist_lib.serving.profiles import named_context_length
-
-                name = profile.backbone if backbone is None else backbone
-                try:
-                    named[backbone] = named_context_length(name, profile.backbone_options if backbone is None else None)
-                except ValueError as exc:
-                    raise fail(profile.path, f"backbone {name!r}: {exc}") from None
-        return named[backbone]
-
-    pool, _ = pool_size(profile)
-    sizes = []
-    for build in profile.builds():
-        options = profile.options(build.builder)
-        records = largest_update(profile, build, pool)
-        prompt = ctx.consolidation_prompt(build.builder, options, records)
-        if prompt is not None:
-            length, model = context_of(build.regime.backbone)
-            sizes.append(ctx.PromptSize(build.key, "consolidation", model, records, *prompt, length))
-        logs = memory_logs(profile, build, pool)
-        if logs is not None:
-            chars = ctx.log_memory(build.builder, options, logs)
-            for backbone in profile.eval_backbones or (None,):
-                length, model = context_of(backbone)
-                sizes.append(ctx.memory_sizes(build.key, model, logs, chars, length, profile.context))
-    switch = profile.task_switch
-    if switch is not None:
-        prompt = ctx.consolidation_prompt(switch.builder, profile.options(switch.builder), switch.batch_size)
-        if prompt is not None:
-            length, model = context_of(None)
-            key = f"{switch.builder}/task_switch"
-            sizes.append(ctx.PromptSize(key, "consolidation", model, switch.batch_size, *prompt, length))
-    return sizes
-
-
-def check_profile_context(profile: StudyProfile, endpoint: Any = None) -> list[ctx.PromptSize]:
-    """``profile_prompt_sizes``; under ``context.overflow: refuse`` a size past its backbone's context is refused
-    (``StudyProfileError`` naming the build, the sizes and the fixes). Under ``truncate_oldest`` the sizes are
-    returned (the study manifest records them) and the run cuts what does not fit."""
-    sizes = profile_prompt_sizes(profile, endpoint)
-    if profile.context.overflow == REFUSE:
-        message = ctx.refusal(sizes)
-        if message is not None:
-            raise fail(profile.path, message)
-    return sizes
-
-
-def _heldout_set(value: Any, benchmark: str, path: Any) -> str | None:
-    """``evaluation.heldout_set``: null or a held-out set of the benchmark whose file is committed."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise fail(path, f"'evaluation.heldout_set' must be a held-out set's name or null, got {value!r}")
-    try:
-        heldout_set_path(benchmark, value)
-    except ValueError as exc:
-        raise fail(path, f"'evaluation.heldout_set': {exc}") from None
-    return value
 
 
 class _Unused:

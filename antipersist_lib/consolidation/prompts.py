@@ -9,7 +9,7 @@ system message so that a test (or a log reader) can tell the calls apart.
 
 from __future__ import annotations
 
-from antipersist_lib.core.prompts import prompt_hashes, register_prompt
+from antipersist_lib.core.prompts import prompt_hashes
 
 # -- ACE -----------------------------------------------------------------------------------------
 
@@ -269,8 +269,6 @@ PROMPTS: dict[str, str] = {
     "consolidation_switch_judge_system": SWITCH_JUDGE_SYSTEM,
     "consolidation_switch_judge": SWITCH_JUDGE,
 }
-for _name, _text in PROMPTS.items():
-    register_prompt(_name, _text)
 
 
 def hashes(names: tuple[str, ...]) -> dict[str, str]:

@@ -40,8 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.consolidation import prompts as P
+from antipersist_lib.consolidation.ace import ACE
+from antipersist_lib.consolidation.awm import AWM
 from antipersist_lib.consolidation.bank import MemoryBank, snapshot_line
-from antipersist_lib.consolidation.consolidators import ACE, AWM, CLIN, DynamicCheatsheet
+from antipersist_lib.consolidation.cheatsheet import DynamicCheatsheet
+from antipersist_lib.consolidation.clin import CLIN
 from antipersist_lib.consolidation.context import (
     CONTEXT_POLICIES,
     TRUNCATE_OLDEST,

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.arc.prompts import JUDGE_LABELS, UNPARSED_LABEL, judge_or_fallback
+from antipersist_lib.arc.decisions import JUDGE_LABELS, UNPARSED_LABEL, judge_or_fallback
 from antipersist_lib.consolidation import prompts as P
 from antipersist_lib.consolidation.bank import MemoryBank, load_bank
 from antipersist_lib.consolidation.pool import PoolRecord, check_pool

@@ -3,14 +3,14 @@
 The agent prompt is shared by every method (the paper holds the agent prompt fixed across
 methods, D.2); method-specific context is appended to its system message. The three synthesis
 prompts implement the mode definitions of Appendix B.1-B.2 (the paper prints only their
-interfaces; the wording here is the kit's own). Each run records ``prompt_hashes()`` in its
-manifest, so a changed prompt is visible in every result it touches.
+interfaces; the wording here is the kit's own). Each run records the hashes of the prompt families it
+uses in its manifest, so a changed prompt is visible in every result it touches.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # ---------------------------------------------------------------------------------------------
 # The agent (ReAct-style, one action per turn)
@@ -167,45 +167,38 @@ def wrap_factual(record_blocks: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _all_prompts() -> dict[str, str]:
-    return {
-        "agent_system": AGENT_SYSTEM,
-        "agent_task": AGENT_TASK,
-        "agent_observation": AGENT_OBSERVATION,
-        "agent_valid_actions": VALID_ACTIONS,
-        "agent_repeat_feedback": REPEAT_FEEDBACK,
-        "agent_unlisted_feedback": UNLISTED_FEEDBACK,
-        "synthesis_system": SYNTHESIS_SYSTEM,
-        "imitation": IMITATION_PROMPT,
-        "strategic": STRATEGIC_PROMPT,
-        "corrective": CORRECTIVE_PROMPT,
-        "no_success_reference": NO_SUCCESS_REFERENCE,
-        "factual_header": FACTUAL_HEADER + "\n" + FACTUAL_PREAMBLE,
-        "demonstrations_header": DEMONSTRATIONS_HEADER + "\n" + DEMONSTRATIONS_PREAMBLE,
-        "demonstration_turns": "\n".join(
-            (DEMONSTRATION_TITLE, DEMONSTRATION_REPLY, AGENT_OBSERVATION, DEMONSTRATION_OMITTED, DEMONSTRATION_END)
-        ),
-        **{f"header_{m}": h for m, h in GUIDANCE_HEADERS.items()},
-    }
+#: the kit's own prompt family ("kit"): the agent, its demonstrations, the three synthesis modes and the
+#: context headers. Every prompt module exports its family as ``PROMPTS``; a run hashes the families it uses,
+#: named explicitly (``methods.PROMPT_FAMILIES``), so its manifest never depends on what else was imported.
+PROMPTS: dict[str, str] = {
+    "agent_system": AGENT_SYSTEM,
+    "agent_task": AGENT_TASK,
+    "agent_observation": AGENT_OBSERVATION,
+    "agent_valid_actions": VALID_ACTIONS,
+    "agent_repeat_feedback": REPEAT_FEEDBACK,
+    "agent_unlisted_feedback": UNLISTED_FEEDBACK,
+    "synthesis_system": SYNTHESIS_SYSTEM,
+    "imitation": IMITATION_PROMPT,
+    "strategic": STRATEGIC_PROMPT,
+    "corrective": CORRECTIVE_PROMPT,
+    "no_success_reference": NO_SUCCESS_REFERENCE,
+    "factual_header": FACTUAL_HEADER + "\n" + FACTUAL_PREAMBLE,
+    "demonstrations_header": DEMONSTRATIONS_HEADER + "\n" + DEMONSTRATIONS_PREAMBLE,
+    "demonstration_turns": "\n".join(
+        (DEMONSTRATION_TITLE, DEMONSTRATION_REPLY, AGENT_OBSERVATION, DEMONSTRATION_OMITTED, DEMONSTRATION_END)
+    ),
+    **{f"header_{m}": h for m, h in GUIDANCE_HEADERS.items()},
+}
 
 
-def register_prompt(name: str, template: str) -> None:
-    """Methods with prompts of their own (Reflexion, ExpeL, AutoRefine) register them so the
-    run manifest hashes them too."""
-    _EXTRA[name] = template
-
-
-_EXTRA: dict[str, str] = {}
-
-
-def prompt_texts() -> dict[str, str]:
-    """Every prompt template registered so far, by name: the kit's own and those of the method
-    modules already imported. ``methods.prompt_texts()`` imports every method first (a manifest
-    hashes them all, whichever method ran)."""
-    return dict(sorted({**_all_prompts(), **_EXTRA}.items()))
-
-
-def prompt_hashes(texts: dict[str, str] | None = None) -> dict[str, str]:
-    """sha256 (first 16 hex digits) of every prompt template (``texts``, default: those registered), by name."""
-    texts = prompt_texts() if texts is None else texts
-    return {name: hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] for name, text in texts.items()}
+def prompt_hashes(*families: Mapping[str, str]) -> dict[str, str]:
+    """sha256 (first 16 hex digits) of every template of the given families (each a name -> template
+    mapping, a module's ``PROMPTS``), by name, sorted. A name in two families is refused: a hash must
+    name one text."""
+    texts: dict[str, str] = {}
+    for family in families:
+        clash = sorted(set(texts) & set(family))
+        if clash:
+            raise ValueError(f"prompt name(s) {clash} appear in two families")
+        texts.update(family)
+    return {name: hashlib.sha256(texts[name].encode("utf-8")).hexdigest()[:16] for name in sorted(texts)}

@@ -1,92 +1,13 @@
-"""Mode selection for Anti-Persistence: the local KNN-UCB contextual bandit (paper Section 3.2,
-eqs. 2-3, Algorithm 1; Appendix B.3-B.5).
+"""Mode selection for Anti-Persistence: the local KNN-UCB contextual bandit (Section 3.2, eqs. 2-3,
+Algorithm 1; B.3-B.5).
 
-For each task the controller picks one mode from ``MODES = (none, imitation, strategic,
-corrective)`` using the outcome log ``L_k``. ``ModeSelector.select`` applies these steps in order
-and returns a ``ModeDecision`` that records which branch fired, why, and every number behind it:
-
-1. ``no_embedding``  - the task has no embedding: use ``none`` (B.3).
-2. ``round_robin``   - iterations ``1..round_robin_iterations``: ``modes[position % len(modes)]``.
-3. ``warmup``        - some mode has fewer than ``W_init`` records in the whole log: force it.
-4. ``epsilon``       - with probability epsilon, a uniformly random mode.
-5. ``global_best``   - empty log, or the neighbourhood's mean raw similarity is below rho.
-6. ``local_ucb``     - Algorithm 1: recency- and similarity-weighted mean reward plus UCB bonus.
-
-A held-out decision with ``heldout_selection="exploit"`` (the default) skips steps 2-4.
-
-Local KNN-UCB (step 6). ``N`` holds the top-``B_hat`` log entries by cosine similarity to the task
-(one matrix-vector product over the entire log, no task-type filter). With ``t_max`` the latest
-timestamp in ``N``::
-
-    w_i        = max(sim_i, 0) * gamma ** (t_max - t_i)
-    n_mu       = |{i in N : mu_i = mu}|,   W_mu = sum_{i in N, mu_i = mu} w_i
-    r_hat(mu)  = sum w_i r_i / W_mu                          (undefined when W_mu = 0)
-    U(mu)      = r_hat(mu) + c * sqrt(log|N| / max(n_mu, 1))  (natural log; |N| = 1 gives 0)
-    mu*        = argmax over modes with a defined U
-
-Choices made where the paper is silent (each is a documented reading, not a paper statement):
-
-* **Order of the branches.** Embedding failure is checked first (B.3 makes it a hard default to
-  ``none``), then round-robin, then per-mode warmup, then epsilon-greedy, then the trust test
-  (global-best fallback), then local KNN-UCB. The paper lists these safeguards (Table 3, B.4)
-  without fixing their precedence.
-* **Round-robin is indexed by position within the iteration.** During the first
-  ``round_robin_iterations`` iterations (1-based) the mode is ``modes[position % len(modes)]``,
-  where ``position`` is the 0-based index of the task within its iteration: the protocol passes
-  0..49 for an iteration's training tasks and the held-out set's index for held-out tasks. So
-  each iteration's cycle starts at ``none``; the log is not consulted, and attempts skipped by the
-  B.5 logging rules still advance the cycle.
-* **Warmup is fewest-first with log-wide counts.** "Each mode forced at least W_init times" is
-  implemented as: if any mode has fewer than ``warmup_per_mode`` records in the *whole* outcome
-  log, choose the mode with the fewest records, ties to the earliest mode in ``modes`` order.
-  Counting logged records (not selections) means a forced attempt that is not logged (B.5 skip
-  rules) is forced again.
-* **Epsilon is drawn once, after warmup.** Every decision that gets past warmup draws exactly one
-  ``u = rng.random()``; if ``u < epsilon`` a second draw ``rng.integers(len(modes))`` picks the
-  mode uniformly (the current greedy choice may be re-drawn). The draw happens even when
-  ``epsilon = 0`` so that the random stream does not depend on epsilon. Round-robin, warmup and
-  no-embedding decisions consume no randomness.
-* **Trust threshold.** The mean of the *raw* (unclipped) cosines of ``N`` is compared with rho;
-  a mean exactly equal to rho is trusted (the paper falls back only when it is *below* rho).
-* **Global-best definition.** The paper says only "a global-best policy that ignores the
-  neighborhood". Here it is the per-mode recency-weighted mean reward over the *whole* log with
-  weights ``gamma ** (t_last - t_i)`` (``t_last`` = latest log timestamp; no similarity
-  weighting), argmax over modes with at least one record, ties to the earliest mode. For
-  numerical robustness each mode's weights are anchored at that mode's own latest timestamp,
-  which rescales the mode's weights by one positive factor and leaves its weighted mean
-  unchanged. An empty log returns ``none``. Its decision reports the global counts and estimates,
-  ``scores`` equal to the estimates (the maximised quantity) and no bonuses.
-* **Unsupported modes** (option ``unsupported``). A mode whose neighbourhood weight is zero
-  (absent from ``N``, or present only with similarity <= 0) has an undefined estimate ("Unsupported
-  means are undefined", 3.2). Algorithm 1 describes the local branch only for "positive weight for
-  every compared mode" and leaves the other case to "separate branches", so it is a reading:
-  ``"exclude"`` (default) compares the supported modes on the local branch; ``"fallback"`` takes
-  the global-best branch as soon as any of the selector's modes is unsupported. Under both, no
-  supported mode at all means global-best. A third reading, ``"zero"``, scores an unsupported mode
-  as ``0.0 + bonus`` (optimistic for a negative-reward neighbourhood, pessimistic otherwise).
-  docs/choices.md argues the default; ``analysis.audit.reading_sensitivity`` counts how many of a
-  run's decisions each reading changes.
-* **Tie-breaking.** Neighbourhood ties keep the earlier log index (stable sort, ``top_k``); score
-  ties (local and global) go to the earliest mode in ``modes`` order (``none`` first).
-* **Decay anchor.** The local weights use the paper's anchor ``t_max`` (the latest timestamp in
-  ``N``), so appending entries that do not enter ``N`` does not change any estimate. Weights are
-  computed literally; with gamma = 0.998 they underflow to zero only for neighbourhoods spanning
-  more than ~350,000 log entries.
-* **Log entries of modes outside ``modes``.** When the selector is built with a subset of
-  ``MODES`` (e.g. an ablation), such entries still occupy neighbourhood slots and count in ``|N|``
-  and the trust test, but contribute to no estimate.
-* **Fallback mode.** Where ``none`` is prescribed (no embedding, empty log) but the selector's
-  ``modes`` exclude it, ``modes[0]`` is used instead.
-* **Held-out decisions** (``heldout_selection``). The paper evaluates held-out tasks with memory
-  and related state frozen (4.1, D.1) and calls round-robin and epsilon-greedy coverage and
-  exploration safeguards (B.4), which only pay off where an outcome is fed back. So by default
-  (``"exploit"``) a held-out decision skips steps 2-4 (no round-robin, no warmup forcing, no
-  epsilon draw, so ``epsilon_draw`` is None) and goes from the embedding test straight to the
-  trust test: local KNN-UCB on a trusted neighbourhood of the frozen log (eq. 3 as written, its
-  bonus included), otherwise the global-best fallback of B.3/B.4 (an empty log gives ``none``,
-  B.1's "at initialization" rule). ``"as_training"`` applies every step at held-out too, the
-  kit's behaviour before the option existed (runs recorded then replay with it). Training
-  decisions are the same under both. The ``reason`` of a held-out decision names the setting.
+For each task ``ModeSelector.select`` picks one of ``MODES`` from the outcome log ``L_k`` and returns a
+``ModeDecision`` naming the branch that fired and every number behind it, so that a recorded decision
+can be re-derived and audited without a model. The branches, in order: no embedding (``none``),
+round-robin, per-mode warmup, epsilon, the trust test (global-best), local KNN-UCB; a held-out decision
+under ``heldout_selection="exploit"`` skips round-robin, warmup and epsilon. The equations as computed,
+and every reading where the paper is silent (branch order, ties, the decay anchor, unsupported modes,
+held-out decisions), are in docs/choices.md.
 """
 
 from __future__ import annotations

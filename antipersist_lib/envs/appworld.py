@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import sys
 from collections.abc import Iterable
 from importlib import import_module, metadata
@@ -49,6 +48,7 @@ from antipersist_lib.envs.base import Environment, StepResult
 from antipersist_lib.envs.partitions import PARTITION_SEED
 from antipersist_lib.errors import BenchmarkUnavailableError, InfrastructureError
 from antipersist_lib.records import Partition, Task
+from antipersist_lib.replies import code_or_reply
 
 log = logging.getLogger(__name__)
 
@@ -73,36 +73,6 @@ and you see what it prints. Variables persist between turns.
   apis.<app>.<api>(...)                                       call an API (print what you need)
 When the task is done, call apis.supervisor.complete_task() -- with answer=... if the task asks a
 question -- which ends the episode."""
-
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*)\Z", re.DOTALL)
-_PY_LANGS = {"python", "py", "python3", "ipython", ""}
-
-
-def extract_code(text: str) -> str:
-    """The Python code in a model reply.
-
-    The first fenced block tagged python/py (or untagged) wins; a reply cut off inside an
-    opening fence gives everything after it; an unfenced reply is used as it is (a whole
-    reply wrapped in single backticks is unwrapped). Surrounding blank lines are removed,
-    indentation is kept.
-    """
-    if not text:
-        return ""
-    s = text.replace("\r\n", "\n").replace("\r", "\n")
-    blocks = _FENCE_RE.findall(s)
-    for lang, body in blocks:
-        if lang.lower() in _PY_LANGS:
-            return body.strip("\n").rstrip()
-    if blocks:  # only blocks in other languages: take the first anyway
-        return blocks[0][1].strip("\n").rstrip()
-    m = _OPEN_FENCE_RE.search(s)
-    if m is not None and m.group(1).lower() in _PY_LANGS:
-        return m.group(2).strip("\n").rstrip()
-    stripped = s.strip()
-    if len(stripped) >= 2 and stripped.startswith("`") and stripped.endswith("`") and "\n" not in stripped:
-        return stripped.strip("`").strip()
-    return s.strip("\n").rstrip()
 
 
 def _import_appworld() -> Any:
@@ -291,7 +261,7 @@ class AppWorldEnvironment(Environment):
             raise InfrastructureError("AppWorld step before reset (or after close)")
         if self._completed:
             return StepResult("The task was already completed; the episode is over.", valid=False, done=True)
-        code = extract_code(action)
+        code = code_or_reply(action)
         if not code.strip():
             return StepResult("No code found: write Python code in a ```python ... ``` block.", valid=False)
         try:
@@ -350,8 +320,8 @@ class AppWorldEnvironment(Environment):
         return None  # free-form code
 
     def normalize_action(self, action: str) -> str:
-        """The code to run: the reply's first ```python block (see ``extract_code``)."""
-        return extract_code(action)
+        """The code to run: the reply's first ```python block (see ``replies.code_or_reply``)."""
+        return code_or_reply(action)
 
     def engine_info(self) -> dict[str, Any]:
         return {
@@ -379,7 +349,6 @@ __all__ = [
     "appworld_data_dir",
     "appworld_tasks",
     "build_appworld_partition",
-    "extract_code",
     "load_appworld_task_ids",
     "require_appworld",
     "sample_appworld_tasks",

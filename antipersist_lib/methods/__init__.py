@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import import_module
 from typing import Any
 
@@ -76,22 +77,35 @@ def params_as_recorded(name: str, params: dict[str, Any], manifest: dict[str, An
     return out
 
 
-def import_all() -> None:
-    """Import every method module (they load lazily), e.g. so that all their prompts are registered."""
-    for module, _ in METHODS.values():
-        import_module(module)
+#: every prompt family a run of the kit's methods can use: name -> the module that exports it as ``PROMPTS``.
+#: A method names the families it uses (``Method.prompt_families``) and its runs hash exactly those, so a
+#: manifest does not depend on what the launching process happened to import.
+PROMPT_FAMILIES: dict[str, str] = {
+    "kit": "antipersist_lib.core.prompts",
+    "reflexion": "antipersist_lib.methods.reflexion",
+    "expel": "antipersist_lib.methods.expel",
+    "autorefine": "antipersist_lib.methods.autorefine_prompts",
+    "abstraction": "antipersist_lib.methods.abstraction_memory",
+}
 
 
-def prompt_texts() -> dict[str, str]:
-    """Every prompt of the kit and of every method (ExpeL, Reflexion, AutoRefine, the abstraction
-    judge), by name: the method modules load lazily, so they are imported first."""
-    import_all()
-    return prompts.prompt_texts()
+def family_prompts(names: Iterable[str] | None = None) -> list[dict[str, str]]:
+    """The named families' templates (default: every family), each a name -> template mapping."""
+    names = list(PROMPT_FAMILIES) if names is None else list(names)
+    unknown = [n for n in names if n not in PROMPT_FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown prompt famil(ies) {unknown}; known: {sorted(PROMPT_FAMILIES)}")
+    return [import_module(PROMPT_FAMILIES[n]).PROMPTS for n in names]
 
 
-def prompt_hashes() -> dict[str, str]:
-    """The hashes a run manifest records: every prompt, whichever method ran."""
-    return prompts.prompt_hashes(prompt_texts())
+def prompt_texts(names: Iterable[str] | None = None) -> dict[str, str]:
+    """Every template of the named families (default: all), by name."""
+    return {name: text for family in family_prompts(names) for name, text in family.items()}
+
+
+def prompt_hashes(names: Iterable[str] | None = None) -> dict[str, str]:
+    """The hashes of the named families' templates (default: all), by name: what a run manifest records."""
+    return prompts.prompt_hashes(*family_prompts(names))
 
 
 class _EndpointOnly:
@@ -121,7 +135,8 @@ def validate_method_params(
 
 
 __all__ = [
-    "import_all",
+    "PROMPT_FAMILIES",
+    "family_prompts",
     "prompt_hashes",
     "prompt_texts",
     "validate_method_params",

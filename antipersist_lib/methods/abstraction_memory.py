@@ -23,10 +23,10 @@ was admitted), which the reproduction analysis reads; condition ``none`` plants 
 reads every candidate. ``judge=True`` asks the judge model to accept or reject every new abstraction
 before admission; rejected candidates are counted, not stored. A reply that says neither ACCEPT nor
 REJECT is recorded as ``unparseable`` (``judge_verdict``), not admitted, counted and warned about:
-it is no rejection, and ``judge_counts`` tells the two apart (F.2's frozen layer names them when it
-would be empty). The judge is the run's ``judge``
-model profile when it names one (the paper's F.2 judge is a separate model), else the backbone;
-either way its calls go through the run's client and ledger with purpose ``judge``.
+it is no rejection, and ``core.skill_layer.judge_counts`` tells the two apart (F.2's frozen layer
+names them when it would be empty). The judge is the run's ``judge`` model profile when it names
+one (the paper's F.2 judge is a separate model), else the backbone; either way its calls go through
+the run's client and ledger with purpose ``judge``.
 
 The paper does not spell out the abstraction-memory update; this is the kit's documented
 reading: one synthesis per training episode, mode chosen by the outcome, same prompts as phi.
@@ -34,16 +34,15 @@ reading: one synthesis per training episode, mode chosen by the outcome, same pr
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.planted import DELETION_REASON, PLANT_DEFAULTS, Plant
+from antipersist_lib.core.skill_layer import JUDGE_LOG, format_stored
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
@@ -53,8 +52,6 @@ from antipersist_lib.methods.seeding import SEED_ITERATION
 from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
-
-STORED_HEADER = "## Stored Guidance (abstraction memory)"
 
 JUDGE_PROMPT = """\
 An agent wrote the following guidance after an episode of this task:
@@ -68,20 +65,12 @@ it consistent with the episode evidence below?
 {evidence}
 
 Answer with one word on the first line: ACCEPT or REJECT. Then one sentence of justification."""
-prompts.register_prompt("abstraction_judge", JUDGE_PROMPT)
-
-
-def format_stored(items: list[tuple[Any, float]]) -> str:
-    if not items:
-        return ""
-    body = "\n\n".join(f"[{a.abstraction_id}] {a.text.strip()}" for a, _ in items)
-    return f"{STORED_HEADER}\n{body}"
+#: abstraction and joint memory's own prompt family ("abstraction"; their synthesis uses the kit's)
+PROMPTS: dict[str, str] = {"abstraction_judge": JUDGE_PROMPT}
 
 
 #: what the judge's reply said: the first ACCEPT or REJECT in it, or neither
 JUDGE_VERDICTS = ("accept", "reject", "unparseable")
-#: the judge's verdicts of a run, in its state folder (one line per judged candidate)
-JUDGE_LOG = "judge.jsonl"
 
 
 def judge_verdict(text: str) -> str:
@@ -94,26 +83,11 @@ def judge_accepts(text: str) -> bool:
     return judge_verdict(text) == "accept"
 
 
-def judge_counts(run_dir: str | Path) -> dict[str, int]:
-    """How the judge of a run (``state/judge.jsonl``) decided: accepted, rejected, unparseable (all 0
-    when the run has no judge log). Lines written before verdicts were recorded count by ``accepted``."""
-    counts = {"accepted": 0, "rejected": 0, "unparseable": 0}
-    path = RunDirectory(run_dir).state_dir / JUDGE_LOG
-    if not path.exists():
-        return counts
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        verdict = rec.get("verdict") or ("accept" if rec.get("accepted") else "reject")
-        counts[{"accept": "accepted", "reject": "rejected"}.get(verdict, "unparseable")] += 1
-    return counts
-
-
 class AbstractionMemory(TrajectoryMemoryMethod):
     """S_k of synthesized guidance; M_k kept only as synthesis input (never shown)."""
 
     name = "abstraction_memory"
+    prompt_families = ("kit", "abstraction")
     state_files = (RunDirectory.TRAJECTORIES, RunDirectory.ABSTRACTION_EVENTS, JUDGE_LOG, RunDirectory.CANDIDATES)
     #: B, the task-type filter and the synthesis tokens as Anti-Persistence's (Table 3: ``TABLE3``)
     DEFAULTS: dict[str, Any] = {

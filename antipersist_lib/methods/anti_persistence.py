@@ -20,7 +20,7 @@ Variants (``core.config.AntiPersistenceConfig`` fields, given as method paramete
   or a run directory (its last abstraction snapshot), ``{seed}`` in the path being the run's seed;
   ``frozen_skills_retrieval="top_b"`` (default) shows each task the B most similar skills of its
   type, ``"all"`` the whole library, refused when it would exceed the backbone's context length
-  (``frozen_skills.FrozenLayer``); the episode's meta lists the skills shown
+  (``core.skill_layer.FrozenLayer``); the episode's meta lists the skills shown
   (``frozen_skills_shown``);
 * ``plant=<pairs file or folder>``, ``plant_condition`` (none / useful / toxic), ``plant_iterations``
   (``core.planted``): the useful or toxic skills of a pairs file are a frozen layer through iteration
@@ -51,14 +51,13 @@ from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import LEGACY_PARAMS, TABLE3, AntiPersistenceConfig
 from antipersist_lib.core.planted import PLANT_DEFAULTS, Plant
 from antipersist_lib.core.selector import ModeDecision, ModeSelector, Recorded, decision_rng
+from antipersist_lib.core.skill_layer import FROZEN_LAYER_DEFAULTS, format_stored, frozen_layer, planted_layer
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward, skip_reason
 from antipersist_lib.memory.similarity import EmbeddingPool
 from antipersist_lib.memory.trajectory_store import TrajectoryStore, abstraction_type_filter
-from antipersist_lib.methods.abstraction_memory import format_stored
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.methods.frozen_skills import FROZEN_LAYER_DEFAULTS, frozen_layer, planted_layer
 from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import SYNTHESIS_MODES, Task
 from antipersist_lib.rundir import RunDirectory
@@ -103,7 +102,7 @@ class AntiPersistence(Method):
     name = "anti_persistence"
     state_files = (RunDirectory.TRAJECTORIES, RunDirectory.OUTCOME_LOG, RunDirectory.ABSTRACTION_EVENTS)
     #: every method parameter and its default: ``AntiPersistenceConfig`` flattened (Table 3), and how
-    #: the frozen layer is shown (``frozen_skills.FROZEN_LAYER_DEFAULTS``)
+    #: the frozen layer is shown (``skill_layer.FROZEN_LAYER_DEFAULTS``)
     DEFAULTS: dict[str, Any] = {**TABLE3.params(), **FROZEN_LAYER_DEFAULTS, **PLANT_DEFAULTS}
     #: parameters that are not ``AntiPersistenceConfig`` fields
     LAYER_PARAMS = (*FROZEN_LAYER_DEFAULTS, *PLANT_DEFAULTS)

@@ -106,6 +106,10 @@ Choices the paper leaves open (the kit's answers)
   They need not carry a "Why it works" section (that rule is for the evolver's output).
 * Temperatures are 0; token budgets: rewrite ``rewrite_max_tokens`` (256), evolver
   ``evolver_max_tokens`` (2048).
+
+Files: this module is the method; its prompts and reply readers (``parse_rewrite``, ``parse_skill_array``)
+are ``methods/autorefine_prompts.py``, the skill library's rules (``utility_score``, ``select_skills``,
+``normalize_skill``, ``assign_names``) ``methods/autorefine_skills.py``.
 """
 
 from __future__ import annotations
@@ -115,7 +119,6 @@ import json
 import logging
 import math
 import random
-import re
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -123,14 +126,32 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import format_record
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
 from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore, parents_of_records
-from antipersist_lib.memory.similarity import EmbeddingMatrix
 from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStore
+from antipersist_lib.methods.autorefine_prompts import (
+    EVOLVER_PREAMBLE_GENERIC,
+    EVOLVER_PREAMBLES,
+    EVOLVER_PROMPT,
+    NO_EPISODES,
+    QUERY_LABELS,
+    REWRITE_PROMPT,
+    REWRITE_SYSTEM,
+    parse_rewrite,
+    parse_skill_array,
+)
+from antipersist_lib.methods.autorefine_skills import (
+    SKILL_KINDS,
+    SLUG,
+    assign_names,
+    format_skills,
+    normalize_skill,
+    select_skills,
+    utility_score,
+)
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
@@ -138,381 +159,6 @@ from antipersist_lib.rundir import RunDirectory
 log = logging.getLogger(__name__)
 
 PHASES = ("train", "heldout")
-SKILL_KINDS = ("general", "mistake", "task")
-SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-DYN = re.compile(r"^dyn-(\d+)$")
-WHY = re.compile(r"why\s+it\s+works", re.IGNORECASE)
-SKILLS_HEADER = "## Skills"
-QUERY_LABELS = ("strategy", "pitfall", "actions")
-
-# ---------------------------------------------------------------------------------------------
-# Prompts (the kit's own wording)
-# ---------------------------------------------------------------------------------------------
-
-REWRITE_SYSTEM = "You turn task descriptions into short search queries for a library of agent skills."
-
-REWRITE_PROMPT = """\
-An agent is about to attempt this task:
-{description}
-
-Rewrite the task as three short search queries for its skill library:
-- Strategy: the overall approach or plan the task calls for;
-- Pitfall: the mistakes an agent is most likely to make on it;
-- Actions: the concrete commands or operations it will need.
-
-Answer with exactly these three lines and nothing else:
-Strategy: <query>
-Pitfall: <query>
-Actions: <query>"""
-
-EVOLVER_PREAMBLES: dict[str, str] = {
-    "alfworld": (
-        "You maintain the skill library of an agent in ALFWorld, a text-based household simulator. "
-        "The agent goes to receptacles, opens and closes them, takes and puts objects, and uses "
-        "appliances (a microwave to heat, a fridge to cool, a sink basin to clean, a desk lamp to "
-        "look at something) to finish pick-and-place style household goals within a step budget."
-    ),
-    "webshop": (
-        "You maintain the skill library of an agent in WebShop, a simulated online store. The "
-        "agent writes search queries, opens result pages, picks product options such as size or "
-        "colour, and buys one item that must match the attributes, options and price limit the "
-        "shopper asked for."
-    ),
-    "scienceworld": (
-        "You maintain the skill library of an agent in ScienceWorld, a text-based simulator of "
-        "elementary science experiments. The agent moves between rooms, picks up and moves "
-        "objects and containers, operates devices (stoves, freezers, thermometers), changes and "
-        "measures states of matter, and must focus on the right object to complete multi-step "
-        "procedures."
-    ),
-}
-EVOLVER_PREAMBLE_GENERIC = (
-    "You maintain the skill library of an agent that completes tasks in a text-based environment, "
-    "one command at a time."
-)
-
-EVOLVER_PROMPT = """\
-Below are episodes from the latest round of training: up to {max_failures} that FAILED and up to \
-{max_successes} that SUCCEEDED. Compare them. Work out what the successful episodes did that the \
-failed ones did not, and which mistakes made the failed ones go wrong.
-
-From this contrast, write new reusable skills. Each skill is a JSON object with these fields:
-- "name": a short slug of lowercase letters, digits and hyphens (for example "search-closed-receptacles");
-- "kind": "general" (helps on any task), "mistake" (a common mistake and how to avoid it) or "task" (only for one task type);
-- "task_type": for kind "task", one of: {task_types}; otherwise null;
-- "content": when the skill applies and what to do, in a few lines, followed by a section that \
-starts with the line "Why it works:" and contrasts the success evidence with the failure evidence above.
-
-Skills already in the library (do not write them again): {existing}
-
-Only write skills that the episodes support. Reply with a JSON array of skill objects and nothing \
-else; reply [] if the episodes teach nothing new.
-
-=== Failed episodes ===
-{failures}
-
-=== Successful episodes ===
-{successes}"""
-
-NO_EPISODES = "(none in this round)"
-
-prompts.register_prompt("autorefine_rewrite_system", REWRITE_SYSTEM)
-prompts.register_prompt("autorefine_rewrite", REWRITE_PROMPT)
-prompts.register_prompt("autorefine_evolver", EVOLVER_PROMPT)
-prompts.register_prompt("autorefine_preamble_generic", EVOLVER_PREAMBLE_GENERIC)
-for _bench, _text in EVOLVER_PREAMBLES.items():
-    prompts.register_prompt(f"autorefine_preamble_{_bench}", _text)
-
-
-# ---------------------------------------------------------------------------------------------
-# (i) utility score
-# ---------------------------------------------------------------------------------------------
-
-
-def utility_score(n_inj: int, n_succ: int, eps: float = 1e-3) -> float:
-    """score(s) = n_succ / (n_inj + eps) * ln(1 + n_inj)  (Eq. 4)."""
-    return n_succ / (n_inj + eps) * math.log1p(n_inj)
-
-
-# ---------------------------------------------------------------------------------------------
-# (ii) query rewriting and MMR selection
-# ---------------------------------------------------------------------------------------------
-
-_LABEL_KEYS = {
-    "strategy": "strategy",
-    "strategies": "strategy",
-    "pitfall": "pitfall",
-    "pitfalls": "pitfall",
-    "action": "actions",
-    "actions": "actions",
-}
-# Written so that no two adjacent repeats match the same characters and the leading run stays
-# on its line: the older form took cubic time on a reply of many blank lines (1000 newlines:
-# 8 s). It finds the same labels and values.
-_LABEL_LINE = re.compile(
-    r"^(?:[^\S\n]|[\-*#>\d.)])*(strategy|strategies|pitfalls?|actions?)\s*(?:\*+\s*)?[:\-\u2013\u2014]\s*(?:\*+\s*)?(\S(?:.*\S)?)",
-    re.IGNORECASE | re.MULTILINE,
-)
-
-
-def _clean_query(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        value = "; ".join(str(v) for v in value if isinstance(v, (str, int, float)))
-    if not isinstance(value, str):
-        return ""
-    return " ".join(value.strip().strip("*\"'`").split())
-
-
-def parse_rewrite(text: str) -> dict[str, str]:
-    """Decode the strategy / pitfall / actions queries; {} when nothing usable is found.
-
-    Accepts a JSON object (optionally fenced or surrounded by prose) with those keys, or lines
-    labelled ``Strategy:``, ``Pitfall:``, ``Actions:`` (bullets, numbering and bold allowed).
-    """
-    out: dict[str, str] = {}
-    decoder = json.JSONDecoder()
-    for m in re.finditer(r"\{", text):
-        try:
-            obj, _ = decoder.raw_decode(text, m.start())
-        except (ValueError, RecursionError):  # also too-deep nesting, over-long integers
-            continue
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                label = _LABEL_KEYS.get(str(k).strip().lower())
-                q = _clean_query(v)
-                if label and q and label not in out:
-                    out[label] = q
-            if out:
-                return out
-    for m in _LABEL_LINE.finditer(text):
-        label = _LABEL_KEYS[m.group(1).lower()]
-        q = _clean_query(m.group(2))
-        if q and label not in out:
-            out[label] = q
-    return out
-
-
-def select_skills(
-    query_vectors: Sequence[np.ndarray],
-    skill_vectors: Sequence[np.ndarray],
-    *,
-    floor: float,
-    lam: float,
-    k: int,
-) -> list[tuple[int, float]]:
-    """Indices (into ``skill_vectors``) chosen by floor + MMR, in selection order, with rel.
-
-    rel(s) = max_q cos(q, s); candidates with rel < floor are dropped; then repeatedly pick
-    argmax lam * rel(s) - (1 - lam) * max_{s' picked} cos(s, s') (0 before the first pick).
-    """
-    if not query_vectors or not skill_vectors or k <= 0:
-        return []
-    mat = EmbeddingMatrix()
-    for v in skill_vectors:
-        mat.append(np.asarray(v, dtype=np.float64))
-    rel = np.max(np.stack([mat.similarities(np.asarray(q, dtype=np.float64)) for q in query_vectors]), axis=0)
-    # ties: higher relevance first, then the earlier (older) skill
-    pool = sorted((i for i in range(len(rel)) if rel[i] >= floor), key=lambda i: (-rel[i], i))
-    chosen: list[int] = []
-    redundancy = np.zeros(len(rel), dtype=np.float64)
-    while pool and len(chosen) < k:
-        best, best_val = None, -math.inf
-        for i in pool:
-            val = lam * rel[i] - ((1.0 - lam) * redundancy[i] if chosen else 0.0)
-            if val > best_val:
-                best, best_val = i, val
-        assert best is not None
-        chosen.append(best)
-        pool.remove(best)
-        sims = mat.similarities(mat.row(best))
-        redundancy = np.maximum(redundancy, sims) if len(chosen) > 1 else sims
-    return [(i, float(rel[i])) for i in chosen]
-
-
-def format_skills(skills: Sequence[Abstraction]) -> str:
-    if not skills:
-        return ""
-    body = "\n\n".join(f"### {a.name or a.abstraction_id}\n{a.text.strip()}" for a in skills)
-    return f"{SKILLS_HEADER}\nSkills learned from earlier episodes; apply those that fit this task.\n\n{body}"
-
-
-# ---------------------------------------------------------------------------------------------
-# (iv) the four-stage fallback parser and skill validation
-# ---------------------------------------------------------------------------------------------
-
-
-def _skill_items(value: Any) -> list[dict[str, Any]] | None:
-    """A decoded value as a list of skill dicts, or None when it is not one."""
-    if isinstance(value, dict):
-        inner = value.get("skills")
-        if isinstance(inner, list):
-            value = inner
-        elif "content" in value:
-            return [value]
-        else:
-            return None
-    if isinstance(value, list):
-        dicts = [v for v in value if isinstance(v, dict)]
-        if value and not dicts:
-            return None
-        return dicts
-    return None
-
-
-def _balanced_end(text: str, start: int) -> int | None:
-    """End (exclusive) of the brace-balanced span opening at ``start``, string-aware."""
-    depth = 0
-    in_str = esc = False
-    for j in range(start, len(text)):
-        c = text[j]
-        if in_str:
-            if esc:
-                esc = False
-            elif c == "\\":
-                esc = True
-            elif c == '"':
-                in_str = False
-            continue
-        if c == '"':
-            in_str = True
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    return None
-
-
-def parse_skill_array(text: str) -> tuple[list[dict[str, Any]], str]:
-    """Decode the evolver's reply as a list of skill dicts; returns (skills, stage).
-
-    Stages, first success wins: ``direct`` (json.loads of the whole reply), ``fenced`` (each
-    ```...``` block), ``last_array`` (the last top-level ``[...]`` that decodes to objects),
-    ``objects`` (every brace-balanced ``{...}`` that decodes to an object with a name or
-    content). ``none``: nothing decodable (an empty list, never an exception).
-    """
-    text = text or ""
-    # every stage treats RecursionError (nesting too deep to decode) like invalid JSON
-    try:
-        items = _skill_items(json.loads(text.strip()))
-        if items is not None:
-            return items, "direct"
-    except (ValueError, RecursionError):
-        pass
-    for m in re.finditer(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", text, re.DOTALL):
-        try:
-            items = _skill_items(json.loads(m.group(1).strip()))
-        except (ValueError, RecursionError):
-            continue
-        if items is not None:
-            return items, "fenced"
-    decoder = json.JSONDecoder()
-    last: list[dict[str, Any]] | None = None
-    i = 0
-    while True:
-        i = text.find("[", i)
-        if i < 0:
-            break
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except (ValueError, RecursionError):
-            i += 1
-            continue
-        items = _skill_items(value) if isinstance(value, list) else None
-        if items is not None:
-            last = items
-        i = end
-    if last is not None:
-        return last, "last_array"
-    found: list[dict[str, Any]] = []
-    i = 0
-    while True:
-        i = text.find("{", i)
-        if i < 0:
-            break
-        end = _balanced_end(text, i)
-        if end is not None:
-            try:
-                obj = json.loads(text[i:end])
-            except (ValueError, RecursionError):
-                obj = None
-            if isinstance(obj, dict) and ("content" in obj or "name" in obj):
-                found.append(obj)
-                i = end
-                continue
-        i += 1
-    if found:
-        return found, "objects"
-    return [], "none"
-
-
-_KIND_ALIASES = {
-    "general": "general",
-    "general-skill": "general",
-    "general_skill": "general",
-    "generic": "general",
-    "mistake": "mistake",
-    "mistakes": "mistake",
-    "common-mistake": "mistake",
-    "common_mistake": "mistake",
-    "common-mistakes": "mistake",
-    "common_mistakes": "mistake",
-    "pitfall": "mistake",
-    "pitfalls": "mistake",
-    "task": "task",
-    "task-specific": "task",
-    "task_specific": "task",
-    "task-type": "task",
-    "task_type": "task",
-}
-
-
-def normalize_skill(raw: dict[str, Any], known_task_types: Iterable[str]) -> tuple[dict[str, Any] | None, str | None]:
-    """(skill, None) or (None, reason). ``name`` is returned as given (renaming comes later)."""
-    content = raw.get("content")
-    if not isinstance(content, str) or not content.strip():
-        return None, "no content"
-    if not WHY.search(content):
-        return None, "no 'Why it works' section"
-    kind = _KIND_ALIASES.get(str(raw.get("kind") or "").strip().lower(), "general")
-    task_type = raw.get("task_type")
-    task_type = task_type.strip() if isinstance(task_type, str) and task_type.strip() else None
-    if kind == "task" and (task_type is None or task_type not in set(known_task_types)):
-        kind = "general"
-    if kind != "task":
-        task_type = None
-    name = raw.get("name")
-    return {
-        "name": name.strip() if isinstance(name, str) else None,
-        "kind": kind,
-        "task_type": task_type,
-        "content": content.strip(),
-    }, None
-
-
-def next_dyn_index(names: Iterable[str | None]) -> int:
-    """Smallest N above the largest existing dyn-N index (1 when there is none)."""
-    top = 0
-    for n in names:
-        m = DYN.match(n or "")
-        if m:
-            top = max(top, int(m.group(1)))
-    return top + 1
-
-
-def assign_names(skills: list[dict[str, Any]], existing: Iterable[str | None]) -> list[dict[str, Any]]:
-    """Rename non-slug or colliding names to dyn-N (N above every existing dyn index)."""
-    taken = {n for n in existing if n}
-    out = []
-    for s in skills:
-        name = s.get("name")
-        if not isinstance(name, str) or not SLUG.match(name) or name in taken:
-            name = f"dyn-{next_dyn_index(taken)}"
-        taken.add(name)
-        out.append({**s, "name": name})
-    return out
-
 
 # ---------------------------------------------------------------------------------------------
 # The method
@@ -531,6 +177,7 @@ class AutoRefine(Method):
     """AutoRefine (Qiu et al.), as adapted in the paper's Appendix D.3. See the module docstring."""
 
     name = "autorefine"
+    prompt_families = ("kit", "autorefine")
     state_files = (
         RunDirectory.TRAJECTORIES,
         f"skills/{EVENTS_FILE}",

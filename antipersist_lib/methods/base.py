@@ -77,6 +77,8 @@ class Method(ABC):
     state_files: tuple[str, ...] = ()
     #: whether the method calls ``ctx.embedder`` (the run's preflight then checks the embedding endpoint)
     uses_embeddings: bool = True
+    #: the prompt families its runs use and hash into their manifests (``methods.PROMPT_FAMILIES``)
+    prompt_families: tuple[str, ...] = ("kit",)
 
     @classmethod
     def uses_judge(cls, params: dict[str, Any]) -> bool:

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.synthesis import FormatLimits, format_record
@@ -149,14 +148,17 @@ PREAMBLE_INSIGHTS = "Insights learned from earlier episodes (most supported firs
 HEADER_EXAMPLES = "## Successful examples of similar tasks"
 PREAMBLE_EXAMPLES = "Earlier episodes of similar tasks that succeeded:"
 
-prompts.register_prompt("expel_system", INSIGHT_SYSTEM)
-prompts.register_prompt("expel_operations", OPERATIONS_HELP)
-prompts.register_prompt("expel_full_note", FULL_NOTE)
-prompts.register_prompt("expel_compare", COMPARE_PROMPT)
-prompts.register_prompt("expel_success", SUCCESS_PROMPT)
-prompts.register_prompt("expel_no_insights", NO_INSIGHTS)
-prompts.register_prompt("expel_header_insights", HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS)
-prompts.register_prompt("expel_header_examples", HEADER_EXAMPLES + "\n" + PREAMBLE_EXAMPLES)
+#: this method's prompt family ("expel"), hashed into the manifests of its runs
+PROMPTS: dict[str, str] = {
+    "expel_system": INSIGHT_SYSTEM,
+    "expel_operations": OPERATIONS_HELP,
+    "expel_full_note": FULL_NOTE,
+    "expel_compare": COMPARE_PROMPT,
+    "expel_success": SUCCESS_PROMPT,
+    "expel_no_insights": NO_INSIGHTS,
+    "expel_header_insights": HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS,
+    "expel_header_examples": HEADER_EXAMPLES + "\n" + PREAMBLE_EXAMPLES,
+}
 
 DEFAULTS: dict[str, Any] = {
     "max_compare_calls": 8,  # fail/success comparisons per iteration
@@ -265,6 +267,7 @@ class ExpeL(Method):
     """Insights with votes (extracted each iteration) plus retrieved successful examples."""
 
     name = "expel"
+    prompt_families = ("kit", "expel")
     state_files = (RunDirectory.TRAJECTORIES, f"{INSIGHTS_DIR}/{EVENTS_FILE}")
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:

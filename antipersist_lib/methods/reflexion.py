@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.core import prompts
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.synthesis import FormatLimits, format_record
 from antipersist_lib.errors import FrozenStateError
@@ -97,11 +96,14 @@ PREAMBLE_SIMILAR = (
     "similar task; use what applies here. The similar task was: {instruction}"
 )
 
-prompts.register_prompt("reflexion_system", REFLECTION_SYSTEM)
-prompts.register_prompt("reflexion_reflect", REFLECTION_PROMPT)
-prompts.register_prompt("reflexion_no_previous", NO_PREVIOUS_REFLECTIONS)
-prompts.register_prompt("reflexion_header_own", HEADER_OWN + "\n" + PREAMBLE_OWN)
-prompts.register_prompt("reflexion_header_similar", HEADER_SIMILAR + "\n" + PREAMBLE_SIMILAR)
+#: this method's prompt family ("reflexion"), hashed into the manifests of its runs
+PROMPTS: dict[str, str] = {
+    "reflexion_system": REFLECTION_SYSTEM,
+    "reflexion_reflect": REFLECTION_PROMPT,
+    "reflexion_no_previous": NO_PREVIOUS_REFLECTIONS,
+    "reflexion_header_own": HEADER_OWN + "\n" + PREAMBLE_OWN,
+    "reflexion_header_similar": HEADER_SIMILAR + "\n" + PREAMBLE_SIMILAR,
+}
 
 DEFAULTS: dict[str, Any] = {
     "max_reflections": 3,  # reflections shown per task (original: last 3)
@@ -123,6 +125,7 @@ class Reflexion(Method):
     """Per-task verbal self-reflections, with the kit's similar-task transfer for unseen tasks."""
 
     name = "reflexion"
+    prompt_families = ("kit", "reflexion")
     state_files = (RunDirectory.TRAJECTORIES, f"{REFLECTIONS_DIR}/{EVENTS_FILE}")
 
     def __init__(self, ctx: MethodContext, **params: Any) -> None:

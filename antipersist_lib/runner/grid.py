@@ -54,13 +54,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from antipersist_lib.core.skill_layer import SEED_PLACEHOLDER, params_for_seed
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.methods import METHODS, validate_method_params
-from antipersist_lib.methods.frozen_skills import SEED_PLACEHOLDER, params_for_seed
 from antipersist_lib.rundir import RunDirectory, count_lines
-from antipersist_lib.runner.main_job import VARIANT_KEYS
-from antipersist_lib.runner.protocol import RunSpec, of_types, uses_judge, work_left
+from antipersist_lib.runner.main_profile import VARIANT_KEYS
+from antipersist_lib.runner.spec import RunSpec, of_types, uses_judge, work_left
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
@@ -491,7 +491,7 @@ def _run_ray(grid: Grid, on_done: Callable[[RunOutcome], None]) -> list[RunOutco
 def grid_probes(grid: Grid) -> list[Probe]:
     """The distinct endpoints the grid's unfinished runs need: each (base URL, model) chat endpoint, and
     each embedding endpoint of a run whose method embeds (the in-process embedder is checked by its run)."""
-    from antipersist_lib.runner.protocol import uses_embeddings
+    from antipersist_lib.runner.spec import uses_embeddings
 
     probes: list[Probe] = []
     for r in grid.runs:

@@ -7,388 +7,131 @@ the full held-out set. Held-out episodes may retrieve but never write; they run 
 (frozen state makes them independent), each worker with its own engine instance, so a vLLM
 server is kept busy. Everything is written to a resumable run directory (``rundir.py``).
 
-``run_cell(RunSpec(...))`` is what the command line and the notebooks call.
+``run_cell(RunSpec(...))`` is what the command line and the notebooks call; ``run_task`` runs one
+task of any method (the walkthrough replays one through it, watching with ``capture``). What defines
+a run is ``runner.spec``; its per-iteration summaries are ``runner.summary``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from antipersist_lib.core.agent import AgentConfig, EpisodeResult, run_episode
-from antipersist_lib.core.demonstrations import DemonstrationLibrary, render_block
-from antipersist_lib.envs import BENCHMARKS, make_env
+from antipersist_lib.core.demonstrations import Demonstration, DemonstrationLibrary, render_block
+from antipersist_lib.core.prompts import agent_system_prompt
+from antipersist_lib.envs import make_env
 from antipersist_lib.envs.base import Environment
-from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
-from antipersist_lib.envs.partitions import check_heldout_set, load_partition
+from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.errors import BenchmarkUnavailableError
-from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, set_aside_malformed
-from antipersist_lib.methods import METHODS, make_method, method_class, params_as_recorded, prompt_hashes
+from antipersist_lib.jsonl import JsonlWriter, set_aside_malformed
+from antipersist_lib.methods import make_method, method_class, params_as_recorded, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
-from antipersist_lib.records import (
-    MODES,
-    SUBSET_ORDERS,
-    SYNTHESIS_MODES,
-    EpisodeOutcome,
-    Partition,
-    Task,
-    Trajectory,
-    limited_tasks,
-)
+from antipersist_lib.records import EpisodeOutcome, Partition, Task, Trajectory, limited_tasks
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.runner.progress import Progress, ledger_activity
 from antipersist_lib.runner.repair import repair_committed, repair_embeddings
+from antipersist_lib.runner.spec import (
+    AID_DEFAULTS,
+    ICL_KEYS,
+    IDENTITY_KEYS,
+    RunSpec,
+    of_types,
+    training_schedule,
+    uses_embeddings,
+    uses_judge,
+    work_left,
+)
+from antipersist_lib.runner.summary import IterationSummary, write_summaries
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
-from antipersist_lib.serving.llm import Endpoint, LLMClient, server_identity
+from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.serving.response_cache import ResponseCache
 from antipersist_lib.versions import git_commit, package_versions
 
 log = logging.getLogger(__name__)
 
-#: AgentConfig fields a run's ``agent:`` block may set (max_steps is the run's own field)
-AGENT_KEYS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "history_turns",
-    "icl_examples",
-    "icl_max_chars",
-    "show_valid_actions",
-    "stop_at_observation",
-    "resample_repeats",
-    "repeat_temperature",
-    "repeat_rule",
-    "repeat_feedback",
-    "resample_unlisted",
-)
-#: small-model aids (core/agent.py) and their off values: a manifest records them only when on, so
-#: runs made before they existed resume unchanged
-AID_DEFAULTS = {
-    "show_valid_actions": 0,
-    "stop_at_observation": False,
-    "resample_repeats": 0,
-    "repeat_temperature": 0.7,
-    "repeat_rule": "no_op",
-    "repeat_feedback": False,
-    "resample_unlisted": False,
-}
-#: the in-context demonstration fields (core/demonstrations.py); a manifest records them only
-#: when demonstrations are on, so runs made before they existed resume unchanged
-ICL_KEYS = ("icl_examples", "icl_max_chars")
 
-#: manifest fields that must match for a run to be resumed
-IDENTITY_KEYS = (
-    "method",
-    "method_params",
-    "benchmark",
-    "benchmark_options",
-    "backbone",
-    "embedding",
-    "seed",
-    "train_per_iteration",
-    "max_steps",
-    "agent",
-    "partition_hash",
-    "train_pool_limit",
-    "heldout_limit",
-    "subset",
-    "task_types",
-    "judge",
-    "request_shape",
-    "heldout_set",
-)
+def cache_folder(cache_dir: str | Path, model: str) -> Path:
+    """Where a run files ``model``'s replies under its response cache ``cache_dir`` (the model's name made a
+    folder name); a replay reads them there (``runner.replay``)."""
+    return Path(cache_dir) / "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything that defines one run (one cell of Table 1, or one ablation point)."""
-
-    method: str
-    benchmark: str
-    backbone: str  # profile name (params/backbones), profile file path, or a label when ``endpoint`` is given
-    seed: int = 42
-    iterations: int = 10
-    train_per_iteration: int = 50
-    max_steps: int = 50
-    heldout_concurrency: int = 8
-    heldout_limit: int | None = None  # evaluate only N held-out tasks (smoke runs)
-    train_pool_limit: int | None = None  # draw training tasks from N of the pool only (smoke runs)
-    #: how the two limits pick their N tasks: "balanced" (task types in turn) or "first" (records.limited_tasks)
-    subset: str = "balanced"
-    #: only tasks of these types, in training and held-out alike (before the limits): a probe on chosen task
-    #: types, e.g. the faulty-memories study's Fig. 8(c) (one ALFWorld type) or Fig. 10 (one ScienceWorld task)
-    task_types: tuple[str, ...] | None = None
-    #: evaluate on this named held-out set instead of the partition's held-out split (``envs.partitions.
-    #: HELDOUT_SETS``; e.g. ALFWorld's valid_seen_balanced_48, the faulty-memories paper's App. F.1 split);
-    #: None: the partition's own (ALFWorld: valid_unseen, the main paper's Table 4)
-    heldout_set: str | None = None
-    method_params: dict[str, Any] = field(default_factory=dict)
-    benchmark_options: dict[str, Any] = field(default_factory=dict)
-    agent: dict[str, Any] = field(default_factory=dict)  # AgentConfig fields except max_steps
-    embedding: str = "qwen3-embedding-8b"  # profile name (params/embeddings), file path, "embedded", or a label
-    out_root: str = "outputs/runs"
-    cache_dir: str | None = "outputs/cache"  # None disables the response cache
-    name: str | None = None  # run folder name (default: method + a hash of non-default params)
-    progress: bool = True
-    #: check the chat (and, for methods that embed, the embedding) endpoint with one small request before
-    #: the first task (serving/preflight.py); false only when the caller has checked them or counts requests
-    preflight: bool = True
-    #: the LLM judge's model (F.2's judge is a separate model): a backbone profile name or file, or a label
-    #: when the runner is given ``judge_endpoint``; None: the backbone judges. Only for a method that judges
-    #: (``Method.uses_judge``, e.g. abstraction_memory with judge: true)
-    judge: str | None = None
-    #: the seeds of the profile (main job or grid) this run is one of; recorded in the manifest so that the
-    #: tables can name a cell that averages fewer seeds even when every cell is short. Not part of the
-    #: run's identity (adding a seed to a profile does not change its runs); None for a run made alone
-    seeds_planned: tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.preflight, bool):
-            raise ValueError(f"preflight must be true or false, got {self.preflight!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method: unknown {self.method!r}; expected one of {tuple(METHODS)}")
-        if self.benchmark not in BENCHMARKS:
-            raise ValueError(f"benchmark: unknown {self.benchmark!r}; expected one of {BENCHMARKS}")
-        for f in ("seed",):
-            if not isinstance(getattr(self, f), int) or isinstance(getattr(self, f), bool):
-                raise ValueError(f"{f} must be an integer, got {getattr(self, f)!r}")
-        for f in ("iterations", "max_steps", "heldout_concurrency"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{f} must be an integer >= 1, got {v!r}")
-        v = self.train_per_iteration  # 0: evaluation only (e.g. F.1's frozen skill libraries)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"train_per_iteration must be an integer >= 0, got {v!r}")
-        for f in ("heldout_limit", "train_pool_limit"):
-            v = getattr(self, f)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
-        if self.subset not in SUBSET_ORDERS:
-            raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
-        check_heldout_set(self.benchmark, self.heldout_set)
-        if self.seeds_planned is not None:
-            planned = self.seeds_planned
-            if isinstance(planned, (str, bytes)) or not isinstance(planned, (list, tuple)):
-                raise ValueError(f"seeds_planned must be null or a list of seeds, got {planned!r}")
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in planned) or self.seed not in planned:
-                raise ValueError(
-                    f"seeds_planned must list integer seeds including this run's seed {self.seed}, got {list(planned)!r}"
-                )
-            object.__setattr__(self, "seeds_planned", tuple(sorted(set(planned))))
-        if self.task_types is not None:
-            types = self.task_types
-            if isinstance(types, str) or not isinstance(types, (list, tuple)):
-                raise ValueError(f"task_types must be null or a list of task type names, got {types!r}")
-            if not types or not all(isinstance(t, str) and t for t in types) or len(set(types)) != len(types):
-                raise ValueError(f"task_types must list distinct, non-empty task type names, got {list(types)!r}")
-            object.__setattr__(self, "task_types", tuple(types))
-        for f in ("method_params", "benchmark_options", "agent"):
-            if not isinstance(getattr(self, f), dict):
-                raise ValueError(f"{f} must be a mapping, got {type(getattr(self, f)).__name__}")
-        unknown = sorted(set(self.agent) - set(AGENT_KEYS))
-        if unknown:
-            raise ValueError(f"agent: unknown field(s) {unknown}; allowed: {', '.join(AGENT_KEYS)}")
-        if self.judge is not None:
-            if not isinstance(self.judge, str) or not self.judge:
-                raise ValueError(f"judge must be a backbone profile name or file, got {self.judge!r}")
-            if not uses_judge(self.method, self.method_params):
-                raise ValueError(
-                    f"judge names a model ({self.judge!r}), but method {self.method!r} with these parameters "
-                    "calls no judge (abstraction_memory and joint_memory do with judge: true)"
-                )
-        icl = {k: self.agent[k] for k in ICL_KEYS if k in self.agent}
-        if icl:
-            try:
-                n = AgentConfig(**icl).icl_examples
-            except ValueError as exc:
-                raise ValueError(f"agent: {exc}") from exc
-            if n and self.benchmark not in EXPERT_BENCHMARKS:
-                raise ValueError(
-                    f"agent: icl_examples = {n}, but benchmark {self.benchmark!r} has no expert paths to build "
-                    f"demonstrations from (they exist for {', '.join(EXPERT_BENCHMARKS)}); set icl_examples to 0"
-                )
-
-    @property
-    def run_name(self) -> str:
-        if self.name:
-            return self.name
-        if not self.method_params:
-            return self.method
-        digest = hashlib.sha256(json.dumps(self.method_params, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{self.method}-{digest}"
-
-    @property
-    def backbone_label(self) -> str:
-        """The backbone as run folders and manifests name it: the profile name, or a profile file's stem."""
-        from antipersist_lib.serving.profiles import profile_label
-
-        return profile_label(self.backbone)
-
-    @property
-    def judge_label(self) -> str | None:
-        """The judge profile as manifests name it (None: the backbone judges)."""
-        from antipersist_lib.serving.profiles import profile_label
-
-        return None if self.judge is None else profile_label(self.judge)
-
-    @property
-    def embedding_label(self) -> str:
-        from antipersist_lib.serving.profiles import profile_label
-
-        return profile_label(self.embedding)
-
-    def run_dir(self) -> Path:
-        return Path(self.out_root) / self.benchmark / self.backbone_label / self.run_name / f"seed{self.seed}"
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        """Build from a params mapping; unknown keys are an error naming them."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown run setting(s) {unknown}; allowed: {sorted(names)}")
-        missing = [k for k in ("method", "benchmark", "backbone") if k not in d]
-        if missing:
-            raise ValueError(f"missing run setting(s) {missing}")
-        return cls(**d)
-
-
-def training_schedule(n_pool: int, iterations: int, per_iteration: int, seed: int) -> list[list[int]]:
-    """Per iteration, ``per_iteration`` pool indices sampled without replacement, in a seeded
-    order that depends only on the seed and the iteration (so every method sees the same)."""
-    if per_iteration > n_pool:
-        raise ValueError(f"train_per_iteration={per_iteration} exceeds the training pool of {n_pool} tasks")
-    return [
-        [int(i) for i in np.random.default_rng([seed, it]).permutation(n_pool)[:per_iteration]]
-        for it in range(1, iterations + 1)
-    ]
+# -- one task ---------------------------------------------------------------------------------
 
 
 @dataclass
-class IterationSummary:
+class TaskCapture:
+    """What one task of ``run_task`` showed on its way, handed to its ``capture`` observer once the task is
+    done (the walkthrough reads it). Nothing of it is written anywhere by the protocol.
+
+    ``context`` is the method's ``TaskContext`` after the task: its ``meta`` holds Anti-Persistence's
+    decision with its per-mode estimates (``meta["decision"]``) and the retrieved record ids
+    (``meta["retrieved_ids"]``), its ``blocks`` the method's context (Anti-Persistence's temporary guidance
+    last). ``context_blocks`` is the context as the agent got it (the demonstrations block first), and
+    ``system_prompt`` the system prompt built from it; ``record`` is the episode record the task returns."""
+
+    task: Task
+    phase: str
     iteration: int
-    heldout_success: float
-    heldout_n: int
-    mean_steps: float
-    mean_calls: float
-    mean_execution_calls: float
-    mean_synthesis_calls: float
-    mean_other_calls: float
-    infra_failures: int
-    mode_frequencies: dict[str, float]
-    synthesis_mode_usage: float | None
-    train_success: float
-    train_n: int
-    train_mode_frequencies: dict[str, float]
-    #: mean engine score of the held-out episodes (ScienceWorld's 0-100 partial credit; 1/0 where the engine
-    #: has only success): it moves before success does
-    heldout_score: float = float("nan")
+    position: int
+    context: TaskContext
+    demonstrations: list[Demonstration]
+    context_blocks: list[str]
+    system_prompt: str
+    episode: EpisodeResult
+    record: dict[str, Any]
 
+    @property
+    def decision(self) -> dict[str, Any] | None:
+        """The method's recorded decision (Anti-Persistence: mode, branch, neighbourhood, per-mode estimates)."""
+        return self.context.meta.get("decision")
 
-def mode_fractions(records: list[dict[str, Any]]) -> dict[str, float]:
-    """The fraction of ``records`` (episode records) whose method chose each mode; {} when none
-    recorded a mode (methods without modes)."""
-    modes = [r["meta"].get("mode") for r in records if r["meta"].get("mode")]
-    return {m: (modes.count(m) / len(modes)) for m in MODES} if modes else {}
+    @property
+    def retrieved_ids(self) -> list[Any]:
+        """The ids of the trajectory-memory records the method retrieved for this task."""
+        return list(self.context.meta.get("retrieved_ids", []))
 
-
-def summarize_iteration(iteration: int, heldout: list[dict[str, Any]], train: list[dict[str, Any]]) -> IterationSummary:
-    """Held-out success and cost (Table 1, Table 6), trajectory length (Figure 2b), and mode
-    frequencies (Figure 8) / synthesis-mode usage (Figure 7) for one iteration."""
-
-    def mean(xs: list[float]) -> float:
-        return float(np.mean(xs)) if xs else float("nan")
-
-    h = [r for r in heldout if r["iteration"] == iteration]
-    t = [r for r in train if r["iteration"] == iteration]
-    hf = mode_fractions(h)
-    return IterationSummary(
-        iteration=iteration,
-        heldout_success=mean([float(r["outcome"]["success"]) for r in h]),
-        heldout_n=len(h),
-        mean_steps=mean([r["outcome"]["n_steps"] for r in h]),
-        mean_calls=mean([r["calls"]["total"] for r in h]),
-        mean_execution_calls=mean([r["calls"]["execution"] for r in h]),
-        mean_synthesis_calls=mean([r["calls"]["synthesis"] for r in h]),
-        mean_other_calls=mean([r["calls"]["other"] for r in h]),
-        infra_failures=sum(1 for r in h if r["outcome"]["infra_failure"]),
-        mode_frequencies=hf,
-        synthesis_mode_usage=(sum(hf.get(m, 0.0) for m in SYNTHESIS_MODES) if hf else None),
-        train_success=mean([float(r["outcome"]["success"]) for r in t]),
-        train_n=len(t),
-        train_mode_frequencies=mode_fractions(t),
-        heldout_score=mean([float(r["outcome"].get("score", 0.0)) for r in h]),
-    )
-
-
-#: how often a progress bar's activity line is refreshed while an episode runs (episodes take minutes)
-ACTIVITY_REFRESH_S = 5.0
-
-
-def ledger_activity(ledger: Ledger) -> Callable[[], str]:
-    """A progress bar's activity line: the model calls this invocation made, how many the response cache
-    answered, and how long ago the last one ended (a stalled server shows as a growing age)."""
-
-    def line() -> str:
-        calls, cached, last = ledger.since_open()
-        age = "" if last is None else f", last {time.time() - last:.0f} s ago"
-        return f"{calls} calls ({cached} cached){age}"
-
-    return line
-
-
-class _Progress:
-    """A tqdm bar when tqdm is installed and progress is on; silent otherwise. With ``activity``, a thread
-    refreshes the bar's postfix every ``ACTIVITY_REFRESH_S``, so the line moves while an episode runs."""
-
-    def __init__(self, total: int, desc: str, enabled: bool, activity: Callable[[], str] | None = None) -> None:
-        self.bar = None
-        self._stop = threading.Event()
-        if enabled:
-            try:
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, leave=False)
-            except ImportError:
-                pass
-        if self.bar is not None and activity is not None:
-            threading.Thread(target=self._refresh, args=(activity,), name="progress", daemon=True).start()
-
-    def _refresh(self, activity: Callable[[], str]) -> None:
-        while not self._stop.wait(ACTIVITY_REFRESH_S):
-            bar = self.bar
-            if bar is None:
-                return
-            try:
-                bar.set_postfix_str(activity(), refresh=True)
-            except Exception:  # a closed bar: stop quietly
-                return
-
-    def update(self, n: int = 1) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self.bar is not None:
-            self.bar.close()
+    @property
+    def guidance(self) -> str:
+        """The method's last context block: Anti-Persistence's temporary guidance ("" when it has none)."""
+        return self.context.blocks[-1] if self.context.blocks else ""
 
 
 def _episode_record(
-    task: Task, phase: str, iteration: int, position: int, ctx: TaskContext, ep: EpisodeResult, stats: dict[str, int]
+    task: Task,
+    phase: str,
+    iteration: int,
+    position: int,
+    ctx: TaskContext,
+    ep: EpisodeResult,
+    stats: dict[str, int],
+    *,
+    shown: list[Demonstration] | None = None,
+    prepared_synthesis: int | None = None,
 ) -> dict[str, Any]:
+    """The record of one episode, as ``episodes_<phase>.jsonl`` holds it. ``shown``: the demonstrations in its
+    context (None: the run shows none; the record then has no ``demonstrations`` field). ``prepared_synthesis``:
+    for a training task, the synthesis calls made before ``method.learn``; its calls then count those as
+    ``synthesis`` and learn's own as ``post_episode_synthesis``."""
     meta = {k: v for k, v in ctx.meta.items() if not k.startswith("_")}  # private keys never reach disk
+    synthesis = ctx.synthesis_calls if prepared_synthesis is None else prepared_synthesis
+    calls = {
+        "execution": ep.llm_calls,
+        "synthesis": synthesis,
+        "other": ctx.other_calls,
+        "total": ep.llm_calls + synthesis + ctx.other_calls,
+    }
+    if prepared_synthesis is not None:
+        calls["post_episode_synthesis"] = ctx.synthesis_calls - prepared_synthesis
     return {
         "phase": phase,
         "iteration": iteration,
@@ -398,14 +141,10 @@ def _episode_record(
         "parents": list(ctx.parents),
         "embedding_ok": ctx.embedding is not None,
         "outcome": ep.outcome.to_dict(),
-        "calls": {
-            "execution": ep.llm_calls,
-            "synthesis": ctx.synthesis_calls,
-            "other": ctx.other_calls,
-            "total": ep.llm_calls + ctx.synthesis_calls + ctx.other_calls,
-        },
+        "calls": calls,
         "engine_steps": stats,
         "trajectory": ep.trajectory.to_dict(),
+        **({} if shown is None else {"demonstrations": [d.task.task_id for d in shown]}),
     }
 
 
@@ -419,6 +158,7 @@ def run_task(
     position: int,
     agent_config: AgentConfig,
     demonstrations: DemonstrationLibrary | None = None,
+    capture: Callable[[TaskCapture], None] | None = None,
 ) -> dict[str, Any]:
     """One task end to end, the way the protocol runs every task of every method: reset the
     engine, ``method.prepare`` (mode, retrieval, guidance), the ReAct episode with the method's
@@ -429,9 +169,13 @@ def run_task(
     first in the system prompt's context, before the method's, and the record lists their
     training task ids under ``demonstrations``.
 
+    ``capture``: called once the task is done with a ``TaskCapture`` (the method's context with its
+    decision, retrieved records and guidance, the prompts, the episode and its record), for a reader
+    that watches one task (the Appendix C walkthrough); it changes nothing of the task or its record.
+
     ``position`` is the task's 0-based index within its iteration (it drives round-robin and
     seeds the decision). An engine that cannot load the task gives an infrastructure-failure
-    record (nothing is learned from it); a missing engine or data stops the run."""
+    record (nothing is learned from it, nothing captured); a missing engine or data stops the run."""
     if phase not in ("train", "heldout"):
         raise ValueError(f"phase is {phase!r}, expected 'train' or 'heldout'")
     try:
@@ -445,30 +189,39 @@ def run_task(
     ctx = method.prepare(task, obs, phase=phase, iteration=iteration, position=position)
     shown = demonstrations.for_task(task) if demonstrations is not None else []
     demo_block = render_block(shown, agent_config.icl_max_chars)
+    blocks = [demo_block, *ctx.blocks] if demo_block else ctx.blocks
     ep = run_episode(
         env,
         task,
         method.ctx.llm,
-        context_blocks=[demo_block, *ctx.blocks] if demo_block else ctx.blocks,
+        context_blocks=blocks,
         config=agent_config,
         initial_observation=obs,
         tags={"phase": phase, "iteration": iteration, "task": task.key},
     )
     stats = dataclasses.asdict(env.episode_stats)
-    if phase == "heldout":
-        rec = _episode_record(task, phase, iteration, position, ctx, ep, stats)
-        if demonstrations is not None:
-            rec["demonstrations"] = [d.task.task_id for d in shown]
-        return rec
-    before = ctx.synthesis_calls
-    method.learn(task, ctx, ep, iteration=iteration, position=position)
-    rec = _episode_record(task, phase, iteration, position, ctx, ep, stats)
-    if demonstrations is not None:
-        rec["demonstrations"] = [d.task.task_id for d in shown]
-    rec["calls"]["post_episode_synthesis"] = ctx.synthesis_calls - before
-    rec["calls"]["synthesis"] = before
-    rec["calls"]["total"] = ep.llm_calls + before + ctx.other_calls
-    return rec
+    prepared = None
+    if phase == "train":
+        prepared = ctx.synthesis_calls  # what learn adds is counted apart (post-episode synthesis)
+        method.learn(task, ctx, ep, iteration=iteration, position=position)
+    record = _episode_record(
+        task,
+        phase,
+        iteration,
+        position,
+        ctx,
+        ep,
+        stats,
+        shown=shown if demonstrations is not None else None,
+        prepared_synthesis=prepared,
+    )
+    if capture is not None:
+        prompt = agent_system_prompt(env.action_help, blocks)
+        capture(TaskCapture(task, phase, iteration, position, ctx, shown, list(blocks), prompt, ep, record))
+    return record
+
+
+# -- the K iterations -------------------------------------------------------------------------
 
 
 class Runner:
@@ -581,7 +334,9 @@ class Runner:
             "agent": agent,
             **extra,
             "heldout_concurrency": s.heldout_concurrency,
-            "prompt_hashes": prompt_hashes(),
+            # the prompt families this method uses, named explicitly (methods.PROMPT_FAMILIES), and their hashes
+            "prompt_families": list(method_class(s.method).prompt_families),
+            "prompt_hashes": prompt_hashes(method_class(s.method).prompt_families),
             "versions": package_versions(),
             "git_commit": git_commit(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -687,16 +442,16 @@ class Runner:
             for unjournaled in (layout.episodes_path("heldout"), layout.calls_path):
                 set_aside_malformed(unjournaled)  # a crash's fragment is set aside once, not warned about forever
             ledger = Ledger(layout.calls_path)
-            cache = ResponseCache(Path(spec.cache_dir) / _slug(self.endpoint.model)) if spec.cache_dir else None
+            cache = ResponseCache(cache_folder(spec.cache_dir, self.endpoint.model)) if spec.cache_dir else None
             embed_cache = (
-                ResponseCache(Path(spec.cache_dir) / _slug(self.embed_endpoint.model)) if spec.cache_dir else None
+                ResponseCache(cache_folder(spec.cache_dir, self.embed_endpoint.model)) if spec.cache_dir else None
             )
             llm = LLMClient(self.endpoint, ledger=ledger, cache=cache, seed=spec.seed)
             embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
             judge_llm = None
             if self.judge_endpoint is not None:  # its own client, cache and model; the run's ledger
                 judge_cache = (
-                    ResponseCache(Path(spec.cache_dir) / _slug(self.judge_endpoint.model)) if spec.cache_dir else None
+                    ResponseCache(cache_folder(spec.cache_dir, self.judge_endpoint.model)) if spec.cache_dir else None
                 )
                 judge_llm = LLMClient(self.judge_endpoint, ledger=ledger, cache=judge_cache, seed=spec.seed)
             # a resumed run keeps the behaviour it was recorded with: parameters the method gained since
@@ -734,7 +489,7 @@ class Runner:
                 order = self.schedule[it - 1]
                 if it not in journal.iterations_ended:
                     method.begin_iteration(it)  # idempotent: a resumed iteration calls it again
-                bar = _Progress(len(order), f"{spec.method} it{it} train", spec.progress, ledger_activity(ledger))
+                bar = Progress(len(order), f"{spec.method} it{it} train", spec.progress, ledger_activity(ledger))
                 for pos, idx in enumerate(order):
                     if (it, pos) in journal.train_done:
                         bar.update()
@@ -770,7 +525,7 @@ class Runner:
                     self._evaluate(method, todo, it, held_writer, held_finished, envs, demos, ledger_activity(ledger))
                 finally:
                     method.unfreeze()
-                summary = self._summaries(layout)
+                summary = write_summaries(layout, spec)
                 summaries = summary
                 cur = next(s for s in summary if s.iteration == it)
                 self.on_event("evaluation", dataclasses.asdict(cur))
@@ -856,7 +611,7 @@ class Runner:
                 demonstrations=demonstrations,
             )
 
-        bar = _Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress, activity)
+        bar = Progress(len(todo), f"{self.spec.method} it{it} held-out", self.spec.progress, activity)
         workers = min(self.spec.heldout_concurrency, len(todo))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heldout") as pool:
             futures = [pool.submit(one, j, t) for j, t in todo]
@@ -891,85 +646,6 @@ class Runner:
         self.on_event("demonstrations", {"replays": library.replays, **library.describe()})
         return library
 
-    def _summaries(self, layout: RunDirectory) -> list[IterationSummary]:
-        train = layout.read_episodes("train")
-        held = layout.read_episodes("heldout")
-        its = sorted({r["iteration"] for r in held})
-        out = [summarize_iteration(i, held, train) for i in its]
-        atomic_write_json(
-            layout.summary_path,
-            {
-                "run": str(layout.path),
-                "method": self.spec.method,
-                "benchmark": self.spec.benchmark,
-                "backbone": self.spec.backbone_label,
-                "seed": self.spec.seed,
-                "iterations": [_finite(dataclasses.asdict(s)) for s in out],
-            },
-        )
-        return out
-
-
-def run_episode_counts(spec: RunSpec) -> tuple[int, int]:
-    """(training, held-out) episodes per iteration of ``spec``, from its own task lists, starting nothing. A
-    benchmark whose partition file is not built yet is counted from Table 4's split sizes (``--plan`` only)."""
-    from antipersist_lib.envs.partitions import PAPER_COUNTS
-
-    try:
-        partition = load_partition(spec.benchmark, heldout_set=spec.heldout_set)
-    except Exception:  # noqa: BLE001 - a missing or unbuilt partition: Table 4's sizes, or the run's own limits
-        counts = PAPER_COUNTS.get(spec.benchmark)
-        heldout = (
-            spec.heldout_limit if counts is None else min(spec.heldout_limit or counts["heldout"], counts["heldout"])
-        )
-        if heldout is None:
-            raise ValueError(
-                f"{spec.benchmark}: no partition file and no Table 4 size; build the partition or set heldout_limit"
-            ) from None
-        return spec.train_per_iteration, int(heldout)
-    train = limited_tasks(of_types(partition.train, spec.task_types), spec.train_pool_limit, spec.subset)
-    heldout = limited_tasks(of_types(partition.heldout, spec.task_types), spec.heldout_limit, spec.subset)
-    return min(spec.train_per_iteration, len(train)), len(heldout)
-
-
-def of_types(tasks: Sequence[Task], types: Sequence[str] | None) -> list[Task]:
-    """The tasks of the given types (all when None), in split order. A type the split does not hold is
-    an error naming the types it does hold: a typo must not leave a probe silently empty."""
-    if types is None:
-        return list(tasks)
-    if isinstance(types, str) or not isinstance(types, (list, tuple)):
-        raise ValueError(f"task_types must be a list of task type names, got {types!r}")
-    held = list(dict.fromkeys(t.task_type for t in tasks))
-    missing = [t for t in types if t not in held]
-    if missing:
-        raise ValueError(f"task_types: {missing} not in this split; its task types are {held}")
-    wanted = set(types)
-    return [t for t in tasks if t.task_type in wanted]
-
-
-def work_left(spec: RunSpec, n_heldout: int | None = None) -> bool:
-    """False only when every held-out episode of every iteration is recorded: a finished run, which a re-run
-    merely re-reads (it makes no call and needs no endpoint). ``n_heldout``: the run's held-out tasks
-    (default: from the benchmark's partition and ``heldout_limit``)."""
-    if n_heldout is None:
-        heldout = of_types(load_partition(spec.benchmark, heldout_set=spec.heldout_set).heldout, spec.task_types)
-        n_heldout = len(limited_tasks(heldout, spec.heldout_limit, spec.subset))
-    layout = RunDirectory(spec.run_dir())
-    if not layout.is_run() or not n_heldout:
-        return True
-    done = layout.heldout_done()
-    return any((it, j) not in done for it in range(1, spec.iterations + 1) for j in range(n_heldout))
-
-
-def uses_judge(method: str, params: dict[str, Any]) -> bool:
-    """Whether a run of ``method`` with ``params`` calls an LLM judge (``Method.uses_judge``)."""
-    return method_class(method).uses_judge(params)
-
-
-def uses_embeddings(method: str) -> bool:
-    """Whether a method calls the embedder (``Method.uses_embeddings``; ReAct and fixed libraries do not)."""
-    return bool(getattr(method_class(method), "uses_embeddings", True))
-
 
 def _profile_files(spec: RunSpec) -> dict[str, str]:
     """The manifest's record of profiles given as files (``backbone_profile`` / ``embedding_profile``: the
@@ -981,54 +657,6 @@ def _profile_files(spec: RunSpec) -> dict[str, str]:
         if is_profile_path(value) and profile_file(kind, value).is_file():
             out[f"{key}_profile"] = str(profile_file(kind, value).resolve())
     return out
-
-
-def _finite(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in d.items()}
-
-
-def _slug(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
-
-
-#: the manifest's endpoint record of each role a replay reads from the cache
-_MANIFEST_ENDPOINTS = {"backbone": "endpoint", "embedding": "embedding_endpoint"}
-
-
-def recorded_servers(manifest: dict[str, Any], role: str) -> list[dict[str, Any]]:
-    """The server identities a recorded run's ``role`` ("backbone" or "embedding") filed its cached replies
-    under, first invocation first: the manifest's ``cache_identity`` and those of its ``resumed`` entries.
-    For a run recorded before identities: the one its embedded server has (fixed by the model file,
-    whatever the port), else its base URL alone."""
-    from antipersist_lib.serving.embedded import EMBEDDER_SERVER_ID, embedded_server_id
-    from antipersist_lib.serving.profiles import EMBEDDED
-
-    found: list[dict[str, Any]] = []
-    for entry in [manifest, *(manifest.get("resumed") or [])]:
-        ident = (entry.get("cache_identity") or {}).get(role)
-        if ident and ident not in found:
-            found.append(dict(ident))
-    if found:
-        return found
-    ep = manifest[_MANIFEST_ENDPOINTS[role]]
-    server_id = ep.get("server_id")
-    info = manifest.get("embedded_backbone") or {}
-    if not server_id and role == "backbone" and info.get("model"):
-        m = info["model"]
-        server_id = embedded_server_id(info["server"], m["name"], m["sha256"], m["chat_template"])
-    if not server_id and role == "embedding" and manifest.get("embedding") == EMBEDDED:
-        server_id = EMBEDDER_SERVER_ID
-    return [server_identity(Endpoint(**{**ep, "server_id": server_id}))]
-
-
-def replay_cache(cache_root: str | Path, manifest: dict[str, Any], role: str) -> ResponseCache:
-    """The response cache of a recorded run's ``role``, for a replay whose client cannot reach (or ask) the
-    server: ``<cache_root>/<model>/<server>/`` of the first invocation's server, reading those of later
-    invocations after it (a run resumed against another server)."""
-    ep = manifest[_MANIFEST_ENDPOINTS[role]]
-    root = ResponseCache(Path(cache_root) / _slug(ep["model"]))
-    first, *later = (root.for_server(s) for s in recorded_servers(manifest, role))
-    return ResponseCache(first.root, server=first.server, also_read=[c.root for c in later])
 
 
 def run_cell(spec: RunSpec, **kw: Any) -> list[IterationSummary]:

@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from antipersist_lib.profile_fields import INT, NUMBER, STR, TEXT, Checker, Field, Fields
 from antipersist_lib.serving.llm import Endpoint
 
 ENDPOINT_KEYS = (
@@ -150,26 +151,32 @@ def adhoc_endpoint(
     return Endpoint(**data)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+#: the fields of a backbone or embedding profile (a file's, or a grid's inline endpoint); the ranges the
+#: ``Endpoint`` itself checks (positive timeout, retries >= 0, the system_prompt forms) are left to it
+FIELDS = Fields(
+    Field("name", TEXT),
+    Field("model", STR, required=True),
+    Field("base_url", STR, required=True),
+    Field("base_url_env"),  # the name of an environment variable (checked below)
+    Field("api_key_env", TEXT),
+    Field("context_length", INT, minimum=1, what="a positive integer"),
+    Field("timeout_s", NUMBER),
+    Field("max_retries", INT),
+    Field("backoff_base_s", NUMBER),
+    Field("backoff_max_s", NUMBER),
+    Field("system_prompt", TEXT),
+    Field("request_shape"),  # a preset name (``request_shape.PRESETS``), checked by the Endpoint
+    Field("temperature", NUMBER, minimum=0, maximum=2, what="a number in [0, 2] (the agent's range)"),
+    Field("top_p", NUMBER, maximum=1, test=lambda v: v > 0, what="a number in (0, 1]"),
+    Field("paper", TEXT, what="a string (what the papers say of this model)"),
+    Field("price_per_mtok"),  # {input: USD, output: USD} (checked below)
+)
 
 
 def validate_profile(data: dict[str, Any], where: str) -> None:
     """Field types and ranges of a profile (a file's or a grid's inline endpoint); errors name
     ``where`` and the field."""
-    for key in ("model", "base_url"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise ValueError(f"{where}: field {key!r} must be a non-empty string")
-    if "context_length" in data and not (isinstance(data["context_length"], int) and data["context_length"] > 0):
-        raise ValueError(f"{where}: field 'context_length' must be a positive integer")
-    for key in ("timeout_s", "backoff_base_s", "backoff_max_s"):
-        if key in data and not _number(data[key]):
-            raise ValueError(f"{where}: field {key!r} must be a number, got {data[key]!r}")
-    if "max_retries" in data and (isinstance(data["max_retries"], bool) or not isinstance(data["max_retries"], int)):
-        raise ValueError(f"{where}: field 'max_retries' must be an integer, got {data['max_retries']!r}")
-    for key in ("name", "api_key_env", "system_prompt"):
-        if key in data and not isinstance(data[key], str):
-            raise ValueError(f"{where}: field {key!r} must be a string, got {data[key]!r}")
+    Checker(where, label="field {key!r}").read(data, None, FIELDS)
     if "base_url_env" in data and not (
         isinstance(data["base_url_env"], str) and _ENV_NAME.fullmatch(data["base_url_env"])
     ):
@@ -177,15 +184,7 @@ def validate_profile(data: dict[str, Any], where: str) -> None:
             f"{where}: field 'base_url_env' must name an environment variable (e.g. ANTIPERSIST_URL_MY_MODEL), "
             f"got {data['base_url_env']!r}"
         )
-    if "temperature" in data and not (_number(data["temperature"]) and 0 <= data["temperature"] <= 2):
-        raise ValueError(
-            f"{where}: field 'temperature' must be a number in [0, 2] (the agent's range), got {data['temperature']!r}"
-        )
-    if "top_p" in data and not (_number(data["top_p"]) and 0 < data["top_p"] <= 1):
-        raise ValueError(f"{where}: field 'top_p' must be a number in (0, 1], got {data['top_p']!r}")
     _check_url(data["base_url"], f"{where}: field 'base_url'")
-    if "paper" in data and not isinstance(data["paper"], str):
-        raise ValueError(f"{where}: field 'paper' must be a string (what the papers say of this model)")
     if "price_per_mtok" in data:
         _check_prices(data["price_per_mtok"], where)
     try:  # the ranges (positive timeout, known system_prompt form...) are the Endpoint's own rules
@@ -205,9 +204,8 @@ def _check_prices(prices: Any, where: str) -> None:
             f"{where}: field 'price_per_mtok' must be a mapping {{input: USD, output: USD}} (per million tokens), "
             f"got {prices!r}"
         )
-    for key, value in prices.items():
-        if not _number(value) or value < 0:
-            raise ValueError(f"{where}: price_per_mtok.{key} must be a number >= 0, got {value!r}")
+    prices_fields = Fields(*(Field(key, NUMBER, minimum=0) for key in ("input", "output")))
+    Checker(where, label="{key}").read(prices, "price_per_mtok", prices_fields)
 
 
 def _check_url(url: str, source: str) -> None:

@@ -1,0 +1,408 @@
+"""An ARC-AGI Stream probe profile (``params/arc/probes_*.yaml``), its single-family subsets and its schedules.
+
+``load_probe_profile`` reads and checks a probe profile (every unknown or malformed key named with the file) and
+renders every stream's largest prompts against the named backbone's context (``probe_prompt_sizes``). The tasks:
+``family_subset`` (one family's seen tasks) and ``make_variants`` (their variations); ``probe_tasks`` draws both
+for a profile. A stream's task order and checkpoints: ``schedule`` / ``step_schedule``. The runner is
+``arc.probes``; reading a probe folder back and the figures' tables, ``arc.probe_tables``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from antipersist_lib.arc import context
+from antipersist_lib.arc.controller import MEMORY_SOURCES, REGIMES, SOURCES, StreamConfig
+from antipersist_lib.arc.families import FAMILY_IDS
+from antipersist_lib.arc.generator import N_TEST, N_TRAIN, SKILL_IDS, ArcTask, derive_seed, make_task
+from antipersist_lib.arc.sandbox import SandboxLimits
+from antipersist_lib.arc.study_profile import BUFFER_READINGS, check_sandbox_mode
+from antipersist_lib.arc.study_profile import STREAM_KEYS as STUDY_STREAM_KEYS
+from antipersist_lib.serving.profiles import named_context_length
+from antipersist_lib.studies import (
+    BACKBONE_OPTION_KEYS,
+    check_backbone,
+    check_bool,
+    check_int,
+    check_list,
+    check_mapping,
+    check_names,
+    fail,
+    read_profile,
+)
+
+#: the stream name of the no-memory baseline
+NO_MEMORY = "no_memory"
+
+PROBES = ("overfit", "overwrite", "misgroup")
+#: what each probe's evaluation holds: exact repetitions of seen tasks, and (overfit) their variations
+REPEAT, VARIANT = "repeat", "variant"
+EVAL_KINDS = (REPEAT, VARIANT)
+
+PROFILE_KEYS = {
+    "name",
+    "description",
+    "backbone",
+    "backbone_options",
+    "seed",
+    "task_examples",
+    "subset_size",
+    "variants",
+    "regime",
+    "source",
+    "buffer_size",
+    "buffer_reading",
+    "stream",
+    "evaluation",
+    "overfit",
+    "overwrite",
+    "misgroup",
+    "no_memory",
+    "response_cache",
+    "sandbox",
+}
+EXAMPLE_KEYS = {"n_train", "n_test"}
+#: the study's stream settings, except the task order (a probe's schedule fixes it)
+STREAM_KEYS = STUDY_STREAM_KEYS - {"shuffle"}
+EVALUATION_KEYS = {"sources", "workers"}
+OVERFIT_KEYS = {"family", "cycles"}
+PAIR_KEYS = {"families", "cycles"}
+
+
+# -- tasks: single-family subsets and their variations --------------------------------------------------
+
+
+def family_subset(
+    family: str, size: int, seed: int = 0, *, n_train: int = N_TRAIN, n_test: int = N_TEST
+) -> list[ArcTask]:
+    """``size`` tasks of one family: skills in a seeded order of the 7 (each once per 7), even task seeds."""
+    if family not in FAMILY_IDS:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILY_IDS}")
+    skills = list(SKILL_IDS)
+    random.Random(derive_seed("arc-probe-skills", family, seed)).shuffle(skills)
+    tasks = []
+    for i in range(size):
+        task_seed = 2 * (derive_seed("arc-probe-subset", family, seed, i) % 2**31)
+        tasks.append(make_task(family, skills[i % len(skills)], task_seed, n_train=n_train, n_test=n_test))
+    return tasks
+
+
+def _same_inputs(a: ArcTask, b: ArcTask) -> bool:
+    return any(x.input == y.input for x in a.train + a.test for y in b.train + b.test)
+
+
+def make_variants(task: ArcTask, count: int, *, n_train: int = N_TRAIN, n_test: int = N_TEST) -> list[ArcTask]:
+    """``count`` variations of a seen task: same family and skill, another (odd) seed, so new rule parameters
+    and new grids; a draw sharing an input grid with the seen task (or an earlier variant) is redrawn."""
+    variants: list[ArcTask] = []
+    attempt = 0
+    while len(variants) < count:
+        seed = 2 * (derive_seed("arc-probe-variant", task.task_id, attempt) % 2**31) + 1
+        attempt += 1
+        variant = make_task(task.family, task.skill, seed, n_train=n_train, n_test=n_test)
+        if any(_same_inputs(variant, other) for other in [task, *variants]):
+            continue
+        variants.append(variant)
+    return variants
+
+
+# -- the profile ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeStream:
+    """One stream of a probe: ``phases`` (each a tuple of families streamed interleaved) follow each other,
+    each shown ``cycles`` times; the memory is evaluated on ``eval_families`` x ``eval_kinds``."""
+
+    name: str
+    probe: str
+    regime: str
+    phases: tuple[tuple[str, ...], ...]
+    cycles: int
+    eval_families: tuple[str, ...]
+    eval_kinds: tuple[str, ...] = (REPEAT,)
+
+
+@dataclass(frozen=True)
+class ProbeProfile:
+    path: str
+    name: str
+    backbone: str
+    streams: tuple[ProbeStream, ...]
+    subset_size: int
+    variants: int = 1
+    seed: int = 0
+    n_train: int = N_TRAIN
+    n_test: int = N_TEST
+    source: str = "gt"
+    buffer_size: int | None = 8
+    buffer_reading: str = "cap"  # "batch": buffer_size is the fresh tasks per step, buffer uncapped (the study's)
+    stream: dict[str, Any] = field(default_factory=dict)
+    eval_sources: tuple[str, ...] = MEMORY_SOURCES
+    eval_workers: int = 1
+    no_memory: bool = True
+    response_cache: bool = True
+    sandbox: str = "kernel"
+    backbone_options: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(isolation=self.sandbox)
+
+    @property
+    def capacity(self) -> int | None:
+        """The episodic buffer's FIFO cap: ``buffer_size`` under "cap", none under "batch"."""
+        return None if self.buffer_reading == "batch" else self.buffer_size
+
+    @property
+    def tasks_per_step(self) -> int:
+        """Fresh tasks per step: ``buffer_size`` under "batch" (at most; a step never spans two cycles), else 1."""
+        return int(self.buffer_size or 1) if self.buffer_reading == "batch" else 1
+
+    def stream_config(self, spec: ProbeStream) -> StreamConfig:
+        """One pass over the stream's task list (``steps=None``): the list already holds every cycle."""
+        return StreamConfig(
+            regime=spec.regime,
+            source=self.source,
+            buffer_size=self.capacity,
+            steps=None,
+            tasks_per_step=self.tasks_per_step,
+            seed=self.seed,
+            limits=self.limits,
+            **self.stream,
+        )
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        """``evaluate``'s settings: the streams' own solver settings (``StreamConfig.evaluate_kwargs``)."""
+        return {
+            **StreamConfig(limits=self.limits, **self.stream).evaluate_kwargs(),
+            "sources": self.eval_sources,
+            "workers": self.eval_workers,
+        }
+
+    def families(self) -> tuple[str, ...]:
+        """Every family some stream shows or evaluates, in first-use order."""
+        seen = [f for s in self.streams for phase in s.phases for f in phase] + [
+            f for s in self.streams for f in s.eval_families
+        ]
+        return tuple(dict.fromkeys(seen))
+
+    def eval_keys(self) -> tuple[tuple[str, str], ...]:
+        """Every (family, kind) some stream is evaluated on: what the no-memory baseline evaluates."""
+        keys = [(f, k) for s in self.streams for f in s.eval_families for k in s.eval_kinds]
+        return tuple(dict.fromkeys(keys))
+
+
+def _family(value: Any, key: str, path: Any) -> str:
+    if value not in FAMILY_IDS:
+        raise fail(path, f"{key} must be one of {list(FAMILY_IDS)}, got {value!r}")
+    return str(value)
+
+
+def _cycles(block: dict[str, Any], key: str, path: Any) -> int:
+    return int(check_int(block.get("cycles", 1), f"{key}.cycles", path, minimum=1) or 1)
+
+
+def _pair(block: dict[str, Any], key: str, path: Any) -> tuple[str, str]:
+    if "families" not in block:
+        raise fail(path, f"'{key}.families' is required: two family names (e.g. [{FAMILY_IDS[0]}, {FAMILY_IDS[1]}])")
+    names = check_names(block["families"], f"{key}.families", path)
+    if len(names) != 2:
+        raise fail(path, f"'{key}.families' must name exactly two families, got {names}")
+    a, b = (_family(n, f"{key}.families[]", path) for n in names)
+    return a, b
+
+
+def probe_streams(data: dict[str, Any], regimes: Sequence[str], path: Any) -> tuple[ProbeStream, ...]:
+    """The streams the profile's probe blocks ask for, one set per regime."""
+    streams: list[ProbeStream] = []
+    for regime in regimes:
+        if "overfit" in data:
+            block = check_mapping(data["overfit"], "overfit", OVERFIT_KEYS, path)
+            if "family" not in block:
+                raise fail(path, f"'overfit.family' is required: one of {list(FAMILY_IDS)}")
+            fam = _family(block["family"], "overfit.family", path)
+            cycles = _cycles(block, "overfit", path)
+            streams.append(
+                ProbeStream(f"overfit-{fam}-{regime}", "overfit", regime, ((fam,),), cycles, (fam,), EVAL_KINDS)
+            )
+        if "overwrite" in data:
+            block = check_mapping(data["overwrite"], "overwrite", PAIR_KEYS, path)
+            a, b = _pair(block, "overwrite", path)
+            cycles = _cycles(block, "overwrite", path)
+            name = f"overwrite-{a}-then-{b}-{regime}"
+            streams.append(ProbeStream(name, "overwrite", regime, ((a,), (b,)), cycles, (a, b)))
+        if "misgroup" in data:
+            block = check_mapping(data["misgroup"], "misgroup", PAIR_KEYS, path)
+            a, b = _pair(block, "misgroup", path)
+            cycles = _cycles(block, "misgroup", path)
+            streams.append(ProbeStream(f"mixed-{a}+{b}-{regime}", "misgroup", regime, ((a, b),), cycles, (a, b)))
+            for fam in (a, b):
+                streams.append(ProbeStream(f"only-{fam}-{regime}", "misgroup", regime, ((fam,),), cycles, (a, b)))
+    return tuple(streams)
+
+
+def load_probe_profile(path: str | Path, *, context_check: bool = True) -> ProbeProfile:
+    """Read and check a probe profile; any unknown or malformed key is named with the file. With ``context_check``
+    every stream's largest prompts are rendered and refused when they exceed the named backbone's context
+    (``probe_prompt_sizes``, as the study does)."""
+    path = Path(path)
+    data = read_profile(path, PROFILE_KEYS)
+    backbone = check_backbone(data, path)
+    options = check_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path)
+    examples = check_mapping(data.get("task_examples"), "task_examples", EXAMPLE_KEYS, path)
+    n_train = check_int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=2)
+    n_test = check_int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
+    if "subset_size" not in data:
+        raise fail(path, "'subset_size' is required: how many tasks each single-family subset holds")
+    subset_size = check_int(data["subset_size"], "subset_size", path, minimum=1)
+    variants = check_int(data.get("variants", 1), "variants", path, minimum=1)
+    regimes = check_list(data.get("regime", ["force"]), "regime", path)
+    for r in regimes:
+        if r not in REGIMES:
+            raise fail(path, f"regime: {r!r} is not one of {REGIMES}")
+    if len(set(regimes)) != len(regimes):
+        raise fail(path, f"regime lists a value twice: {regimes}")
+    source = data.get("source", "gt")
+    if source not in SOURCES:
+        raise fail(path, f"source must be one of {SOURCES}, got {source!r}")
+    buffer_size = check_int(data.get("buffer_size", 8), "buffer_size", path, minimum=1, optional=True)
+    buffer_reading = data.get("buffer_reading", "cap")
+    if buffer_reading not in BUFFER_READINGS:
+        raise fail(path, f"buffer_reading must be one of {BUFFER_READINGS}, got {buffer_reading!r}")
+    if buffer_reading == "batch" and buffer_size is None:
+        raise fail(path, "buffer_reading: batch reads buffer_size as the fresh tasks per step; give a number")
+    if not any(p in data for p in PROBES):
+        raise fail(path, f"no probe asked for: give at least one of {list(PROBES)}")
+    streams = probe_streams(data, regimes, path)
+    stream = check_mapping(data.get("stream"), "stream", STREAM_KEYS, path)
+    if "solver_memory" in stream:
+        stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
+    evaluation = check_mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
+    sources = tuple(check_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
+    bad = [s for s in sources if s not in MEMORY_SOURCES]
+    if bad:
+        raise fail(path, f"evaluation.sources: {bad} not in {MEMORY_SOURCES}")
+    sandbox = check_sandbox_mode(data.get("sandbox", "kernel"), path)
+    profile = ProbeProfile(
+        path=str(path),
+        name=str(data.get("name", path.stem)),
+        backbone=backbone,
+        streams=streams,
+        subset_size=int(subset_size or 1),
+        variants=int(variants or 1),
+        seed=int(check_int(data.get("seed", 0), "seed", path) or 0),
+        n_train=int(n_train or N_TRAIN),
+        n_test=int(n_test or N_TEST),
+        source=str(source),
+        buffer_size=buffer_size,
+        buffer_reading=str(buffer_reading),
+        stream=stream,
+        eval_sources=sources,
+        eval_workers=int(check_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
+        no_memory=check_bool(data.get("no_memory", True), "no_memory", path),
+        response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
+        sandbox=str(sandbox),
+        backbone_options=options,
+        raw=data,
+    )
+    for spec in streams:  # StreamConfig's own checks, with the profile named
+        try:
+            profile.stream_config(spec)
+        except (TypeError, ValueError) as exc:
+            raise fail(path, f"stream settings: {exc}") from None
+    if context_check:
+        try:
+            context_length, model = named_context_length(profile.backbone, profile.backbone_options)
+        except ValueError as exc:
+            raise fail(path, f"'backbone': {exc}") from None
+        if context_length is not None:
+            message = context.refusal(probe_prompt_sizes(profile), int(context_length), model)
+            if message is not None:
+                raise fail(path, message)
+    return profile
+
+
+def probe_prompt_sizes(profile: ProbeProfile) -> list[context.PromptSize]:
+    """Every probe stream's largest prompts (``arc.context``): the buffer as full as its whole schedule allows,
+    the evaluated subsets and variations as the evaluation's tasks."""
+    tasks = probe_tasks(profile)
+    evaluated = [t for family in tasks.subsets for t in tasks.subsets[family] + tasks.variants.get(family, [])]
+    sizes = []
+    for spec in profile.streams:
+        batches, _points = step_schedule(spec, tasks.subsets, profile.tasks_per_step)
+        streamed = [t for batch in batches for t in batch]
+        config = replace(profile.stream_config(spec), steps=len(batches))
+        sizes += context.condition_prompts(spec.name, config, len(batches), streamed, evaluated, profile.eval_sources)
+    return sizes
+
+
+# -- schedules ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A cycle boundary: the memory after ``step`` stream steps, while ``phase`` was being streamed."""
+
+    step: int
+    cycle: int
+    phase: str
+
+
+@dataclass
+class ProbeTasks:
+    """The subsets (by family) and the variations of their tasks (by family, in subset order)."""
+
+    subsets: dict[str, list[ArcTask]]
+    variants: dict[str, list[ArcTask]]
+
+    def eval_set(self, family: str, kind: str) -> list[ArcTask]:
+        return list(self.subsets[family] if kind == REPEAT else self.variants[family])
+
+
+def probe_tasks(profile: ProbeProfile) -> ProbeTasks:
+    kw = {"n_train": profile.n_train, "n_test": profile.n_test}
+    subsets = {f: family_subset(f, profile.subset_size, profile.seed, **kw) for f in profile.families()}
+    with_variants = {f for s in profile.streams if VARIANT in s.eval_kinds for f in s.eval_families}
+    variants = {
+        f: [v for task in subsets[f] for v in make_variants(task, profile.variants, **kw)]
+        for f in subsets
+        if f in with_variants
+    }
+    return ProbeTasks(subsets, variants)
+
+
+def schedule(spec: ProbeStream, subsets: dict[str, list[ArcTask]]) -> tuple[list[ArcTask], list[Checkpoint]]:
+    """The stream's task list (each phase's subsets interleaved, repeated ``cycles`` times, phase after phase)
+    and its checkpoints: step 0 and every cycle's last step."""
+    order: list[ArcTask] = []
+    points = [Checkpoint(0, 0, "")]
+    cycle = 0
+    for phase in spec.phases:
+        lists = [subsets[f] for f in phase]
+        one_cycle = [lst[i] for i in range(max(len(lst) for lst in lists)) for lst in lists if i < len(lst)]
+        for _ in range(spec.cycles):
+            order.extend(one_cycle)
+            cycle += 1
+            points.append(Checkpoint(len(order), cycle, "+".join(phase)))
+    return order, points
+
+
+def step_schedule(
+    spec: ProbeStream, subsets: dict[str, list[ArcTask]], per_step: int = 1
+) -> tuple[list[list[ArcTask]], list[Checkpoint]]:
+    """``schedule`` cut into steps of up to ``per_step`` tasks, each cycle on its own (its last step may hold
+    fewer), so that every checkpoint still falls on a cycle boundary; checkpoints count steps."""
+    order, points = schedule(spec, subsets)
+    batches: list[list[ArcTask]] = []
+    ends = {0: 0}
+    for before, point in zip(points, points[1:]):
+        cycle_tasks = order[before.step : point.step]
+        batches.extend(cycle_tasks[i : i + per_step] for i in range(0, len(cycle_tasks), per_step))
+        ends[point.step] = len(batches)
+    return batches, [replace(p, step=ends[p.step]) for p in points]
