@@ -159,7 +159,7 @@ def test_the_reproduction_profiles_load_with_every_run_paired():
     prof = load_profile(ROOT / "params" / "main" / "reproduction_cpu.yaml")
     specs = profile_specs(prof, backbone_label="embedded-x", runs_root=Path("r"), cache_dir=Path("c"), judge=None)
     twx = [s for s in specs if s.benchmark == "textworld_express"]
-    assert len(twx) == 30 and {s.task_types for s in twx} == {("cookingworld", "coin")}
+    assert len(twx) == 20 and {s.task_types for s in twx} == {("cookingworld", "coin")}
     conditions = {(s.method, s.method_params.get("plant_condition")) for s in specs if s.method != "react"}
     assert len(conditions) == 9 and all(s.method_params.get("plant") for s in specs if s.method != "react")
     assert {s.seed for s in specs if s.benchmark == "alfworld"} == {1}
