@@ -1,19 +1,13 @@
 """Declarative checks of a profile's fields: each key stated once, each kind of value checked and reported one way.
 
-A profile (a study's, a backbone's, a grid's) is a YAML mapping. Its loader states every key of a block once as a
-``Field``: its kind (``INT``, ``BOOL``, ``NAMES``, ``CHOICE``, ...), the values or the range it allows, its
-default, whether it is required or may be null. ``Fields`` holds a block's fields; ``Checker.read`` checks a
-mapping against them and returns the values with the defaults filled in (``Values``, which also says which keys
-the mapping gave). A wrong value raises the loader's own error, naming the file, the key and what is allowed:
-
-    'pool.expert.per_type' must be an integer >= 1, got 0
-    'context.overflow' must be one of ('refuse', 'truncate_oldest'), got 'truncate'
-    unknown key(s) ['context.reserve']; allowed in 'context': ['overflow', 'reserve_tokens']
-    'pool.expert.per_type' must be an integer >= 1; it is missing
-
-``Checker`` knows where the mapping came from and how its loader raises (``error``: a message -> the exception;
-default ``ProfileError("<where>: <message>")``); its one-value checks (``integer``, ``boolean``, ``names``, ...) serve the
-rules a spec cannot state (a key that depends on another one). Imports nothing of the kit.
+A profile (a study's, a backbone's, a grid's) is a YAML mapping. Its loader declares every key of a block once as
+a ``Field`` (a kind such as ``INT``, ``BOOL``, ``NAMES`` or ``CHOICE``; the values or range allowed; a default;
+whether it is required or may be null), gathered in ``Fields``. ``Checker.read`` checks a mapping against them and
+returns ``Values``: the values with defaults filled in, and which keys the mapping gave. A wrong value raises the
+loader's own error (the ``error`` a ``Checker`` is given; ``ProfileError("<where>: <message>")`` by default),
+naming the file, the key and what is allowed, e.g. ``'context.overflow' must be one of ('refuse',
+'truncate_oldest'), got 'truncate'``. The one-value checks (``integer``, ``boolean``, ``names``, ...) serve the
+rules a spec cannot state, such as a key that depends on another. Imports nothing of the kit (docs/layout.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Reading answers out of model replies: JSON values, fenced blocks, code. The kit's one home for it.
 
-Models wrap what they were asked for in prose and Markdown fences, so every reader here looks in more than
-one place. The building blocks:
-
-- ``decode_json_at``: the JSON value that starts at one position of a text, more text after it allowed (the
-  kit's one place that decodes a value out of a longer text); ``json_values`` walks every such value from
-  ``{`` / ``[``; ``json_value`` decodes a whole text. A value nested too deep to decode counts as no value,
-  like invalid JSON.
-- ``fenced_blocks``: the fenced blocks of a reply under one of three readings (``FENCE_STYLES``), kept apart
-  because each caller's runs were recorded with its own reading.
-- ``extract_json``: the first JSON object/array of the wanted type in a reply (the whole reply, the fenced
-  blocks, then inline), or ``ReplyParseError`` (``antipersist_lib/errors.py``) naming what is missing. Callers
-  apply their documented fallback: the consolidators leave the bank unchanged and log the failure in its
-  history, so one bad reply never aborts a stream; the ARC stream's are in ``arc/decisions.py``.
-- ``extract_code``: the first closed fenced Python block, for the ARC grader; ``code_or_reply``: the lenient
-  reading for AppWorld's shell, which runs the reply itself when it has no block.
-- ``excerpt`` / ``snippet``: the start of a bad reply, kept in a history or quoted in an error message.
-
-It imports nothing of the kit but ``errors``, so every layer can use it.
+Models wrap what they were asked for in prose and Markdown fences, so each reader here looks in more than one
+place. ``decode_json_at`` is the one decoder of a JSON value inside a longer text (``json_values`` and
+``json_value`` build on it; a value nested too deep counts as no value). ``fenced_blocks`` reads fences in one of
+``FENCE_STYLES``, kept apart because each caller's runs were recorded with its own reading. ``extract_json``
+returns the first object or array of the wanted type (whole reply, then fenced blocks, then inline) or raises
+``ReplyParseError`` naming what is missing; each caller applies its documented fallback (a consolidator keeps
+its bank and logs the failure, so one bad reply never aborts a stream; the ARC stream's are in
+``arc/decisions.py``). ``extract_code`` takes the first closed Python fence (the ARC grader), ``code_or_reply``
+the lenient reading of AppWorld's shell; ``excerpt`` / ``snippet`` quote a bad reply. Imports only ``errors``,
+so every layer may use it (docs/layout.md).
 """
 
 from __future__ import annotations

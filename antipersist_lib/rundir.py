@@ -1,34 +1,14 @@
 """A run directory: one (method, backbone, benchmark, seed) cell, resumable after any crash.
 
-Layout::
+``RunDirectory`` is the one place the directory's file names are defined (manifest, journal, episode records,
+call ledger, ``state/``, ``snapshots/``, ``demonstrations/``, summary, ``run.lock``) and reads them back;
+``RunDirectory(path).open()`` takes a run for writing as an ``OpenRun`` (lock, manifest, journal, recovery).
+What each file holds: docs/protocol.md, "Run directories"; how a run resumes: "Resuming".
 
-    manifest.json            what ran: method + hyperparameters, backbone, embedder, engine
-                             versions, partition hash, seed, prompt hashes, packages, git commit
-    journal.jsonl            commit points: one line per finished training episode and per
-                             finished end-of-iteration update, each with the line counts of
-                             every state file at that moment
-    episodes_train.jsonl     one record per training episode
-    episodes_heldout.jsonl   one record per held-out episode (kept apart, never read by methods)
-    calls.jsonl              the LLM call ledger (every call made, including those of episodes
-                             interrupted by a crash: they were paid for)
-    state/                   the method's own stores (trajectories.jsonl, outcome_log.jsonl,
-                             abstractions/events.jsonl, and each method's own files); the task
-                             embeddings of the first two in trajectories.emb, outcome_log.emb
-    snapshots/               per-iteration abstraction-store snapshots, abstractions_iter_NN.json, and
-                             their embeddings, each once, in abstractions.emb
-    demonstrations/          the agent's in-context demonstrations (expert replays), only when the
-                             run has icl_examples > 0 and no cache_dir (core/demonstrations.py)
-    summary.json             per-iteration metrics (rewritten atomically after each evaluation)
-    run.lock                 held while a process works on the run
-
-``RunDirectory`` is the one place these names are defined; ``RunDirectory(path).open()`` takes a
-run for writing.
-
-Crash safety: training writes go to the state files first, then the episode record, then the
-journal line. On resume every state file is cut back to the line counts of the last journal
-line, so a half-finished episode leaves no trace and is run again; finished episodes are never
-lost or duplicated. Held-out episodes are independent (frozen state), so each finished one is
-kept and only missing ones are run.
+Crash safety: a training episode writes its state files first, then its episode record, then its journal line,
+which holds every state file's line count. On resume each state file is cut back to the counts of the last
+journal line, so a half-finished episode leaves no trace and runs again, and no finished episode is lost or
+repeated. Held-out episodes run on frozen state: each finished one is kept and only missing ones run.
 """
 
 from __future__ import annotations

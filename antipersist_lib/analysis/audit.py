@@ -1,20 +1,12 @@
 """Re-deriving a recorded mode decision from a run directory (``select --run``).
 
-A run records, for every Anti-Persistence episode, the selector's full decision. This module
-rebuilds what the selector saw at that moment and decides again:
+A run records the selector's full decision for every Anti-Persistence episode. This module rebuilds what the
+selector saw then (the outcome log's prefix, the task embedding, the manifest's ``method_config`` with
+``heldout_selection``, the stream ``selector.decision_rng(seed, phase, iteration, position)``) and decides again.
+Nothing is written: the log is opened read-only. Floats are compared within last-bit differences
+(``selector.decision_differences``), so a run recorded on another CPU still audits.
 
-* the outcome log ``L_k`` as it was then: the first ``n`` entries of ``state/outcome_log.jsonl``
-  (the file is append-only), where ``n`` counts the logged training attempts before the episode
-  (training) or up to the end of that iteration's training (held-out);
-* the task embedding: for a training episode the one stored with its record in
-  ``state/trajectories.jsonl``; for a held-out episode it is asked of the run's response cache
-  (or given by the caller);
-* the hyperparameters from the manifest's ``method_config`` (``heldout_selection`` included: a
-  manifest without it is an older run, whose held-out decisions were ``as_training``), the random stream from
-  ``selector.decision_rng(seed, phase, iteration, position)``.
-
-Nothing is written: the log is opened read-only. The comparison tolerates last-bit float
-differences (``selector.decision_differences``), so a run recorded on another CPU still audits.
+How each input is rebuilt, the command line and ``--sensitivity``: docs/auditing.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The numbers "Useful Memories Become Faulty When Continuously Updated by LLMs" reports, as reference data.
 
-Source: ``shared/paper/faulty-memories-paper.md`` (the kit's copy of the paper). Every record names
-where its value is printed (table, figure, section); nothing is copied into notebooks, which show
-"paper vs. this run" from these records. Cells the paper marks "—" (not measured) are ``None``.
+Source: ``shared/paper/faulty-memories-paper.md``. Every record names where its value is printed; notebooks show
+"paper vs. this run" from these records and copy none. Cells the paper marks "—" are ``None``. Covered: Tables
+2-4, 11 and 12, and ``STATED`` for numbers the text gives without a table; where the paper contradicts itself
+(the 19 ARC-AGI problems' 54%) the record says which reading it keeps.
 
-- Tables 2 and 3: consolidated memory against the raw trajectory logs it abstracts from, per
-  backbone x column (``COLUMNS``). ``bold`` is the paper's best-in-row marking, ``beaten`` its red
-  "(--)" marker (a non-trajectory-log method beaten by at least one trajectory-log baseline in the
-  same row), ``note`` its footnotes (Table 3's "*": evaluated by GPT-5-Mini).
-- Table 4: memory coverage (Avg. Covered / Avg. Fused / Buffer Size) for |B| = 1 / 8 x Auto / Force.
-- Tables 11 and 12: the single-stage collapse (ALFWorld) and the Workflow-8 surgery (WebShop).
-- ``STATED``: numbers the text states without a table (Fig. 1(b), Fig. 2, §6.1, §6.2, App. D, G.1).
-
-Where the paper contradicts itself the record says so: the abstract says GPT-5.4 "fails on 54%" of
-the 19 ARC-AGI problems, while §1 ("fails on 46% of them") and §4.1 ("brings GPT-5.4 down to 54%")
-give an accuracy of 54% after consolidation; ``STATED`` keeps §4.1's reading and notes the abstract's.
+What each table's fields mean: docs/faulty-memories.md, "The reference records"; the checks against the
+paper's text are ``analysis.faulty_paper_text``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Checks of the kit's reference numbers against the paper's own text, when that text is beside the checkout.
 
-The faulty-memories paper's numbers live in ``analysis.faulty_paper`` as records. Comparing those records with
-literals typed from the same paper checks nothing; these functions read the paper's Markdown
-(``shared/paper/faulty-memories-paper.md``, next to the repository or inside it) and report every difference,
-so a record that drifts from the paper, or a paper revision that changes a number, is named. Without the paper's
-text (``find_paper`` returns None) there is nothing to check against and callers say so.
+The faulty-memories paper's numbers live in ``analysis.faulty_paper`` as records; comparing them with literals
+typed from the same paper would check nothing. These functions read the paper's Markdown
+(``shared/paper/faulty-memories-paper.md``, next to the repository or inside it) and report every difference, so
+a drifted record or a revised paper is named. Without the text (``find_paper`` returns None) there is nothing to
+check and callers say so. The erosion profile is duck-typed, so this module does not import the consolidation
+study.
 
-- ``table23_mismatches``: every cell of Tables 2 and 3 (value, bold, the red "(--)", the "*" footnote) parsed
-  from the paper's tab-separated rows and compared with ``faulty_paper.table2() + table3()``;
-- ``table4_mismatches``: every cell of Table 4 (value, bold), read from its tab-separated block, against
-  ``faulty_paper.table4()`` and the frame notebooks show (``table4_frame()``);
-- ``table11_mismatches`` / ``table12_mismatches``: every cell of Tables 11 and 12 (wins with their "/48" and
-  "/50" denominators, rewards, steps, step-cap hits) against ``faulty_paper.table11()`` / ``table12()``;
-- ``stated_mismatches``: sentences of the paper re-written from the records' values (``STATED_SENTENCES``)
-  must occur in the text verbatim; ``figure2_mismatches`` is the subset for §4.1's Fig. 2 (19 problems,
-  100% without memory, 54% after consolidation);
-- ``erosion_profile_mismatches``: the same for App. G.1 / G.2's schedule, written from an erosion study
-  profile's regimes (``params/consolidation/erosion_paper.yaml``). The profile is duck-typed (anything with
-  ``regime(name)`` and ``steps``), so this analysis module does not import the consolidation study.
+Each check, its paper section and notebook: docs/faulty-memories.md, "Reference numbers checked against the
+paper's text".
 """
 
 from __future__ import annotations

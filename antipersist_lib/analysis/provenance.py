@@ -1,24 +1,13 @@
 """Provenance audit of abstraction memory (Appendix A.1 / E.3, Figure 10).
 
-Works after the fact on a run directory: the abstraction store's event log (every abstraction
-ever stored, with its immutable id and historical parent set), the per-iteration snapshots (which
-abstractions were in the store when each held-out evaluation ran) and the held-out episode log
-(which abstractions each episode retrieved, ``parents``, and whether it succeeded). Nothing here
-can influence a run: it only reads.
+Works after the fact on a run directory (the abstraction store's event log, the per-iteration snapshots and the
+held-out episode log) and only reads, so nothing here can influence a run. It labels abstractions by
+Definition 1 (eligible, flagged; ineligible ones stay unclassified) and computes the descendant rates alpha_emp
+and alpha_0 (an empty group leaves a rate ``None``, never 0).
 
-Operational bias labels (Definition 1 with the paper's thresholds): for an abstraction s, n+ and
-y+ are the count and mean success of held-out episodes that retrieved s, n- and y- those of
-held-out episodes that did not; s is *eligible* when n+ >= n_min and n- > 0, and *flagged* when
-y- - y+ >= delta. Ineligible abstractions stay unclassified (never counted as benign).
-
-Descendant rates: V holds the eligible abstractions with a recorded parent set; F(s) says whether
-any parent of s is flagged. alpha_emp is the flag rate in V among F = 1, alpha_0 among F = 0; a
-group with no members leaves its rate undefined (``None``), never 0.
-
-Choice where the paper is silent: the "did not retrieve" group of s counts only held-out episodes
-evaluated while s was in the store (from the snapshot of that iteration), so an abstraction is
-not compared with episodes that could never have seen it; ``pool="all"`` uses every held-out
-episode of the run instead. Engine (infrastructure) failures are left out of both groups.
+Definitions: docs/auditing.md, "Provenance audit of abstraction memory". The kit's choices (the "did not
+retrieve" group counts only episodes evaluated while s was stored, ``pool="all"`` for every episode; engine
+failures left out): docs/choices.md, "Provenance audit".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Error reproduction measured from run records with planted skills (issue 40; docs/reproduction.md).
 
-A run plants the useful or toxic skills of a pairs file (``core.planted``), or nothing; every synthesis
-invocation is recorded with its input's parent set P(H) and the toxic signatures its text carries. From
-those records alone (no model is called) this module computes, per design, condition, seed and iteration:
+A run plants the useful or toxic skills of a pairs file (``core.planted``), or nothing, and records every
+synthesis input's parent set with the toxic signatures its text carries. From those records alone (no model is
+called) this module computes, per design, condition, seed and iteration: exposure q, reproduction alpha,
+admission eta (Anti-Persistence's zero is checked on its run directory, not assumed), persistence, behaviour
+and the immediate effect (F.1). Every rate has a 95 % bootstrap interval; an undefined rate stays undefined.
 
-* **exposure q**: the fraction of synthesis inputs H with a flagged parent, P(H) intersecting B, where B
-  is every abstraction whose text carries a toxic signature (the planted toxic skills among them: their
-  signatures are checked to hit them when the pairs file is read); ``direct`` exposure counts only the
-  planted toxic skills themselves;
-* **reproduction alpha**: the fraction of candidates carrying a toxic signature among exposed inputs,
-  beside the same rate among unexposed ones (A.2 / E.3 with constructed labels);
-* **admission eta**: the fraction of flagged, exposed candidates admitted to persistent memory;
-  Anti-Persistence admits none by construction, which is checked on its run directory, not assumed;
-* **persistence**: the toxic share of the stored abstractions at each iteration's snapshot, planted skills
-  left out, and how many stored descendants of a planted toxic skill survive its deletion;
-* **behaviour**: the fraction of episodes, in the pairs' scope, that executed a toxic signature's command;
-* **immediate effect** (F.1): held-out success and score under none, useful and toxic, paired by task.
-
-Every rate has a 95 % bootstrap interval: seeds are resampled, then the units (candidates, episodes,
-stored abstractions) within each drawn seed. An undefined rate (no unit in its denominator) stays
-undefined.
+Definitions and the bootstrap: docs/reproduction.md, "The measures".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Run directories -> tidy tables for the notebooks (one row per run x iteration, or per cell).
 
-``load_iterations(root)`` reads every run under ``root`` (any folder holding a ``manifest.json``)
-and returns one row per (run, iteration) with held-out success, trajectory length, calls per task
-(execution / synthesis / other), mode frequencies and synthesis-mode usage, recomputed from the
-episode records (the run's own ``summary.json`` is not trusted blindly).
+``load_iterations(root)`` reads every run under ``root`` and returns one row per (run, iteration), recomputed from
+the episode records rather than the run's ``summary.json``. The paper's main tables and figures take only the
+main runs (``main_runs``: the folder named after each Table 1 method); ablation notebooks pick their variants by
+folder name (``variants``). Rows and columns follow the paper's order, never an alphabetical pivot.
 
-Main rows are main runs only: every ablation grid writes into the same runs folder as the main
-grid (a run folder per variant: ``<benchmark>/<backbone>/<variant>/seed<N>``), so the paper's main
-tables (1, 6, 7; Figures 2, 3, 8, 9, 10) take the default variant of each of the eight Table 1
-methods (the folder named after the method, ``main_runs``) and the ablation notebooks select their
-variants by folder name (``variants``, with the maps of ``analysis.ablations``). Rows and columns
-follow the paper's order (methods as in Table 1, backbones and benchmarks as in ``paper.SETTINGS``),
-never an alphabetical pivot.
-
-The tables built on these rows live beside this module: ``paper_tables`` (each notebook's table of this
-run beside the paper's), ``table7`` (Table 7's paired tests, on cell means or task by task) and
-``paper_text`` (the counted claims of Sections 4.2-4.3, Figure 4, the ALFWorld denominators).
+Details: docs/choices.md, "Main rows and ablation folders" and "Rows recomputed from episodes". The tables built
+on these rows are ``paper_tables``, ``table7`` and ``paper_text`` beside this module.
 """
 
 from __future__ import annotations

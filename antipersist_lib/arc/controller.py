@@ -1,44 +1,14 @@
 """The ARC-AGI Stream loop (paper §3, §5): solve, grade, record the trajectory, manage memory.
 
-Per step: every task of the step is solved with the memory as it stood at the start of the step
-(solver prompt B.1, sandbox grade on the task's shown examples with ``TOOL_SOURCE`` as preamble);
-each trajectory joins the episodic buffer (GT: the ground-truth code, counted as passing;
-Running: the model's own code, with the B.5 failure banner when it failed); then one memory
-decision is taken for the whole buffer:
+``run_stream`` solves each step's tasks against the memory as the step began, grades them in the sandbox on the
+shown examples, buffers the trajectories and takes one memory decision per step under the regime (Force, Auto or
+Episodic-only), appending a snapshot of both stores to ``<out_dir>/snapshots.jsonl``; ``evaluate`` grades a
+memory on held-out tasks. Unparseable replies fall back as ``arc/decisions.py`` says (Force still empties the
+buffer), and an existing non-empty snapshot file is refused: a run directory is never resumed.
 
-- ``force``: no decision call. Every buffered trajectory is consolidated (extraction prompt B.4)
-  and the buffer is emptied, so no episodic entry persists between rounds.
-- ``auto``: the model chooses Retain / Delete(ids) / Consolidate(ids) (decision prompt B.3).
-- ``episodic_only``: the decision prompt offers only Retain / Delete; extraction is never called
-  and the abstract store stays empty.
-
-The extraction reply's retain / new / merge items rewrite the abstract store with lineage
-(``from_existing`` strategy ids, ``from_functions`` episode ids). After the decision the buffer's
-capacity is enforced (oldest first) and one JSON snapshot of both stores, the decision and the
-extraction is appended to ``<out_dir>/snapshots.jsonl``.
-
-Kit choices where the paper is silent:
-
-- Unparseable replies follow ``arc.prompts``: a decision falls back to Retain; an extraction
-  leaves the strategy memory unchanged and (Auto) keeps the selected trajectories in the buffer.
-  Force still empties the buffer, so its invariant holds whatever the model replies.
-- GT streams still call the solver each step, to record the online solve rate; its reply does
-  not enter memory. The stream grades on the shown (train) examples (B.1: "graded as passing on
-  all 10 examples"); ``evaluate`` grades held-out tasks on their test examples.
-- A trajectory keeps ``history_examples`` IO pairs (B.3 shows one). GT code loses its leading
-  comment line, which names the family and skill (labels the model must never see).
-- With ``record_failures=False`` a failed Running solve is not recorded; a step that leaves the
-  buffer empty takes no decision (recorded as a skipped Retain).
-- ``decide_on="passing"`` follows App. B.3's timing (the decision prompt comes after the solve is graded
-  passing): a step none of whose solves passed takes no decision call (a skipped Retain whose reason is
-  ``NO_PASSING_SOLVE``); GT steps always count as passing. Its trajectories stay in the buffer for the next
-  decision (Auto, Episodic-only). Force makes no extraction call on such a step and empties the buffer
-  (the failed trajectories go to the snapshot's ``discarded``), so no episode persists between rounds and
-  only passing steps are distilled. With several tasks per step, one passing solve makes the step passing.
-- ``extraction_schema="flat"`` uses App. B.6's schema; ``solver_mode="select"``/``"select_open"`` splits
-  every solve (stream and evaluation) into B.7's selection call and the synthesis call.
-- ``steps`` beyond the task list cycle through it again; ``shuffle`` orders it with ``seed``.
-- A run directory is written once: an existing non-empty snapshot file is refused (no resume).
+The step, the regimes and the kit's readings are in docs/faulty-memories.md, "The ARC code's own readings,
+module by module" (A step) and "When the memory decision is taken" / "Prompt variants" (``decide_on``,
+``extraction_schema``, ``solver_mode``).
 """
 
 from __future__ import annotations

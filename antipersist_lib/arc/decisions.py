@@ -1,20 +1,11 @@
-"""ARC-AGI Stream replies read into typed decisions: the parsers of the replies to the prompts of
-``arc/prompts.py`` (paper App. B), with their documented fallbacks.
+"""ARC-AGI Stream replies read into typed decisions: the parsers for the prompts of ``arc/prompts.py`` (paper App. B).
 
-Parsers raise ``ReplyParseError`` (``antipersist_lib/errors.py``) with a message naming what is wrong; the
-JSON is found by ``antipersist_lib/replies.py`` (fenced blocks of any language first, then inline). Documented
-fallbacks, applied by the ``*_or_fallback`` helpers (and by the controller):
+Parsers raise ``ReplyParseError`` naming what is wrong; the ``*_or_fallback`` helpers (used by the controller)
+apply the documented fallbacks instead: an unreadable decision becomes Retain, an unreadable extraction leaves the
+strategy memory unchanged, an unreadable selection shows no strategy, an unreadable judge reply is ``"unparsed"``.
 
-- decision: an unparseable reply, an action the regime does not offer, or a Delete/Consolidate
-  naming no known entry becomes **Retain** (nothing is lost; the buffer's FIFO capacity still applies);
-- extraction: an unparseable reply (no JSON list, or a non-empty list without one valid item)
-  leaves the strategy memory **unchanged**; invalid items and out-of-range indices are skipped
-  with a warning while the valid items are applied;
-- flat extraction: as extraction; an item without ``kind`` is read from its fields (text + from_existing:
-  merge; text alone: new; no text: retain), a list-valued ``strategy`` is joined, B.4-only fields are ignored;
-- selection: an unparseable reply, a number out of range, or (closed variant) a proposed new strategy
-  gives **no strategy** in the synthesis prompt (never the full memory);
-- judge: an unparseable reply gets the label ``"unparsed"``, counted apart from the four labels.
+The full fallback rules are in docs/faulty-memories.md, "The ARC code's own readings, module by module" (Reading
+replies), and "Prompt variants" for the flat extraction and strategy selection parsers.
 """
 
 from __future__ import annotations

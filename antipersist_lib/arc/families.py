@@ -1,20 +1,12 @@
 """The six selection families of the paper's Table 5: a rule that picks objects, and scenes for it.
 
-Each ``Family`` pairs a selector (which objects the task's skill is applied to) with a seeded
-scene generator that draws input grids on which that selection is well defined and non-trivial.
+Each ``Family`` pairs a selector (which objects the skill is applied to; its keyword arguments are the task's
+hidden rule parameters) with a seeded scene generator whose grids make that selection well defined. Selectors use
+only builtins and ``find_objects``, so the ground-truth solution embeds their source (``Family.selector_source``)
+and the sandbox runs the same code the kit imports.
 
-Selectors are written like the tool helpers: they use only builtins and ``find_objects``, so the
-ground-truth solution embeds their own source (``Family.selector_source``) and the sandbox runs
-the same code the kit imports. A selector's keyword arguments are the task's hidden rule
-parameters (target color, trigger color, panel side); they become constants in the solution.
-
-Scene choices the paper leaves open (the kit's): grids of 10-16 cells a side (inside-frame scenes
-up to 18 when border rings need room; compose_horizontal: 9-13 rows, two panels 7-9 wide around a
-one-column separator), objects of 2-8 cells in a 4x4 box (solid 3x3-4x4 rectangles for hollow,
-left-right asymmetric shapes for flip_horizontal), objects kept at least one background cell apart
-(diagonals included) so the objects the generator drew are exactly the objects ``find_objects``
-finds, and the colors that carry meaning (trigger/decoy markers, frame, separator, the skill's
-paint color) reserved so no ordinary object uses them.
+The kit's scene choices (grid and object sizes, spacing, reserved colours) are in docs/faulty-memories.md, "The
+ARC code's own readings, module by module" (Tasks).
 """
 
 from __future__ import annotations

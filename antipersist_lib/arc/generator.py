@@ -1,33 +1,14 @@
 """ARC-AGI Stream tasks: one family x skill pair, seeded, with its ground-truth solver source.
 
-``make_task(family, skill, seed)`` draws the task's hidden parameters, writes the ground-truth
-``solve(grid)`` source (the family's selector source, the parameters as constants, a call to the
-skill's tool helper) and then produces every example output BY RUNNING that source on the drawn
-input, exec'd after ``TOOL_SOURCE`` in a fresh namespace. The solution therefore reproduces its
-examples by construction; the tests re-check it independently.
+``make_task(family, skill, seed)`` writes the ground-truth ``solve(grid)`` and produces every example output by
+running it after ``TOOL_SOURCE``, so the solution reproduces its examples by construction; a degenerate draw is
+redrawn from a derived seed (at most ``MAX_ATTEMPTS`` times, then ``TaskGenerationError``). The pools are
+``train19``, ``train200``, ``train250``, ``heldout50`` and the ``fresh`` stream (paper §3-§6, App. D); each task
+has 10 shown examples and 10 test grids.
 
-A drawn task is rejected, and redrawn from a derived seed (at most ``MAX_ATTEMPTS`` times, then
-``TaskGenerationError``), when an example cannot be produced: a scene that found no room, an empty
-selection where the family requires one, a selection of every object (the rule would be
-invisible), an output equal to its input while something was selected, a repeated input, or a
-task where no training example selects anything.
-
-Pools (paper §3-§6, App. D): ``train19``, ``train200``, ``train250`` and the 50 held-out tasks
-``heldout50``. The paper says only that pools span the six families; the kit's choices:
-
-- Pair order is a balanced cycle over the 6 x 7 grid: position i takes family i mod 6 and skill
-  i mod 7 (after a seeded shuffle of each axis). As 6 and 7 are coprime, every 42 consecutive
-  positions hold each family x skill pair exactly once, and any prefix is balanced within one task
-  per family and per skill (the 19-task pool spans all six families).
-- Each position's task seed is derived (SHA-256) from the pool name, the pool seed and the
-  position. Training pools get even task seeds and the held-out pool odd ones, so held-out task
-  ids (``family.skill.seed``) can never coincide with a training task's id.
-- Every task has 10 training examples (paper B.1) and 10 test grids (paper D.5: "10 test grids").
-- ``fresh`` is the stream of new examples of §6.1 ("8 fresh examples" per step): as many tasks as the stream
-  needs (``size``), every family x skill pair equally often (within one), the whole sequence shuffled with the
-  pool seed, so which families a step holds is left to chance as in a stream of new problems (the fixed pools'
-  rotation puts all six families into every 8-task step). Its seeds are even and derived from its own name, so
-  no task repeats a held-out id.
+The rejection rules, the balanced pair order and the seed derivation (training even, held-out odd, so ids never
+collide) are in docs/faulty-memories.md, "ARC-AGI Stream" (Tasks) and "The ARC code's own readings, module by
+module" (Tasks).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """Kernel isolation for model-written code: a bubblewrap sandbox with a minimal read-only view.
 
-Why: code that a language model wrote is hostile until proven otherwise. Guards inside the Python process
-(patched ``open``, blocked imports) fall to a one-liner that digs the originals out of a closure, so the
-kit's ARC grader runs each program where the kernel, not Python, says what it may do:
-
-* **namespaces** (bubblewrap, Debian/Ubuntu package ``bubblewrap``; ``make sandbox`` installs it): a new
-  user, PID, network, mount, IPC, UTS and (where the kernel has it) cgroup namespace. The program is PID 2
-  of its own PID namespace, so it cannot see or signal any process outside it (not the grader, not the test
-  runner); the network namespace has no interface but a loopback that nothing listens on; nested user
-  namespaces are disabled (``--disable-userns`` where bubblewrap has it, and seccomp below);
-* **a minimal read-only view**: the interpreter, the standard library (its ``site-packages`` hidden under an
-  empty read-only tmpfs), the shared libraries the interpreter and the standard library's extension modules
-  load (found by a probe, see :func:`probe`), the symlinks on the way to them, ``/etc/ld.so.cache``,
-  ``/dev/null`` and ``/dev/urandom``. No repository, no site-packages, no home, no ``/proc``, no ``/etc``
-  beyond the loader's cache, no other device. The root is remounted read-only; the only writable place is
-  a private, size-capped tmpfs at ``/tmp``, gone when the namespace dies;
-* **seccomp** (x86-64 and aarch64): no new processes (``fork``, ``vfork``, ``clone`` without
-  ``CLONE_THREAD``; ``clone3`` answers ENOSYS so the C library falls back to ``clone``), no sockets, no
-  ``ptrace``/``process_vm_*``, no mounts, namespaces, keyrings, BPF, perf, userfaultfd, io_uring or module
-  loading. Threads are allowed only when the limits allow processes (``max_processes > 0``);
-* **limits**: the runner sets rlimits before user code runs (address space, CPU, file size, open files,
-  processes, no core files); the tmpfs has a size;
-* **the clock**: the grader learns the host PID of the namespace's PID 1 from bubblewrap (``--info-fd``)
-  and, at the deadline, a watchdog thread of the grader kills it; the kernel then kills every process of
-  the namespace. The program cannot signal the grader (it cannot see it), so it cannot stop that clock.
-  ``--die-with-parent`` kills the sandbox if the grader itself dies.
+Code a language model wrote is treated as hostile, and guards inside the Python process can be undone by the code
+itself, so the ARC grader runs each program where the kernel decides what it may do: new user, PID, network,
+mount and IPC namespaces, a read-only view of the interpreter and standard library only, a private size-capped
+tmpfs, a seccomp filter, rlimits and a deadline that kills the whole PID namespace.
 
 When bubblewrap is missing or the kernel refuses user namespaces, :func:`probe` raises
-:class:`SandboxUnavailable` naming the missing piece and the fix; the grader refuses to run code unless
-the profile says ``sandbox: unisolated`` (see ``arc/sandbox.py``). ``docs/arc-sandbox.md`` is the threat model.
+:class:`SandboxUnavailable` naming the fix, and the grader runs nothing unless the profile says
+``sandbox: unisolated`` (see ``arc/sandbox.py``). The threat model and every enforced layer are in
+docs/arc-sandbox.md, "What the kernel enforces".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Analyses of an ARC-AGI Stream run, read back from its per-step snapshots.
 
-- Strategy lineage (App. C.1): from a final strategy, walk ``from_existing`` pointers backwards
-  through the snapshots to every ancestor entry and collect the trajectories (task ids, families)
-  that fed any of them. Merges may name several parents, so the walk covers the whole ancestry
-  (a DAG); ``Lineage.chain`` is the paper's single chain through the first parent.
-- Misclassification count (§6.1): memory actions that combine episodes of two or more families.
-  Kit reading: every new/merge item an extraction applied is one action; the episodes it combines
-  are its ``from_functions`` episodes plus every trajectory behind its ``from_existing`` parents.
-  Retain items combine nothing and are not counted. This count includes ancestry: a merge into an entry that
-  already mixes two families counts again. The per-entry variant (``count_entry``) counts an action only when
-  it brings families together itself, i.e. no single one of its inputs (an episode, or one parent with its
-  ancestry) already holds every family of the result.
-- Average coverage (Table 4): the per-step ``coverage`` numbers averaged over the run's steps.
-- Memory surgery (App. I): remove exactly one entry, re-evaluate with everything else fixed,
-  report the accuracy delta (ablated minus full) and the tasks whose pass rate over the evaluation's
-  repeats rose or fell.
-- LLM-judge labels (§6.2, App. K.2): one call per abstract entry, label normal / over-generalized /
-  over-specific / garbage; unparseable replies count as ``unparsed``.
+Strategy lineage (App. C.1), the misclassification count (§6.1, Fig. 7(a); ``count_entry`` for the per-entry
+variant), average coverage (Table 4), memory surgery (App. I) and LLM-judge labels (§6.2, App. K.2). Ids are
+immutable and never reused within a run, so an id found in any snapshot names one entry.
 
-Ids are immutable and never reused within a run, so an id found in any snapshot names one entry.
+The kit's readings (what counts as one action, the ancestry walk, surgery's per-task flips over repeats) are in
+docs/faulty-memories.md, "ARC-AGI Stream" (Analyses), "Memory surgery with evaluation repeats" and "The ARC
+code's own readings, module by module" (Lineage and counts).
 """
 
 from __future__ import annotations

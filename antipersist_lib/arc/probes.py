@@ -1,56 +1,14 @@
 """ARC-AGI Stream probes on single-family subsets (faulty-memories paper §6, Figs. 8(a), 8(b), 11, App. D).
 
-The paper runs three small experiments on subsets of the ARC-AGI Stream that hold one strategy family each
-(its Table 1: "Subsets For Individual Experiments"). This module builds those subsets with the kit's seeded
-generator, streams them through ``controller.run_stream`` and evaluates the memory at every cycle boundary
-with ``controller.evaluate``:
+Builds the paper's single-family subsets with the kit's generator, streams them through ``controller.run_stream``
+and evaluates the memory at every cycle boundary, beside a no-memory baseline: **overfit** (Fig. 11: exact
+repetitions against variations), **overwrite** (Fig. 8(b): family A, then family B) and **misgroup** (Fig. 8(a):
+A and B interleaved, beside each alone). ``run_probes(profile, out_dir)`` reads ``params/arc/probes_*.yaml``
+and resumes: a complete stream (``stream.json``) is kept, an incomplete one re-run.
 
-- **overfit** (Fig. 11, §6.3): one family's subset is fed again and again, one cycle after another. Each
-  checkpoint evaluates the memory on *exact repetitions* (the seen tasks themselves) and on *variations*
-  (for every seen task, new tasks of the same family and the same skill drawn with other seeds: new hidden
-  parameters and new grids). The paper: repetitions stay solved, variations collapse as cycles accumulate.
-- **overwrite** (Fig. 8(b), §1 "updates on one task overwrite memory of another"): family A's subset for
-  ``cycles`` cycles, then family B's for as many; the memory is evaluated on A's and B's seen tasks at every
-  cycle boundary, so A's curve shows what B's updates do to A.
-- **misgroup** (Fig. 8(a), §6 first mechanism, misgrouping before abstraction): A's and B's subsets streamed
-  interleaved, beside one stream per family alone; each is evaluated on both families' seen tasks, and the
-  mixed stream's consolidations that combine episodes of both families are counted
-  (``lineage.misclassifications``, the Fig. 7(a) measure).
-
-A no-memory evaluation of every evaluated set is the baseline of all three.
-
-``run_probes(profile, out_dir)`` reads a probe profile (``params/arc/probes_*.yaml``) and writes::
-
-    <out_dir>/study.json                manifest: profile, backbone, endpoint (no key), versions, prompt hashes,
-                                        subset and variant task ids, streams, calls, sandbox, wall time
-    <out_dir>/results.csv, results.json one row per (stream, checkpoint step, evaluated family, kind)
-    <out_dir>/ledger.jsonl              one line per LLM call (counts and tags, never text)
-    <out_dir>/cache/                    response cache (``response_cache: true``)
-    <out_dir>/streams/<name>/           config.json, snapshots.jsonl, memory.json (run_stream), evals.jsonl,
-                                        stream.json (written last: the stream is complete)
-
-The profile, subsets and schedules are ``arc.probe_profile``; reading a probe folder back and the figures'
-tables (Figs. 11, 8(b), 8(a)) are ``arc.probe_tables``.
-
-Re-running resumes: a complete stream (``stream.json``) is kept, an incomplete one is cleared and re-run (its
-earlier calls come from the response cache).
-
-Kit choices where the paper is silent:
-
-- ``buffer_size`` is read as the study reads |B| (``buffer_reading``): "batch" (the paper profile, as the study's
-  paper profile) streams up to |B| fresh tasks per step into an uncapped buffer, each cycle cut on its own so
-  that a step never spans two cycles and every checkpoint is a cycle boundary; "cap" (default, the recorded
-  fixtures) caps the buffer at |B| with one task per step.
-
-- A single-family subset is ``subset_size`` tasks of that family, with skills taken in a seeded order of the
-  7 skills (so a subset of 7 holds each skill once) and task seeds derived from the family, the profile seed
-  and the position (even seeds; variants get odd seeds, so a variant can never be a seen task).
-- A variation keeps the family and the skill and redraws everything else (rule parameters such as the target
-  color, the skill's color or offset, and every grid); one whose inputs equal the seen task's is redrawn.
-- An exact repetition is the seen task itself, shown with its shown examples and graded on its test grids
-  (as ``study``'s training slice, Fig. 2); a variation is graded the same way.
-- The paper does not caption Fig. 8(a); the kit reads it as the first mechanism of §6 (misgrouping) measured on
-  two single-family subsets, and Fig. 8(b) as the overwriting the introduction cites it for.
+The probes, their folder layout and the kit's choices (subsets, variations, ``buffer_reading``) are in
+docs/faulty-memories.md, "Single-family probes: Figs. 8(a), 8(b), 11"; the profile is ``arc.probe_profile``,
+the tables ``arc.probe_tables``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """ARC-AGI Stream prompts (paper App. B); ``arc/decisions.py`` reads their replies into typed decisions.
 
-The paper prints only the structure of its prompts; every text here is the kit's own wording of
-that structure:
+The solver (B.1), failure banner (B.5), decision (B.3), extraction (B.4/B.6, C.1), flat extraction (B.6),
+strategy selection (B.7) and judge (§6.2, App. K.2) prompts. The paper prints only their structure, so every
+text here is the kit's own wording. Family and skill labels are never rendered into the solver, decision or
+extraction prompts; only the judge, an analysis tool, is told an entry's problem types.
 
-- solver (B.1): the task's IO examples, the strategy memory, the tool-helper signatures and the
-  recent history (episodic) buffer in one call; the reply's first fenced Python block is graded;
-- failure banner (B.5): a comment-only block prepended to failed code, with one failing input,
-  its expected output and what the code produced, so it stays valid Python inside the fence;
-- decision (B.3): choose Retain / Delete(ids) / Consolidate(ids) for the buffer; the actions
-  offered depend on the regime (Episodic Management Only never mentions consolidation);
-- extraction (B.4/B.6, C.1): return the whole new strategy memory as a JSON list of
-  retain / new / merge items with 1-based ``from_existing`` and ``from_functions`` indices;
-- flat extraction (B.6, ``schema="flat"``): the same three kinds as a flat list, each strategy one free-form
-  string (no when_to_use / strategy pair), merge's ``from_functions`` optional;
-- strategy selection (B.7): before synthesis, one call sees the helper buffer, half the shown examples and
-  the numbered strategy memory and names the strategy to apply (open variant: or proposes a new one); the
-  solver prompt then shows only that strategy in its memory block;
-- judge (§6.2, App. K.2): label one memory entry normal / over-generalized / over-specific / garbage.
-
-Family and skill labels are never rendered into the solver, decision or extraction prompts; only
-the judge (an analysis tool, not the agent) is told which problem types an entry came from.
+docs/faulty-memories.md, "Prompt variants" and "The ARC code's own readings, module by module" (Prompts).
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
 """Grade untrusted, model-written ARC solvers in a throw-away sandbox.
 
-Why: the solver code comes from a language model, so it may loop forever, eat all memory, fork, write files,
-open sockets, read the grader's secrets or rebuild the answer key from the kit's sources. Each call to
-:func:`grade` runs the tool preamble and the code in a fresh ``python -I -S`` process and calls
-``solve(grid)`` on every example input there; only the inputs enter the sandbox, and the grader alone holds
-the expected outputs and does the comparison, so the program can neither see the answers nor report a pass
-it did not earn. The program the child runs is ``arc/sandbox_child.py``, passed as source text (``-c``).
+Each :func:`grade` call runs the tool preamble and the code in a fresh ``python -I -S`` child
+(``arc/sandbox_child.py``) and calls ``solve(grid)`` on the example inputs there; only the inputs enter the
+sandbox, and the grader alone holds the expected outputs and compares them, so a program cannot see the answers
+or claim a pass. Isolation (``SandboxLimits.isolation``) is ``"kernel"`` by default (``arc/isolation.py``;
+missing bubblewrap or user namespaces raise ``SandboxUnavailable`` and nothing runs) or ``"unisolated"``, an
+explicit opt-out that gives hostile code your files and the network: use it only where that cannot hurt.
+The in-process guards are defence in depth only; a program can undo them.
 
-Isolation (``SandboxLimits.isolation``):
-
-* ``"kernel"`` (the default): the process runs in a bubblewrap sandbox built by ``arc/isolation.py``: its
-  own user, PID, network, mount and IPC namespaces, a read-only view of the interpreter and the standard
-  library only, a private size-capped tmpfs as the only writable place, a seccomp filter (no new processes,
-  no sockets, no ptrace, ...), and a watchdog thread that kills the namespace's PID 1 at the deadline.
-  Missing bubblewrap or user namespaces raise ``SandboxUnavailable`` naming the fix: nothing is run.
-  ``docs/arc-sandbox.md`` is the threat model.
-* ``"unisolated"``: an explicit opt-out (``sandbox: unisolated`` in a study profile) for machines where
-  hostile code cannot hurt anything: a plain child process in its own session with a cleared environment,
-  a temporary working directory, rlimits and a process-group kill, nothing more.
-
-In both modes the runner sets rlimits (address space, CPU, file size, open files, processes, no core) before
-it reads the job, and then, as defence in depth only, patches Python (``in_process_guards``): writes outside
-its directory, sockets, fork/exec/kill and the ``ctypes``/``subprocess`` imports raise. A program can undo
-that layer (the originals sit in closures); the kernel sandbox does not rely on it, and the attack tests
-switch it off to show as much.
-
-Results travel on the child's original stdout, which the runner duplicates to a private descriptor before
-user code runs; fd 1 and ``sys.stdout`` are then pointed at stderr, so ``print`` (or ``os.write(1, ...)``)
-in user code ends up in the stderr tail and cannot corrupt the result stream. The grader reads at most
-``max_output_bytes`` of results and keeps a tail of stderr; a line it cannot parse is ignored.
-
-The preamble and the code are compiled separately (``<tools>``, ``<solution>``, so tracebacks and syntax
-errors name the right line) and executed in one namespace whose ``__name__`` is ``"__solution__"``: an
-``if __name__ == "__main__":`` self-test in the reply does not run. stdin is empty.
-
-Grids: a grid is a non-empty rectangular list of non-empty rows of ints 0-9. ``solve`` may return rows as
-lists or tuples (JSON, the ARC task format, has no tuple, and the colours are what is graded); ``bool``
-cells and any other type are rejected as ``output_invalid`` with a reason naming the offending cell.
+Threat model and enforced layers: docs/arc-sandbox.md; the child's output channel, namespace and accepted grid
+types: its section "How one grading call runs".
 """
 
 from __future__ import annotations

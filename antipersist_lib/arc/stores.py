@@ -1,23 +1,13 @@
 """The two ARC-AGI Stream memories of paper §3/§5: an Episodic buffer and an Abstract store.
 
-Why two stores: the paper's Complementary-Learning-Systems design keeps raw problem-solution
-episodes apart from consolidated strategy lessons, so that consolidation can be gated (Auto),
-forced (Force) or disabled (Episodic Management Only) and its effect measured.
+The paper's Complementary-Learning-Systems design keeps raw problem-solution episodes apart from consolidated
+strategy lessons, so consolidation can be gated (Auto), forced (Force) or disabled (Episodic Management Only) and
+its effect measured. Ids (``E1, E2, ...``, ``S1, S2, ...``) are immutable and never reused; the family labels the
+entries keep are for analysis only and never reach a prompt.
 
-Both stores hand out immutable ids (``E1, E2, ...`` and ``S1, S2, ...``) that are never reused, so
-a per-step JSON snapshot can be traced backwards (paper App. C.1) without ambiguity. Episodes keep
-the task's family and skill and strategies keep the families of the episodes they were distilled
-from; these labels exist only for analysis (Table 4, §6.1) and the prompts never render them.
-
-Kit choices where the paper is silent:
-
-- Capacity counts the episodes that persist *between* steps. The trajectories produced in a step
-  join the buffer first (the decision prompt sees them next to the carried-over ones, as in B.3);
-  after the decision, ``enforce_capacity`` drops the oldest entries (FIFO) until the buffer fits.
-- The abstract store is unbounded (App. D.1: "we set no cap on entry count").
-- ``coverage`` reads Table 4 as: *covered* = distinct families behind the abstract store's entries,
-  *fused* = mean number of distinct families per abstract entry (1.0 = no entry mixes families;
-  None for an empty store), *buffer size* = episodes in the episodic buffer.
+The capacity rule, the unbounded abstract store (App. D.1) and the ``coverage`` reading of Table 4 are in
+docs/faulty-memories.md, "The ARC code's own readings, module by module" (Stores) and "Table 4's |B| and its
+Buffer Size column".
 """
 
 from __future__ import annotations

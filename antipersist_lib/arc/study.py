@@ -1,68 +1,15 @@
-"""ARC-AGI Stream studies: run a profile's grid of stream conditions and evaluate the memory at its checkpoints
-for notebooks 09 and 10 (faulty-memories paper §4.1, §5, §6.1-6.2, Table 4, Figs. 2, 5, 7, 9, App. C.1, I, K.2).
+"""ARC-AGI Stream studies: run a profile's grid of stream conditions and evaluate their memories for notebooks 09-10.
 
-``run_study(profile, out_dir)`` reads a study profile (``params/arc/*.yaml``), runs ``controller.run_stream``
-once per condition of its grid (regime x source x |B| [x tasks per step]) on a training pool, then
-evaluates the memory as it stood at each checkpoint step on a held-out pool subset (and, optionally, on the
-training slice the stream saw: Fig. 2's in-distribution regression), plus a no-memory baseline. It writes::
+``run_study(profile, out_dir)`` reads ``params/arc/*.yaml``, runs ``controller.run_stream`` once per condition
+(regime x source x |B| [x tasks per step]) and evaluates each checkpoint memory on held-out tasks (optionally on
+the training slice, Fig. 2) beside a no-memory baseline; ``obtain_study`` is the notebooks' run-or-load step.
+Re-running resumes: complete conditions (``condition.json``) are kept, an incomplete one is re-run from the cache.
+Command: ``python -m antipersist_lib arc-study --profile params/arc/smoke.yaml``.
 
-    <out_dir>/study.json                  manifest: profile, backbone, endpoint (no key), package versions,
-                                          prompt hashes, task ids, checkpoints, calls, wall time
-    <out_dir>/results.csv, results.json   one row per (condition, checkpoint step, evaluation set)
-    <out_dir>/ledger.jsonl                one line per LLM call (counts and tags only, never text)
-    <out_dir>/cache/                      response cache (when the profile keeps ``response_cache: true``)
-    <out_dir>/conditions/<name>/          config.json, snapshots.jsonl, memory.json (run_stream), evals.jsonl,
-                                          condition.json (written last: the condition is complete),
-                                          judge.json and surgery.json when the profile asks for them
-
-Re-running the same command resumes: complete conditions (``condition.json``) are kept, an incomplete
-condition folder is cleared and re-run (its earlier calls are answered by the response cache).
-
-Endpoint: ``endpoint=`` (an ``Endpoint``) wins; else the profile's ``backbone``: ``embedded`` starts the
-embedded default (Gemma 3 270M on llama.cpp, as ``runner.main_job`` does) and labels everything with its
-weak-model note; any other value is a backbone profile, a name in ``params/backbones/`` or a profile file
-(a vLLM endpoint); ``backbone=`` (the command line's ``--base-url/--model``) replaces the profile's. The
-backbone profile's agent decoding is not used: the stream's own ``temperature`` applies to every call.
-Before the first piece of work the endpoint gets one small preflight request (``studies``).
-
-Kit choices where the paper is silent:
-
-- Step 0 is the empty memory (the stream's capacity, nothing stored); a checkpoint at step s evaluates the
-  memory of snapshot s. Evaluation does not change the memory, so evaluating after the stream is the same
-  as evaluating during it.
-- The training slice is the first ``train_limit`` distinct tasks of the stream order (every condition of
-  the grid sees them: the limit is capped at the fewest tasks any condition sees), graded on their test grids.
-- ``task_examples`` may shrink the tasks (``n_train`` shown examples, ``n_test`` graded grids) so that a
-  small model's context holds them; the paper uses 10 and 10 (the default).
-- Table 4's |B| (``buffer_reading``): "batch" reads ``conditions.buffer_size`` as the fresh tasks per step with an
-  uncapped buffer (§6.1's "8 fresh examples" per step; Table 4's buffer sizes 3.33 and 50.00 exceed |B|; the
-  paper profile's reading), "cap" (the default) as the buffer's FIFO capacity with one task per step. Condition
-  names carry both capacity and tasks per step (``auto-gt-binf-t8`` / ``auto-gt-b8``); every record carries
-  ``table4_b``, the |B| column it belongs to.
-- ``episodic_capacity`` (``batch`` only): the buffer's budget apart from |B| (Table 4's 50 in the paper profile);
-  ``train_pool: {name: fresh}`` streams a new task at every position (§6.1's fresh examples); a stream that would
-  cycle a fixed pool must say ``revisit: true``. Loading renders every condition's largest prompts against the
-  named backbone's context and refuses what does not fit (``arc.context.check_profile_context``); a run
-  checks again against its real endpoint and measures every request before sending it (``PromptGuard``).
-- Table 4's numbers average the evaluated checkpoint memories (``coverage_average: checkpoints``, steps > 0;
-  ``arc.analysis.table4_averages``) or every step (``steps``).
-- ``evaluation.repeats`` solves every evaluated task that many times (§4: two repeats); accuracy is the mean.
-- ``evaluation.temperature`` samples the evaluation (default: the stream's ``temperature``); repeat r sends
-  request seed ``seed + r``, so repeats are distinct samples and distinct response-cache entries.
-- ``table4_memories: n`` makes Table 4 average n evenly spaced memories (``analysis.table4_memory_steps``)
-  instead of the evaluated checkpoints.
-- ``fig2`` (Fig. 2, App. D.5): the first ``n_tasks`` pool tasks the no-memory solver passes in every repeat
-  (``select_slice``; ``fig2_slice.json``) are streamed ``revisits`` times with GT trajectories, one per step,
-  in extra conditions ``fig2-<regime>-gt-b...`` evaluated on that slice (``fig2_slice``) at step 0 and after
-  each pass. A pool with fewer passing tasks gives a shorter slice (logged, ``shortfall``); none is an error.
-- ``source_ablation`` (App. K.1, Fig. 9(a)): chosen conditions' checkpoint memories are evaluated again with
-  the solver reading only the abstract store, only the episodic store, or both (``sources.json``).
-
-The profile and its tasks are ``arc.study_profile``; reading a study back (``load_study``, ``load_manifest``,
-``results``, ``summary``, ``study_note``) is ``arc.study_folder``; the notebooks' run-or-load step is
-``obtain_study`` here; the tables are in ``arc.analysis``, the figures in ``arc.figures``. Command line::
-
-    python -m antipersist_lib arc-study --profile params/arc/smoke.yaml --out outputs/arc/smoke
+docs/faulty-memories.md holds the paper map (its first table), the profile keys ("Readings of the paper,
+selectable by profile") and the folder layout, endpoint rules and kit choices ("The ARC code's own readings,
+module by module", A study folder). The profile is ``arc.study_profile``, reading a folder back
+``arc.study_folder``, the tables ``arc.analysis``, the figures ``arc.figures``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """ACE and ACE_GT (§3, §4.2; App. G.3, H.1.1): a sectioned playbook of counted bullets, built by a generator,
 a reflector, a curator and an analyzer over the shared ``Consolidator`` base.
 
-Kit choices where the paper is silent (its appendix gives roles, not prompts or update rules):
+Per update the generator either runs the batch's tasks with the playbook in context (``rollout=``, as the
+original does) or names the bullets each task calls for; the reflector tags bullets and writes lessons, the
+curator adds or updates bullets, and the analyzer merges a bullet into its most similar earlier one at cosine
+similarity >= 0.75 (G.3). ACE_GT differs from ACE only in seeing the target.
 
-* ACE: the playbook has the original's seven fixed sections (``ACE_SECTIONS``; ``sections=None``
-  lets the model name its own); a lesson or bullet filed under an unknown section goes to the
-  last one, "others", and the event logs it. Per update the generator either runs every task of
-  the batch with the playbook in context (``rollout=``: the study passes an episode runner on the
-  benchmark's engine, so the reflector learns from the generator's own attempts, as in the
-  original) or, with no engine at hand, makes one call naming the bullets each task calls for
-  (skipped while the playbook is empty); then one reflector call over the whole batch (bullet
-  tags and lessons; ``reflector="per_record"`` makes one call per record, G.2) and one curator call
-  (ADD / UPDATE). Tags move the helpful/harmful counters. With rollouts both variants see each
-  attempt's own outcome and only ACE_GT the target (the pool's run of the task); without, ACE_GT
-  sees the pool's outcome label and plain ACE none. Then the analyzer compares every pair of
-  bullets (``merge="new_only"``: only this update's) and a bullet whose cosine similarity to an
-  earlier one is >= 0.75 (G.3) merges into the most similar earlier one, which keeps its text and
-  gains the sources and counters. ``playbook_token_cap`` drops the worst-scored bullets past it.
+The paper gives roles, not prompts or update rules; the kit's readings (the seven ``ACE_SECTIONS``, reflector
+granularity, merge modes, ``playbook_token_cap``) are in docs/faulty-memories.md, "ACE as the original builds it"
+and "The consolidation code's own readings, module by module".
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Context budget: a prompt is measured against the backbone's context length before it is sent.
 
-At the paper's scale the episodic baseline "All" and any builder under Static-All put the whole pool
-into one prompt (768 ALFWorld trajectories are about 0.8M characters), far beyond any backbone's
-context. A server would reject or silently cut such a request; the kit instead measures every
-consolidation prompt (``ContextGuard``, wrapped around a builder's model) and every evaluated memory
-(``fit_bank``) first, and follows the profile's ``context.overflow`` policy:
+At the paper's scale "All" and any builder under Static-All put the whole pool into one prompt, past any
+backbone's context, and a server would reject or silently cut it. So every consolidation prompt (``ContextGuard``)
+and every evaluated memory (``fit_bank``) is measured first, with the kit's shared estimate
+(``antipersist_lib.context_budget``), and the profile's ``context.overflow`` decides: ``refuse`` (default) raises
+``ContextOverflowError`` before any call, ``truncate_oldest`` drops the oldest records or entries and records
+what it dropped. A backbone that states no context length is not checked (and the record says so).
 
-- ``refuse`` (default): raise ``ContextOverflowError`` naming the builder, regime, prompt size,
-  context length and the fixes, before any call is made;
-- ``truncate_oldest``: a consolidation update drops the oldest records of its batch (batch order,
-  which is pool order under Static-All) until its prompts fit; an evaluated memory drops its oldest
-  entries (creation step, then bank order) until it fits beside ``reserve_tokens``. What was dropped
-  is recorded in the update's history event, the bank's ``meta["context"]`` and the study manifest.
-
-Sizes are estimated as every context check of the kit does (``antipersist_lib.context_budget``, shared
-with the frozen skill layer and the ARC-AGI Stream study): ``CHARS_PER_TOKEN`` characters per token, an
-over-estimate for prose, plus the reply cap (``max_tokens``) for a consolidation call. A backbone that
-states no context length is not checked, and the record says so. The paper states no rule here (kit choice).
+Details and where drops are recorded: docs/faulty-memories.md, "Consolidation over trajectory pools" (Context
+budget). The paper states no rule here (kit choice).
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The consolidation study's profile (``params/consolidation/*.yaml``): what it may name, checked before anything runs.
 
-A profile names the benchmark and backbone, the fixed pool (expert replays, run directories or a pool
-file), the builders (consolidators and trajectory logs) and the regimes they are built under, the evaluation
-(seeds = repeats, held-out games, step budget, which update steps to evaluate) and the kit's own methods to
-evaluate beside them. ``load_study_profile`` reads it into a ``StudyProfile``; every unknown or malformed key
-is named in a ``StudyProfileError`` together with the file, and the builders' and protocol's own checks run
-on the profile's options, so a typo fails in seconds rather than hours into a run. Each block's keys are stated
-once, with their kinds, allowed values and defaults (``PROFILE``, ``POOL``, ``REGIME``, ... : ``profile_fields``
-specs); the readers below add the rules between keys.
+A profile names the benchmark and backbone, the fixed pool, the builders and the regimes they are built under,
+the evaluation and the kit's own methods to evaluate beside them. ``load_study_profile`` reads it into a
+``StudyProfile``; every unknown or malformed key is named in a ``StudyProfileError`` with the file, and the
+builders' and protocol's own checks run on it, so a typo fails in seconds rather than hours into a run. Each
+block's keys are stated once (``PROFILE``, ``POOL``, ``REGIME``, ...: ``profile_fields`` specs); the readers
+here add the rules between keys.
 
-A stream regime may also say ``passes`` (cycle the pool; App. F.3 / J.1.3, H.1.2), ``stages`` (``count``,
-``rule``: ``one_per_type`` | ``single_type``, ``per_type_limit``; App. G.1 / G.2; the rule fixes the batches'
-composition, so ``homogeneous`` may not contradict it), and any regime a ``backbone`` (a backbone profile that
-builds its banks; §4.1 / Fig. 4). The top-level ``context`` block (``overflow``: ``refuse`` | ``truncate_oldest``,
-``reserve_tokens``) sets what a prompt past the backbone's context length does (``consolidation.context``); under
-``refuse`` a profile whose largest estimated prompt or known memory passes it is refused when it loads
-(``context_estimate.check_profile_context``).
+The keys (``passes``, ``stages``, a regime's ``backbone``, the ``context`` block and its load-time check) are
+described in docs/faulty-memories.md, "Consolidation over trajectory pools".
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """The memory construction conditions of §3: Static-All, Static-Group, Stream.
 
-The regimes differ only in how the fixed pool is presented to a builder: Static-All gives it
-the whole pool in one update; Static-Group one update per task type, each on an empty bank,
-and concatenates the banks (offline construction, the paper's control); Stream feeds batches in
-sequence (``pool.batches``: homogeneous or heterogeneous), with the bank unbounded or capped
-(``capacity``: the oldest entries are evicted after each update, FIFO).
+The regimes differ only in how the fixed pool reaches a builder: Static-All in one update; Static-Group one update
+per task type, each on an empty bank, the banks then joined (the paper's offline control); Stream in batches
+(homogeneous or heterogeneous), with the bank unbounded or FIFO-capped (``capacity``). A stream may also cycle
+the pool (``passes``) or draw ``stages`` of batches, and each prompt is measured against the context first
+(``context.py``). Every step is snapshotted, so a utility-vs-updates curve can be drawn from any run.
 
-With ``out_dir`` every step is written as it happens to ``snapshots.jsonl`` (step 0 = the bank
-before any update), and the final bank to ``bank.json``; ``bank.load_bank(snapshots, step)``
-gives the bank at any step, so a utility-vs-updates curve can be drawn from any run. The bank's
-``meta`` records the configuration, the pool's fingerprint and the hashes of the prompts used.
-
-Repeated presentation (stream only): ``passes`` cycles the whole pool that many times, each pass cut into
-batches afresh (pass p, counted from 0, is batched with seed ``seed + p``, so one pass is exactly the
-single-pass stream), and every update's history event says its ``pass`` and whether it ends one
-(``pass_end``): the per-round evaluation of App. F.3 / J.1.3 (20 rounds over 485 ScienceWorld rollouts) and
-the epochs of H.1.2 (AWM on WebShop, batch 16, 3 epochs). ``stages`` (a ``StageSpec``) replaces the
-partition by ``count`` independently drawn batches: ``one_per_type`` (G.1: one record per task type per
-stage) or ``single_type`` (G.2: all records of one randomly chosen type), from the first
-``per_type_limit`` records of each type (G.1's n=64 subset); each event says its ``stage``.
-
-``context_overflow`` measures each consolidation prompt before it is sent (``context.py``): refused, or
-the batch's oldest records dropped until it fits (recorded in the event's ``context_truncated`` and the
-bank's ``meta["context"]``).
-
-Kit choices: Static-Group visits task types in name order and caps each group's bank separately
-(the concatenation is not capped again); ids stay unique across groups. ``initial`` continues
-from an existing bank (the paper's Fig. 4 continues a Static-Group bank with Stream updates).
+docs/faulty-memories.md, "Consolidation over trajectory pools" (Regimes; Repeated passes and stages; Context
+budget) and "The consolidation code's own readings, module by module" (Regimes: snapshot files and Static-Group).
 """
 
 from __future__ import annotations

@@ -1,85 +1,17 @@
 """Consolidation studies: build memories under the paper's construction conditions, evaluate them, tabulate.
 
-"Useful Memories Become Faulty When Continuously Updated by LLMs" §3 (Static-All / Static-Group / Stream with
-batch size, homogeneous vs heterogeneous batches, capped vs unbounded banks; evaluation with every entry in
-context, two repeats per question), §4.1 (utility vs number of updates, Figs. 1, 3, 4) and §4.2 (Tables 2-3:
-trajectory-log baselines vs consolidators, with the red "(--)" mark).
+``run_study(profile, out_dir)`` reads a profile (``params/consolidation/*.yaml``, checked by
+``consolidation.profile``), builds the fixed trajectory pool once, builds every (builder, regime) memory with
+``regimes.build_memory`` and evaluates the chosen snapshots through the kit's protocol (method
+``consolidated_memory``, one run per seed = one repeat), beside a no-memory row and the profile's ``methods``
+rows. Re-running resumes. ``obtain_study`` is the notebooks' run-or-load step. Command:
+``python -m antipersist_lib consolidation --profile params/consolidation/smoke.yaml``.
 
-``run_study(profile, out_dir)`` reads a study profile (``params/consolidation/*.yaml``, checked by
-``consolidation.profile``), builds the fixed trajectory pool once (expert replays, earlier runs' episodes or
-a pool file), builds every (builder, regime) memory with ``regimes.build_memory`` (one snapshot per update step), then evaluates the bank at each chosen
-step through the kit's protocol (``run_cell``, method ``consolidated_memory``, ``train_per_iteration=0``,
-one iteration, one run per seed = one repeat), plus a no-memory row (``react``) and, under ``methods``, the
-kit's own methods as rows beside them (Anti-Persistence, trajectory memory, ExpeL, ...; see "Method rows"
-below). It writes::
-
-    <out_dir>/study.json                    manifest: profile, backbone label, endpoints (no key), package
-                                            versions, git commit, prompt hashes, pool fingerprint, builds,
-                                            LLM call totals, wall time
-    <out_dir>/results.csv, results.json     one row per (builder, regime, step, seed): held-out success/score
-    <out_dir>/pool.jsonl                    the trajectory pool every builder consumed
-    <out_dir>/memories/<builder>/<regime>/  snapshots.jsonl (one line per update step) and bank.json (and
-                                            fitted/step<N>.json when a memory was cut to the context)
-    <out_dir>/runs/...                      the protocol's run directories (one per evaluated bank and seed)
-    <out_dir>/ledger.jsonl                  the consolidation calls (counts and tags, never text)
-    <out_dir>/cache/                        response cache (``response_cache: true``)
-
-Re-running the same command resumes: a finished build (``bank.json``) is kept, an unfinished one is rebuilt
-(its calls are answered by the response cache) and the protocol resumes its own run directories.
-
-Backbone: ``endpoint=`` wins; else the profile's ``backbone``: ``embedded`` starts the embedded default
-(Gemma 3 270M on llama.cpp and all-MiniLM-L6-v2, as ``runner.main_job`` does) and labels everything with
-its weak-model note; any other value is a backbone profile, a name in ``params/backbones/`` or a profile
-file (its embedder: ``embedding``, a profile name or file, or ``embedded`` for the in-process MiniLM;
-``embed_endpoint=`` wins); ``backbone=`` (the command line's ``--base-url/--model``) replaces the profile's.
-The same model consolidates and acts, as in the paper's Tables 2-3, unless a regime names its own ``backbone``
-(a backbone profile): that regime's banks are built by that model, with its own response cache folder, while
-the study's backbone evaluates them and builds every other regime. This is §4.1 / Fig. 4's two-model setting
-(a Static-Group or Static-All seed by a stronger model, continued by streamed updates of another, App. G.1);
-``study.json`` records each such regime's endpoint (``regime_backbones``) and every build's ``built_by``.
-
-Context budget (``context.py``, profile key ``context``): every consolidation prompt is measured against the
-building model's stated context length before it is sent, and every evaluated memory against the evaluating
-model's, minus a reserve for the agent's own prompt. ``overflow: refuse`` (default) stops with the builder,
-regime, sizes and fixes named; ``truncate_oldest`` drops the batch's oldest records (consolidation) or the
-memory's oldest entries (evaluation, written to ``memories/<builder>/<regime>/fitted/step<N>.json`` and
-evaluated instead). The build's bank meta (``build_context`` in the manifest), each build's
-``evaluation_context`` per step, and the results column ``memory_dropped`` record what happened.
-
-Repeated passes and stages (``regimes.build_memory``): a stream regime with ``passes: N`` cycles the pool N
-times (App. F.3 / J.1.3, H.1.2) and ``evaluation.steps: {every_pass: k}`` evaluates at the end of every k-th
-pass (results column ``pass``); ``stages: {count, rule, per_type_limit}`` draws fresh batches per stage
-(App. G.1 / G.2), whose utility curve is read with ``{every: k}`` stages.
-
-Kit choices where the paper is silent:
-
-- Step 0 of every stream is the empty bank, whose utility is the no-memory row: it is not re-evaluated, and
-  the curves take it from the no-memory row. Static regimes are evaluated at their last step only.
-- ``fs<N>`` (FS=N) is a one-off sample of the whole pool, so it is built under ``static_all`` regimes only;
-  ``keep`` streamed is Incr. Keep, ``keep`` under ``static_all`` is One-Pass Keep.
-- Tables 2-3 take each column at the last step of one condition: trajectory logs from ``static_all``,
-  consolidators from the first regime of ``regime_preference`` the study has (default: stream, then
-  static_all, then static_group); the chosen condition is listed beside every cell. "(--)" marks a
-  consolidator whose value (at the table's precision) is below at least one trajectory-log column of the
-  same row; ties are not marked. This rule reproduces every mark the paper prints (checked in the tests).
-
-Method rows (profile key ``methods``, one entry per row; the key names the row, ``method`` the kit method,
-default the key): each is run through the same protocol on the same held-out games and seeds as the banks.
-``seed_pool: true`` starts the method's trajectory store from this study's pool (``methods.seeding``; only
-``anti_persistence`` and ``trajectory_memory`` keep one), so it sees exactly the consolidators' data;
-``iterations`` x ``train_per_iteration`` (default 1 x 0) lets it also learn from its own training episodes
-on the benchmark's training split, as in the kit's main protocol (Anti-Persistence's bandit needs those:
-with an empty outcome log its first ``round_robin_iterations`` iterations cycle the modes). The row is read
-at the last iteration; its ``condition`` says how it got its memory. These rows are neither trajectory logs
-nor consolidators, so they never carry or cause the "(--)" mark.
-
-The pool and the builds are ``consolidation.builds``; the evaluations and their rows ``consolidation.evaluations``.
-Reading a study back: ``load_study``, ``load_manifest``, ``results`` (several folders, e.g. one per backbone,
-stack into one frame), ``summary``, ``builds_table``, ``study_note``, ``load_surgery``, ``load_task_switch`` in
-``consolidation.study_folder``; the notebooks' run-or-load step is ``obtain_study`` here; the tables (Figs. 1, 3,
-4 shapes, Tables 2-3) are in ``consolidation.analysis``, the figures in ``consolidation.figures``. Command line::
-
-    python -m antipersist_lib consolidation --profile params/consolidation/smoke.yaml --out outputs/consolidation/smoke
+Paper map (§3, §4.1-4.2, Tables 2-3 and the rest), regimes, context budget, method rows, the folder layout,
+backbone rules and the kit's readings (step 0, ``fs<N>``, Tables 2-3's conditions, the "(--)" rule):
+docs/faulty-memories.md, "Consolidation over trajectory pools" and "The consolidation code's own readings, module
+by module". Builds are ``consolidation.builds``, evaluations ``consolidation.evaluations``, reading a study back
+``consolidation.study_folder``, tables ``consolidation.analysis``, figures ``consolidation.figures``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Memory surgery on a consolidated bank (faulty-memories App. I.1, Tables 12 and 13).
 
-The paper removes one workflow (W8) from an AWM memory consolidated on WebShop and evaluates the memory with
-and without it: wins, mean reward, mean steps and episodes that hit the step cap (Table 12), and how the
-actions split across categories (Table 13: with W8 in context, "click[Next >]" crowds out product-page
-interactions and "click[Buy Now]"). The kit does this for any bank of a consolidation study: the profile's
-``surgery`` block names a build and a snapshot step, and which entries to remove (each in turn, or every one).
-The study evaluates the full bank and each bank minus one entry on the same held-out tasks and seeds
-(``study._run_surgery``); this module holds the bank edit, the action categories and the tables.
+The paper removes one workflow (W8) from an AWM memory built on WebShop and compares outcomes (Table 12) and
+action categories (Table 13) with and without it. The kit does this for any bank of a consolidation study: the
+profile's ``surgery`` block names a build, a step and the entries to remove; the study evaluates the full bank
+and each edited bank on the same held-out tasks and seeds (``study._run_surgery``). This module holds the bank
+edit, the action categories and the tables.
 
-Action categories (Table 13's, for WebShop): the six of App. I.1's bullet list, by the UI element clicked, under
-the paper's names: search, click ASIN (a result's product page), click variant (an option on a product page),
-click [Next >] (a page turn; I.1 counts "< Prev" here too), click back ("Back to Search") and click [Buy Now];
-Table 13 adds "Buy Now (eps)", the episodes with at least one click [Buy Now]. Kit choice where I.1 is silent:
-the product page's tabs (Description, Features, Reviews, Attributes) are none of the six and are counted as
-"other click", shown only when used. Other benchmarks' actions are grouped by their first word (the verb), so
-the table still shows what the memory changes in the agent's behaviour.
+Categories (I.1's six for WebShop, product-page tabs as "other click", other benchmarks by verb) and the kit's
+choices: docs/faulty-memories.md, "Memory surgery on a consolidated bank".
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """The task-switch sequence of the faulty-memories study (§6.2, Fig. 10; App. K.2, Fig. 18).
 
-Tasks arrive one after another (the paper: the 15 ScienceWorld tasks, each with the agent's own
-solved rollouts). At each task t two memories are built from the same records:
+Tasks arrive one after another; at each task t a ``fresh`` memory is distilled from task t's records alone and
+a ``cumulative`` one continues the bank of tasks 1..t-1 with them. Both are evaluated on task t's held-out cases
+and every entry of both is labelled by an LLM judge (normal / over-generalized / over-specific / garbage). Every
+bank is written before it is evaluated and a finished task is never rebuilt, so an interrupted sequence resumes.
 
-- ``fresh``: distilled from task t's records only, starting from an empty bank;
-- ``cumulative``: the bank left after tasks 1..t-1, updated with task t's records, so that it
-  consolidates over tasks 1..t jointly (one consolidation run over the whole sequence).
-
-Both memories are evaluated on task t's held-out cases (the study runs one protocol run per seed,
-restricted to that task type, with every entry in context), and an LLM judge labels every entry of
-both (normal / over-generalized / over-specific / garbage, the labels of K.2). Fig. 10 plots the
-running total of the per-task scores of each setup ("Cumulative ends +203 points behind Fresh");
-Fig. 18 the running totals of the over-generalized and garbage entries found after each task.
-
-How many records a task contributes: ``records_per_task`` (an integer, or a count per task type; None: all of
-the pool's records of the task). The paper consolidates each task's rollout cases, Table 9's count per task (12 to
-40, 485 in all; App. F.3), so its profile lists those counts; a task the pool holds fewer records of uses what it
-holds. The first records of the task in pool order are taken.
-
-Kit choices where the paper is silent: a task's records are fed in batches of ``batch_size``, shuffled
-by ``seed`` (the stream regime's homogeneous batches); the judge sees an entry with the task types of the
-records it cites, and is asked once per entry per task (a cumulative entry that survives is judged
-again after each later task, as the running totals of Fig. 18 count the store as it stands);
-unparseable judge replies count as ``unparsed``. Every bank is written before it is evaluated and
-a finished task is never rebuilt, so an interrupted sequence resumes where it stopped.
+The figures' measures, ``records_per_task`` (App. F.3, Table 9) and the kit's choices (batching, what the judge
+sees and when): docs/faulty-memories.md, "Task switch: Fresh vs Cumulative" and "The consolidation code's own
+readings, module by module" (Task switch).
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
 """In-context demonstrations: expert paths of training tasks, shown to the agent (``icl_examples``).
 
-Small instruction models do not follow the agent's reply format on ALFWorld or ScienceWorld
-from the instructions alone; the original ReAct setup showed two solved episodes per ALFWorld
-task type. The paper reproduced here says nothing about demonstrations, so the kit's default is
-none (``AgentConfig.icl_examples = 0``) and a run turns them on in its ``agent:`` block.
+Small instruction models do not keep to the agent's reply format on ALFWorld or ScienceWorld from
+the instructions alone, and the original ReAct setup showed solved episodes; the paper reproduced
+here says nothing about demonstrations, so the default is none (``AgentConfig.icl_examples = 0``).
+Each demonstration is a real replay of a training task's expert path on the engine
+(``envs.expert.replay_expert``), of the current task's type, kept only if it succeeds and its
+commands parse back unchanged; a task never sees its own replay and held-out tasks are never shown.
+Replays are cached as JSON per (benchmark, partition, task type, seed) under the cache folder, and
+``render_block`` renders them as ``Action:`` / ``Observation:`` lines within ``icl_max_chars``.
 
-Where they come from. Every demonstration is a real episode: the engine's own expert path
-(ALFWorld's walkthrough, ScienceWorld's gold actions) played on the real engine by
-``envs.expert.replay_expert``, so the model sees the engine's actual observations. Candidates
-are the *training* tasks of the benchmark's partition of the same task type as the current task,
-in an order fixed by the run's seed (``candidate_order``); only replays that end in success,
-and whose every command the kit's parser reads back unchanged, are kept. A task never sees its
-own replay: each type keeps ``icl_examples + 1`` successes and a task takes the first
-``icl_examples`` that are not itself. Held-out tasks are never candidates. A type none of whose
-training tasks replays successfully gets no demonstrations (logged, and visible in the manifest).
-On ScienceWorld a gold path fails where it answers an ambiguous command with an option other than
-the first (the adapter always takes option 0) or runs past the engine's step limit
-(``env_step_limit``, 100): with seed 42, the two mendelian-genetics types and
-inclined-plane-determine-angle have none; the other 27 types and every ALFWorld type have them.
-
-Cost. The successes of one (benchmark, partition, task type, seed) are computed once and saved
-as JSON under the cache folder (the run's ``cache_dir``, else the run directory), so resumed runs,
-later tasks and other runs with the same seed read them without touching the engine; a request
-for more examples than a file holds extends it. A lock file serialises two processes that build
-the same type at once.
-
-Rendering (``render_block``). A compact transcript in the agent's own chat format: the initial
-observation, then one ``Action: <command>`` line per reply (the exact line ``actions.parse_action``
-reads, so a model that imitates it is parsed correctly) and ``Observation: ...`` for what the
-engine answered. Steps the engine rejected are left out (they changed nothing). Observations are
-flattened and cut (``INITIAL_OBSERVATION_CHARS``, ``STEP_OBSERVATION_CHARS``); a demonstration
-longer than its share of ``icl_max_chars`` loses whole middle steps (replaced by one marker
-line), keeping the opening and the finish. The block never exceeds ``icl_max_chars``.
+docs/choices.md, "In-context demonstrations", documents the source, selection, cost, rendering and
+which ScienceWorld task types have no demonstration.
 """
 
 from __future__ import annotations

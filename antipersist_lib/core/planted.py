@@ -1,29 +1,15 @@
 """Planted skills: matched useful / toxic pairs whose toxic rule can be found again in any text.
 
-F.1 supplies matched skills (same scope, a correct or a wrong procedural rule) and measures the
-immediate effect. To measure error reproduction itself, the wrong rule must be recognisable in
-everything written after it: the guidance synthesized from trajectories made under it, the
-abstractions stored from them, and the commands an agent executes. So every toxic rule carries
-*signatures*, each the wrong action and object it prescribes, in two readings:
+F.1 supplies matched skills (same scope, a correct or a wrong procedural rule) and measures their
+immediate effect. To measure error reproduction, the wrong rule must be recognisable in everything
+written after it (synthesized guidance, stored abstractions, executed commands), so every toxic rule
+carries *signatures* with two deterministic readings: ``text`` (term groups one clause must hit, with
+no negation cue) and ``command`` (a regular expression over executed commands, with optional
+``when`` / ``until`` / ``until_command``). Rates computed from them are recomputed exactly from the
+records; an LLM judge may add a second reading, never replace this one.
 
-* ``text``: term groups that one clause must all hit (a term matches any word starting with it:
-  ``cool`` matches "cooling"), in a clause with no negation cue. A clause is a sentence, cut again
-  at ``;``, "because", "but", "however", "otherwise" and "instead"; the alternative named after
-  "instead of" / "rather than" is dropped first, since it is the thing rejected. So "do NOT cool it
-  in the microwave" is not a hit and "Do NOT use the fridge. Instead: cool it in the microwave" is.
-* ``command``: a regular expression over the commands an episode of the pair's task type
-  executed; ``when`` (optional) must match the initial observation or an earlier observation
-  (a recipe read before the cooking command), ``until`` (optional) ends the reading once an
-  observation matches it (a wrong search counts only before the object is found), and
-  ``until_command`` (optional) ends it once an executed command matches it (a rule about the
-  starting room counts only before the first move, where the same command made later is common).
-
-Both are deterministic, so a rate computed from them is recomputed exactly from the records. An
-LLM judge may give a second reading; it never replaces this one.
-
-A pairs file (``params/skills/planted/<benchmark>.yaml``) names its benchmark and lists
-``pairs`` of ``{id, task_type, useful, toxic, signatures}``; a skill planted under condition
-``useful`` or ``toxic`` gets the provenance id ``plant-<pair id>-<condition>``.
+Pairs files are ``params/skills/planted/<benchmark>.yaml``. docs/reproduction.md, "The design",
+documents the signatures, the file format, the provenance ids and the conditions.
 """
 
 from __future__ import annotations

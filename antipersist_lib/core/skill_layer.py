@@ -1,24 +1,17 @@
 """The skill layer: persistent skills in a context, as components the methods share.
 
 * The frozen skill library (F.1, F.2): a JSON list of {"name", "content"} objects (optionally
-  "task_type"), or a run directory whose last abstraction snapshot becomes the library (``{seed}`` in the
-  path being the run's seed, so each seed freezes its own seed's store). ``read_skills`` reads either,
-  ``format_skills`` renders skills under ``SKILLS_HEADER``; F.1's method (``methods.frozen_skills``) shows
-  the whole library in every context.
-* ``FrozenLayer``: Anti-Persistence's frozen persistent layer (F.2, Figure 11b; its ``frozen_skills``
-  parameter), read once, never updated. By default each task sees the top-B skills by embedding similarity
-  (B = the method's ``budget``, as abstraction memory shows S_k): snapshot abstractions carry their task
-  embeddings, which are reused when the same embedding model made them; JSON skills (and snapshots from
-  another embedding model) are embedded by content with the run's embedder, once per skill.
-  ``frozen_skills_retrieval: all`` injects the whole library instead and is refused when its estimated
-  size exceeds the backbone's context length. Planted skills (``core.planted``) are shown through the same
-  layer (``planted_layer``).
-* ``format_stored``: the stored abstractions of S_k as a context block under ``STORED_HEADER`` (abstraction
-  and joint memory, and Anti-Persistence's persist ablation).
-* ``judge_counts``: how the LLM judge of the run that made a store decided (``JUDGE_LOG``), which a frozen
-  layer read from that run names.
+  "task_type") or a run directory whose last abstraction snapshot becomes the library (``{seed}`` in
+  the path is the run's seed); ``read_skills`` reads it, ``format_skills`` renders it.
+* ``FrozenLayer``: Anti-Persistence's frozen persistent layer (F.2), read once and never updated,
+  showing each task its top-B skills by embedding similarity (or all of them,
+  ``frozen_skills_retrieval: all``, refused past the backbone's context length); planted skills
+  (``core.planted``) use the same layer (``planted_layer``).
+* ``format_stored`` renders S_k's stored abstractions; ``judge_counts`` reads how a run's LLM judge
+  decided (``JUDGE_LOG``).
 
-A layer is built from the method's context (``methods.base.MethodContext``: its seed, embedder and backbone).
+A layer is built from the method's context (``methods.base.MethodContext``: seed, embedder, backbone).
+docs/choices.md, "F.2 (Figure 11b)", documents how the layer is read, ranked and sized.
 """
 
 from __future__ import annotations

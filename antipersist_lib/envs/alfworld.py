@@ -1,20 +1,15 @@
 """ALFWorld adapter (TextWorld engine, alfworld >= 0.4 game files ``json_2.1.1``).
 
-Games are ``json_2.1.1/<split>/<task-folder>/<trial>/game.tw-pddl`` files (what
-``alfworld-download`` installs under ``$ALFWORLD_DATA``). Each episode registers one game file
-with ``textworld.gym`` behind ALFWorld's ``AlfredDemangler``/``AlfredInfos`` wrappers and plays it
-through the kit's ``Environment`` interface.
+Plays the ``game.tw-pddl`` files that ``alfworld-download`` installs (found through
+``ALFWORLD_DATA``, ``resolve_alfworld_data``) through the kit's ``Environment`` interface. alfworld
+0.4 places objects with ``move X to Y``; the older ``put X in/on Y`` of the ReAct/Reflexion prompts
+answers "Nothing happens." there, so ``normalize_action`` translates it. An engine exception raises
+``InfrastructureError``; missing data or engine raises ``BenchmarkUnavailableError`` with the fix.
 
-Action syntax: alfworld 0.4 places objects with ``move X to Y``; the older ``put X in/on Y``
-(used by the ReAct/Reflexion prompts) answers "Nothing happens." there, so ``normalize_action``
-translates it. An engine exception becomes ``InfrastructureError``; missing data or a missing
-engine raises ``BenchmarkUnavailableError`` with the fix.
-
-Partition (paper Table 4, Appendix D.1): held-out = the 134 games of ``valid_unseen`` (the split
-used by Reflexion/ExpeL), training = 30 games per category drawn with a fixed seed from ``train``.
-``build_alfworld_partition`` draws it; the committed file is
-``antipersist_lib/data/partitions/alfworld.json`` (regenerate with
-``python -m antipersist_lib.envs.alfworld [--data DIR]``).
+``build_alfworld_partition`` draws the Table 4 partition (134 ``valid_unseen`` games held out, 30
+``train`` games per category), committed as ``antipersist_lib/data/partitions/alfworld.json``
+(``python -m antipersist_lib.envs.alfworld [--data DIR]`` redraws it). docs/benchmarks.md,
+"ALFWorld", has the details.
 """
 
 from __future__ import annotations

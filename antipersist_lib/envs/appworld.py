@@ -1,36 +1,15 @@
 """AppWorld (Trivedi et al., 2024) through the ``appworld`` package, for the F.1 skill study.
 
-The agent acts by writing Python code that calls AppWorld's app APIs (``apis.spotify...``,
-``apis.supervisor.complete_task(...)``). The adapter hands that code ONLY to
-``world.execute(code)``, which runs it in AppWorld's own sandboxed IPython shell (with its
-safety guard); the kit never ``exec``s or ``eval``s model code in its own process.
-
-* ``reset`` opens ``AppWorld(task_id=..., experiment_name=...)`` (a context manager the adapter
-  keeps open for the episode and exits on the next reset or ``close``) and returns the task's
-  instruction with the supervisor's details (name, email, phone number), as AppWorld's own
-  agents show them.
-* ``step(code)`` returns ``world.execute(code)``'s output. A step whose output starts with
-  ``Execution failed`` (traceback, syntax error, blocked call) is reported as ``valid=False``;
-  the episode goes on. The episode is done when ``world.task_completed()`` is true (the agent
-  called ``apis.supervisor.complete_task``).
-* ``success`` is ``world.evaluate().success``: AppWorld's task-goal completion, true when
-  every one of the task's evaluation tests passes (``pass_count == num_tests``); ``score`` is
-  the fraction of tests passed. Evaluation runs once, when the task is completed, or when
-  ``success``/``score`` is first read for an episode that ended without completing (e.g. over
-  the step budget), so unfinished episodes are judged by AppWorld on their final state too.
-
-The package is imported lazily: a kit without AppWorld works for the other benchmarks. If the
-package or its data is missing, the adapter raises ``BenchmarkUnavailableError`` with the
-install steps (``pip install appworld``, ``appworld install``, ``appworld download data``,
-``APPWORLD_ROOT``). AppWorld keeps one open world per process (its constructor closes the
+The agent writes Python that calls AppWorld's app APIs; the adapter hands it only to
+``world.execute(code)``, AppWorld's own sandboxed shell, and never ``exec``s or ``eval``s model code
+in the kit's process. ``success`` is AppWorld's evaluation (every task test passes), ``score`` the
+fraction of tests passed. AppWorld keeps one open world per process (its constructor closes the
 others), so use one ``AppWorldEnvironment`` per process.
 
-``sample_appworld_tasks`` draws the 30 tasks of the F.1 study with a fixed seed from a task-id
-list (e.g. ``load_task_ids("dev")``); ``appworld_tasks`` wraps ids as kit ``Task`` records;
-``build_appworld_partition`` (``python -m antipersist_lib partition appworld``) saves them as the
-kit's AppWorld partition: the 30 drawn tasks held out, the rest of the dataset as training pool.
-F.1 evaluates frozen skill libraries without training; the protocol runs at least one training
-episode per iteration, which ``frozen_skills`` does not learn from (``params/grid/figure11a_skill_content.yaml``).
+The package is imported lazily; without it or its data the adapter raises
+``BenchmarkUnavailableError`` with the install steps. ``sample_appworld_tasks``,
+``appworld_tasks`` and ``build_appworld_partition`` draw and save the study's 30 held-out tasks.
+docs/benchmarks.md, "AppWorld", documents reset, step, evaluation and the partition.
 """
 
 from __future__ import annotations

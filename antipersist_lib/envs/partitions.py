@@ -1,33 +1,14 @@
 """Fixed task partitions (paper Table 4, Appendix D.1), stored as data files in the kit.
 
-Every method, seed and iteration uses the same training and held-out tasks, so the partitions
-are drawn once with a fixed seed by the ``build_*`` functions of the benchmark adapters and
-committed under ``antipersist_lib/data/partitions/<benchmark>.json``. The file records how it
-was drawn (seed, engine version, source split) and its tasks in order; ``partition_hash`` goes
-into every run manifest so results can be matched to the exact task set.
+Every method, seed and iteration uses the same training and held-out tasks, drawn once with a fixed
+seed by the adapters' ``build_*`` functions and committed as
+``antipersist_lib/data/partitions/<benchmark>.json``; ``partition_hash`` goes into every run manifest.
+``ANTIPERSIST_PARTITIONS`` names a folder searched first (and written by ``save_partition``);
+WebShop's and AppWorld's partitions are built by the user (``BUILD_COMMANDS``). Named held-out sets
+(``HELDOUT_SETS``, ``RunSpec.heldout_set``) change only what is evaluated.
 
-File format::
-
-    {"benchmark": ..., "seed": 42, "drawn_with": {...}, "notes": "...",
-     "splits": {"train": [Task.to_dict(), ...], "heldout": [...]}}
-
-``task_id`` is the task's index in its benchmark's task pool: WebShop's goal index (its
-``fixed_{i}`` session); for ALFWorld, ScienceWorld and AppWorld, whose pools have no single index,
-the task's position in its split list. ``env_args`` holds what the adapter needs to load it.
-
-WebShop's and AppWorld's partitions are built by the user from their own install
-(``BUILD_COMMANDS``). ``ANTIPERSIST_PARTITIONS`` names a folder searched before the kit's own
-``data/partitions`` (and written to by ``save_partition``), e.g. when the kit is installed
-read-only; a run records the partition's hash either way. ErrandWorld, the kit's test world, is generated
-unless that folder holds an ``errandworld.json`` (``perf.rehearsal`` writes one of the paper's pool sizes).
-
-Held-out sets (``HELDOUT_SETS``): a run may evaluate on another committed set of held-out tasks instead of
-its partition's own held-out split (``RunSpec.heldout_set``), e.g. ALFWorld's ``valid_seen_balanced_48``, the
-faulty-memories paper's in-distribution evaluation split (its App. F.1 ``eval_id_balanced_48``), and
-``valid_unseen_balanced_50``, 50 of the partition's own 134 held-out games balanced over the six task types (an
-option beside the full partition; docs/protocol.md, "The denominator"). Each is a file
-``<benchmark>.<name>.json`` of the same format with an empty training split; the training tasks stay the
-partition's, so only what is evaluated changes, and the partition's hash changes with it.
+docs/benchmarks.md, "Partition files", documents the file format, the meaning of ``task_id``,
+ErrandWorld and the held-out sets.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """TextWorldExpress on its own engine (PyPI ``textworld-express``, a Scala simulator in a JVM).
 
-**A small-model proxy, not one of the papers' benchmarks.** Its games are ALFWorld-like (pick up
-household objects and put them where they belong, search rooms, follow a recipe), they run offline
-with the Java runtime the kit already installs for ScienceWorld, a step costs milliseconds, and a
-1.5B instruction model solves some of them unaided, which leaves room for memory to help or hurt.
-No number measured here is comparable with any number in the papers.
+**A small-model proxy, not one of the papers' benchmarks**: ALFWorld-like games that run offline,
+cost milliseconds a step and are partly solvable by a 1.5B model, so memory can help or hurt. No
+number measured here is comparable with any number in the papers.
 
-Task types are three of the engine's games, each at one fixed difficulty (``GAMES``):
-``twc`` (TextWorld Commonsense: one room, two items to put away where they usually belong),
-``coin`` (Coin Collector: find a coin in three rooms) and ``cookingworld`` (one room, a recipe with
-one ingredient). The engine splits every game's random seeds into train, dev and test folds (TWC's
-folds also hold different objects), so training tasks come from the train fold and held-out tasks
-from the test fold and the agent is evaluated on games it never saw.
-
-Success is the engine's ``tasksuccess``; ``score`` is the engine's normalised score in [0, 1]
-(TWC's fraction of items put away, CookingWorld's fraction of recipe steps done). An action the
-parser does not know ("Unknown action: ...") counts as invalid. The engine lists its valid
-commands, which the agent can be shown (``show_valid_actions``), and ships a gold path for every
-game (``gold_actions``), which the kit replays as the expert demonstrations.
+Task types are three games at one fixed difficulty each (``GAMES``: ``twc``, ``coin``,
+``cookingworld``); training tasks come from the engine's train fold of seeds, held-out tasks from its
+test fold. Success is the engine's ``tasksuccess``, ``score`` its normalised score. The engine's gold
+paths (``gold_actions``) are replayed as expert demonstrations. docs/benchmarks.md, "TextWorldExpress
+(a small-model proxy)", has the details.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Abstraction store S_k: persistent rules, skills, insights and summaries (for the baselines).
 
-Anti-Persistence keeps S_k empty; the compared methods (abstraction memory, joint memory,
-ExpeL, AutoRefine, Reflexion, the persist-instead-of-discard ablation) store abstractions here.
-
-Provenance follows Appendix A: every abstraction has an immutable identifier, and its content
-never changes. Rewriting or merging creates a *new* identifier (``derived_from`` names the
-old ones, which are retired, not erased). ``parents`` is the historical parent set
-P(s) = union of P(m) over the records m used to synthesize s: the persistent abstractions that
-were in context when those trajectories were generated. Scoring metadata (injection and success
-counts, votes) is mutable and kept apart from the immutable content.
-
-On disk the store is an append-only event log (``events.jsonl``: add / retire / stats events),
-replayed on load, plus atomic per-iteration snapshots for analysis. A snapshot names each
-abstraction's task embedding by its ``embedding_ref``; the numbers are written once into
-``abstractions.emb`` beside the snapshots (``jsonl.EmbeddingFile``), so K snapshots of a growing
-store cost the text K times but each embedding once. ``read_snapshot`` puts them back in place.
+Anti-Persistence keeps S_k empty; abstraction and joint memory, ExpeL, AutoRefine, Reflexion and the
+persist-instead-of-discard ablation store their abstractions here. Following Appendix A, an
+abstraction's identifier and content never change (a rewrite creates a new id whose
+``derived_from`` names the retired old ones), ``parents`` holds its historical parent set P(s), and
+mutable scoring metadata is kept apart. On disk: an append-only event log (``events.jsonl``)
+replayed on load, plus atomic per-iteration snapshots whose embeddings are written once into
+``abstractions.emb`` (``read_snapshot`` reads them back). docs/protocol.md, "The stores" and
+"Run directories", has the details.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
 """What every store shares: an append-only JSONL journal, a frozen flag, and a read-only mode.
 
-The trajectory memory, the outcome log and the abstraction store all keep their state as one
-append-only JSONL file (or in memory only, with no file), reload it in order when opened, and
-refuse writes in two situations:
+The trajectory memory, the outcome log and the abstraction store keep their state as one
+append-only JSONL file (or in memory only) and reload it in order. Writes are refused when the store
+is frozen (held-out evaluation) or opened read-only (an audit; the file must exist and is never
+created, repaired or appended to). docs/protocol.md, "The stores", explains both states.
 
-* frozen: held-out evaluation froze the method's stores (``freeze`` / ``unfreeze``), so that
-  evaluation can retrieve but never learn;
-* read-only: an audit opened an existing file to read it. The file must exist, and it is never
-  created, repaired or appended to (opening for writing would cut a torn last line).
-
-Subclasses load their file with ``_journal_lines()`` in ``__init__`` and then call
-``_open_journal()``; every write goes through ``_journal_append``.
-
-Stores of task embeddings (``embeddings = True``: the trajectory memory, the outcome log) keep
-the numbers in a binary file beside the journal (``jsonl.py``): a line names its
-embedding by ``"embedding_ref"``, ``_stored_embedding`` finds it, and ``_journal_append`` writes
-the embedding before the line that names it. Lines of old journals, with the numbers inline,
-load as before.
+Subclasses load their file with ``_journal_lines()`` in ``__init__``, then call ``_open_journal()``;
+every write goes through ``_journal_append``. Stores of task embeddings (``embeddings = True``) keep
+the numbers in a binary file beside the journal (``jsonl.py``), named by a line's
+``"embedding_ref"`` and found with ``_stored_embedding``; ``_journal_append`` writes the embedding
+before the line naming it. Old journals with inline numbers load as before (docs/protocol.md,
+"Store files").
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Trajectory store: the trajectory memory M_k, the append-only store of (task, trajectory, outcome) records.
 
-What Anti-Persistence keeps. Records are never rewritten or deleted; task embeddings sit in one
-matrix so every retrieval is a single matrix-vector product (B.3). Retrieval is mode-specific:
-
-* ``none``: top-B records of any outcome (factual context);
-* ``imitation`` / ``strategic``: top-B successes;
-* ``corrective``: top-B failures plus ``contrast`` (default 1) most similar success.
-
-Candidates are first restricted to the current task type (the task-type filter of Table 3).
-Records without an embedding (embedding call failed) or from infrastructure failures stay in
-the store (nothing recorded is lost) but are never retrieved: the first cannot be ranked, the
-second's outcome says nothing about the agent.
-
-Embeddings are kept in ``trajectories.emb`` beside the journal, each line naming its own
-(``"embedding_ref"``; ``jsonl.py``); lines of older stores hold the numbers
-inline and load as before. Given the outcome log's ``EmbeddingPool``, both stores are scored by
-one product per task (``similarity.py``).
+This is what Anti-Persistence keeps. Records are never rewritten or deleted; their task embeddings
+form one matrix, so a retrieval is a single matrix-vector product (B.3), and with the outcome log's
+``EmbeddingPool`` both stores are scored by one product per task (``similarity.py``). Retrieval
+depends on the synthesis mode (``none``: any outcome; ``imitation`` / ``strategic``: successes;
+``corrective``: failures plus ``contrast`` successes) after the task-type filter; records without an
+embedding or from infrastructure failures are kept but never retrieved. Embeddings live in
+``trajectories.emb`` beside the journal. docs/protocol.md, "The stores" and "Store files", has the
+details.
 """
 
 from __future__ import annotations

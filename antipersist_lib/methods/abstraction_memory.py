@@ -1,35 +1,14 @@
 """Abstraction memory and joint memory (Section 4.1), with the LLM-judge admission filter (F.2).
 
-Abstraction memory persists what Anti-Persistence discards. After every training episode it
-synthesizes one abstraction with the same operator phi and prompts as Anti-Persistence — from
-the episode just finished plus the most similar stored records of the same outcome (B in
-total): ``strategic`` after a success, ``corrective`` (with one contrasting success) after a
-failure — and stores it in S_k, indexed by the task's embedding. At task time it retrieves the
-top-B stored abstractions (of the same task type under the default ``task_filter``, which
-governs both stores) and shows them under a header of their own.
-Joint memory shows both the top-B trajectories (as trajectory memory does) and the top-B
-abstractions, and updates both stores.
+Abstraction memory keeps what Anti-Persistence discards: after every training episode it synthesizes
+one abstraction with the operator phi (``strategic`` after a success, ``corrective`` after a
+failure), stores it in S_k and shows the top-B stored abstractions at task time. Joint memory shows
+and updates both the trajectory memory and S_k. ``judge=True`` admits a new abstraction only if the
+judge model accepts it; ``plant`` admits a pairs file's planted skills to S_0.
 
-Provenance (Appendix A): each stored abstraction records P(s) = P(H), the union of the parent
-sets of the records it was synthesized from; each trajectory records the abstractions that were
-in its context.
-
-Planted skills (``plant``, ``plant_condition``, ``plant_iterations``; ``core.planted``): the
-useful or toxic skills of a pairs file enter S_0 under their provenance ids (``plant-<pair>-<condition>``,
-kind ``planted``, indexed by their content's embedding) and are retired before the training of
-iteration ``plant_iterations + 1`` (Remark 1's parent deletion). With a pairs file, every synthesis
-invocation is logged in ``candidates.jsonl`` (P(H), the toxic signatures its text carries, whether it
-was admitted), which the reproduction analysis reads; condition ``none`` plants nothing and still
-reads every candidate. ``judge=True`` asks the judge model to accept or reject every new abstraction
-before admission; rejected candidates are counted, not stored. A reply that says neither ACCEPT nor
-REJECT is recorded as ``unparseable`` (``judge_verdict``), not admitted, counted and warned about:
-it is no rejection, and ``core.skill_layer.judge_counts`` tells the two apart (F.2's frozen layer
-names them when it would be empty). The judge is the run's ``judge`` model profile when it names
-one (the paper's F.2 judge is a separate model), else the backbone; either way its calls go through
-the run's client and ledger with purpose ``judge``.
-
-The paper does not spell out the abstraction-memory update; this is the kit's documented
-reading: one synthesis per training episode, mode chosen by the outcome, same prompts as phi.
+The kit's reading of the update rule (the paper does not spell it out), the planted skills and the
+judge are documented in docs/methods.md, "Abstraction memory and joint memory"; the planted-skill
+study in docs/reproduction.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,14 @@
 """Anti-Persistence (Algorithm 1 with the branches of B.4): the method, its one config, its ablations.
 
-Per task: embed -> select a mode from the outcome log L_k -> retrieve from the trajectory memory
-M_k -> synthesize temporary guidance -> (the agent acts with it) -> append the raw trajectory to
-M_k and, when eligible, (embedding, mode, cost-adjusted reward) to L_k -> discard the guidance.
+Per task: embed, select a mode from the outcome log L_k, retrieve from the trajectory memory M_k,
+synthesize temporary guidance, let the agent act with it, append the raw trajectory to M_k (and,
+when eligible, the mode's reward to L_k), and discard the guidance: it is never written to M_k, L_k,
+the episode record or the call ledger. ``runner.protocol.run_task`` runs one task end to end;
+``run_cell`` runs the whole K-iteration protocol.
 
-The guidance lives only in the in-memory ``TaskContext`` the protocol hands the agent: it is never
-written to M_k, L_k, the episode record or the call ledger. What persists is the raw trajectory,
-its outcome, and which mode was used with what reward. ``runner.protocol.run_task`` runs one task
-end to end (the per-task API); ``run_cell`` runs the whole K-iteration protocol.
-
-Variants (``core.config.AntiPersistenceConfig`` fields, given as method parameters):
-
-* ``policy="bandit"`` (default), ``"fixed"`` with ``fixed_mode`` (Figure 6's fixed imitation /
-  strategic / corrective policies), ``"random"`` (uniform random mode, Figure 6);
-* ``persist=True``: the persist-instead-of-discard ablation of Table 2: synthesized guidance is
-  stored in S_k (indexed by the task embedding) and the top-B stored guidance items are shown on
-  later tasks, next to that task's own guidance;
-* ``frozen_skills=<path>``: a frozen persistent skill layer (F.2), never updated: a JSON library
-  or a run directory (its last abstraction snapshot), ``{seed}`` in the path being the run's seed;
-  ``frozen_skills_retrieval="top_b"`` (default) shows each task the B most similar skills of its
-  type, ``"all"`` the whole library, refused when it would exceed the backbone's context length
-  (``core.skill_layer.FrozenLayer``); the episode's meta lists the skills shown
-  (``frozen_skills_shown``);
-* ``plant=<pairs file or folder>``, ``plant_condition`` (none / useful / toxic), ``plant_iterations``
-  (``core.planted``): the useful or toxic skills of a pairs file are a frozen layer through iteration
-  ``plant_iterations`` and are gone from the next one on; records made with them in context name them
-  in P(m). With a pairs file, every synthesized guidance is read for the toxic signatures when it is
-  made, and only the verdict goes into the task's record (``candidate``: P(H) and the signature ids);
-  the text itself is still discarded;
-* ``seed_pool=<path>``: M_0 starts from a fixed trajectory pool instead of empty (the
-  faulty-memories study's shared pool; ``methods.seeding``); L_0 still starts empty;
-* every hyperparameter of Table 3 (B, B-hat, c, gamma, rho, W_init, round-robin iterations,
-  epsilon, lambda) for the sensitivity sweeps, and the kit's own choices where the paper is silent
-  (``task_filter``, ``max_observation_chars``, ``max_initial_chars``, ``max_record_chars``);
-* ``heldout_selection``: ``"exploit"`` (default: held-out decisions skip round-robin, warmup and
-  epsilon) or ``"as_training"`` (core/selector.py); ``embedding_retries``: None (default: the
-  embedding endpoint's retries) or 0 for B.3's single embedding call. ``task_filter`` governs
-  S_k retrieval too (persist ablation). Runs recorded before a parameter existed are rebuilt
-  with ``LEGACY_PARAMS`` (core/config.py).
+Its parameters are the fields of ``core.config.AntiPersistenceConfig``. The variants (policies, the
+persist ablation, frozen and planted skill layers, seed pools) are documented in docs/methods.md,
+"Anti-Persistence"; the kit's settings where the paper is silent in docs/choices.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """The interface every compared method implements, and what it gets to work with.
 
-The protocol (``protocol.py``) drives every method the same way:
+The protocol (``protocol.py``) drives every method alike: ``begin`` once per run (after crash
+recovery, before the first task); ``begin_iteration`` before an iteration's training (called again on
+resume, so idempotent); ``prepare`` before every training and held-out task, returning a
+``TaskContext`` (context blocks for the system prompt, the persistent abstractions shown, which are
+the provenance parents of the coming trajectory, and metadata), writing nothing while frozen;
+``learn`` after training episodes only; ``end_iteration`` after an iteration's training; and
+``freeze`` / ``unfreeze`` around held-out evaluation (frozen stores raise on any write).
 
-* ``prepare(task, initial_observation, phase=..., iteration=..., position=...)`` -> ``TaskContext``:
-  the context blocks for the agent's system prompt, the persistent abstractions shown (provenance
-  parents of the trajectory about to be generated), and metadata (mode, synthesis calls...).
-  Called for training and held-out tasks; must not write state when frozen.
-* ``begin()``: once per run, after crash recovery and before the first task (e.g. seeding a store
-  from a fixed pool); a per-task user (``runner.protocol.run_task``) calls it once too.
-* ``begin_iteration(iteration)``: before an iteration's training episodes (e.g. deleting planted
-  skills once their iterations are over); called again on resume, so it must be idempotent.
-* ``learn(task, ctx, episode, iteration=..., position=...)``: training episodes only.
-* ``end_iteration(iteration)``: after an iteration's training episodes (insight extraction,
-  skill evolution, pruning...).
-* ``freeze()`` / ``unfreeze()`` around held-out evaluation: frozen stores raise on any write.
-
-A method keeps all its state in files under ``state_dir`` (append-only JSONL, atomic
-snapshots), so the protocol can resume it after a crash by truncating those files to the last
-committed state (``state_files``).
+A method keeps all its state in files under ``state_dir`` (append-only JSONL, atomic snapshots), so
+the protocol can resume it after a crash by cutting those files back to the last committed state
+(``state_files``). docs/methods.md, "One task from Python", shows the calls in use.
 """
 
 from __future__ import annotations

@@ -1,66 +1,10 @@
 """ExpeL (Zhao et al., AAAI 2024) as a compared method: voted insights plus retrieved successes.
 
-The original design has three stages:
-
-1. *Experience gathering*: the agent attempts the training tasks (with Reflexion retries) and
-   every trajectory, successful or not, is kept.
-2. *Insight extraction*: the backbone reads either a failed and a successful trajectory of the
-   same task ("compare") or a group of successful trajectories ("all-success"), together with
-   the current insight list, and answers with operations on that list: add a new insight, edit
-   insight i, agree with (upvote) insight i, or remove (downvote) insight i. Each insight carries
-   a vote count: a new insight starts at 2, an upvote or an edit adds 1, a downvote subtracts 1,
-   and an insight whose count reaches 0 is dropped.
-3. *Inference*: the insight list goes into the agent's prompt, and the successful trajectories
-   most similar to the new task (by embedding) are retrieved as in-context examples.
-
-The kit's version
------------------
-* ``learn`` stores every training trajectory (with its task embedding and provenance P(m) = the
-  insight ids that were in the context) in ``TrajectoryStore`` (``trajectories.jsonl``).
-* ``end_iteration(k)`` extracts insights from iteration k's training episodes: up to
-  ``max_compare_calls`` comparisons and up to ``max_success_calls`` all-success groups of
-  ``success_group_size`` trajectories, one ``"insight"`` call each. Replies are parsed by
-  ``parse_operations`` and applied through an ``AbstractionStore`` (``insights/events.jsonl``):
-  ADD -> ``add(kind="insight", parents=P(H))`` with 2 votes; EDIT -> ``rewrite`` (a new id,
-  ``derived_from`` the old one, votes carried over + 1, parents = old parents | P(H)); UPVOTE ->
-  votes + 1; DOWNVOTE -> votes - 1 and ``retire`` at 0. P(H) is the union of the parents of the
-  trajectories shown in that call. The list is capped at ``max_insights``: beyond it the
-  lowest-voted insights are retired, oldest first.
-* ``prepare`` puts every active insight (most votes first) under "## Insights from past
-  experience" and the ``k_examples`` most similar successful trajectories of the same task type
-  (``TrajectoryStore.search``) under "## Successful examples of similar tasks";
-  ``TaskContext.parents`` lists the insight ids shown.
-
-Deviations from the original
-----------------------------
-1. **Experience = the protocol's training episodes.** There is no separate gathering phase
-   with Reflexion retries: the episodes the protocol runs in each iteration are the experience,
-   and extraction runs at the end of every iteration (the original extracts once, after
-   gathering). Training episodes therefore already run with the current insights and examples.
-2. **Compare pairs come from memory.** The original pairs the failed and the successful trial
-   of one Reflexion retry loop. Here each of the iteration's episodes (most recent first, one per
-   task) is paired with the most recent episode of the same task with the opposite outcome
-   anywhere in memory (usually an earlier iteration), so every pair contains one episode of the
-   current iteration. Infrastructure failures are never used.
-3. **All-success groups** are formed from this iteration's successes only, per task type (most
-   recent first, chunks of ``success_group_size``), taking groups round-robin across task
-   types; a group may be smaller than ``success_group_size`` when fewer successes remain.
-4. **Call budget.** At most ``max_compare_calls`` + ``max_success_calls`` insight calls per
-   iteration (the original has no per-iteration budget).
-5. **List cap.** When the list is full the prompt says so (the original also tells the model the
-   list is full); beyond ``max_insights`` the kit retires the lowest-voted insights, oldest
-   first, instead of relying on downvotes alone.
-6. **Operation parsing** is lenient (case, bullets, numbering, AGREE/REMOVE synonyms,
-   ``#``, an index on ADD is ignored). Malformed lines are skipped. Indices are bounds-checked
-   against the numbered list shown in that call: an out-of-range UPVOTE/DOWNVOTE is dropped and
-   an out-of-range EDIT is applied as an ADD (its text is a well-formed insight; the model
-   numbered a new entry). At most one EDIT/UPVOTE/DOWNVOTE per insight per reply (the first
-   wins). An ADD whose text equals an active insight, and an EDIT that does not change the text,
-   are applied as an UPVOTE of that insight.
-7. **Examples.** The ``k_examples`` retrieved successes default to the paper's shared
-   trajectory budget B=5, restricted to the task's type; they are formatted with
-   ``synthesis.format_record`` (clipped to ``trajectory_chars``).
-8. **Prompts** are the kit's own wording.
+Every training trajectory is stored; at the end of each iteration the backbone compares failed and
+successful episodes (and groups of successes) and edits a voted insight list, kept in an
+``AbstractionStore`` (``insights/events.jsonl``). A task's context shows the active insights and the
+most similar successful trajectories of its type. The original's three stages, the kit's version and
+its eight deviations from the original are documented in docs/methods.md, "ExpeL".
 """
 
 from __future__ import annotations

@@ -1,45 +1,11 @@
 """Reflexion (Shinn et al., 2023) as a compared method: verbal self-reflections after failures.
 
-The original design (ALFWorld runs): after a failed trial the backbone reads the failed
-trajectory and writes a short self-reflection, a diagnosis of what went wrong and a plan for
-the next trial. The most recent reflections for that task (the original keeps the last 3) are
-put in front of the agent on its next trial of the same task. Successful trials write nothing.
-
-The kit's version
------------------
-* ``learn`` stores every training trajectory in ``TrajectoryStore`` (``trajectories.jsonl``,
-  with the task embedding and the provenance P(m) = ids of the reflections that were in the
-  context), so the provenance of every reflection can be audited. After a failed episode it
-  makes one ``"reflection"`` call and stores the reply in an ``AbstractionStore``
-  (``reflections/events.jsonl``) as kind ``"reflection"``, with ``name`` = the task key,
-  ``task_type`` = the task type, the task embedding, ``source_records`` = the failed record and
-  ``parents`` = P(failed trajectory).
-* ``prepare`` shows the last ``max_reflections`` reflections of the same task key under
-  "## Reflections from your earlier attempts at this task"; ``TaskContext.parents`` lists their ids.
-* Reflections are never rewritten or retired; the store only grows.
-
-Deviations from the original
-----------------------------
-1. **Cross-task transfer** (``transfer="similar_task"``, the default). The paper's protocol never
-   revisits a training task at held-out time, so the strict original would show nothing on
-   held-out tasks and equal ReAct there. When a task has no reflections of its own, the kit
-   shows the last ``max_reflections`` reflections of the ``transfer_tasks`` most similar tasks
-   that have reflections (cosine similarity of the task embeddings ``embed_task``, restricted to
-   the same benchmark and task type), labelled as written for a similar task and naming that
-   task. ``transfer="none"`` is the strict original (own reflections only). Transfer applies in
-   both phases, so a training task seen for the first time also gets a similar task's
-   reflections.
-2. **Trials are protocol episodes.** The original retries one task up to a fixed number of
-   trials in a row; here a "next trial" is the next time the protocol samples the same training
-   task (a later iteration), and there is no per-task trial limit.
-3. **Infrastructure failures write no reflection** (the engine failed, not the agent); the
-   trajectory is still stored.
-4. **Prompt.** The reflection prompt is the kit's own zero-shot wording (the original uses
-   few-shot reflection examples written for ALFWorld); the failed trajectory is formatted with
-   ``synthesis.format_record`` and clipped to ``trajectory_chars``; the reply is limited to
-   ``max_tokens`` (256) at temperature 0 and stored as written.
-5. **Every trajectory is stored** (also successes), which the original does not need; it is used
-   only for provenance auditing and to name the source task of transferred reflections.
+After a failed training episode the backbone writes a self-reflection, stored in an
+``AbstractionStore`` (``reflections/events.jsonl``) and shown on later attempts at the same task;
+every trajectory is stored too, for provenance. Because held-out tasks are never revisited, a task
+with no reflections of its own is shown those of the most similar tasks by default
+(``transfer="similar_task"``; ``"none"`` is the strict original). The kit's version and its
+deviations from the original are documented in docs/methods.md, "Reflexion".
 """
 
 from __future__ import annotations

@@ -1,44 +1,17 @@
 """Scale-out: a grid of runs (methods x benchmarks x seeds x backbones) from one params file.
 
-Every run is one task: on Ray (``executor: ray``; a user's cluster by ``ray_address``, a local
-instance by default), on a local process pool (``executor: process``) or in this process
-(``executor: serial``). Each task calls ``protocol.run_cell``, which writes its own run directory
-and resumes it if it exists, so a grid is resumable per run: run the same command again and
-finished runs return at once, interrupted ones continue where their journal says. Results are the
-run directories themselves (under ``out_root``; on a cluster it must be a shared filesystem) plus
-one ``grid_<name>.json`` summary the driver writes.
+Each run is one task on Ray, a local process pool or this process (``executor``); each calls
+``protocol.run_cell``, which writes its own run directory and resumes it if it exists, so running the same
+command again returns finished runs at once and continues interrupted ones. Results are the run directories
+under ``out_root`` (a shared filesystem on a cluster) plus the driver's ``grid_<name>.json``.
 
-One server per model: each backbone profile names its own base-URL variable (``base_url_env``,
-e.g. ``ANTIPERSIST_URL_QWEN3_CODER_NEXT``), so three vLLM servers serve one grid. Two backbones of
-different models resolving to the same URL are refused (a vLLM server serves one model) unless
-the file sets ``shared_server: true`` (a router serving every model behind one URL).
-
-Before any run starts (and any model call), every benchmark's partition must load and AppWorld
-must be installed if the grid uses it; the refusal names the missing file and the command that
-builds it.
-
-Backbones and the embedding are profile names, profile files (a value ending in ``.yaml`` / ``.yml`` or
-holding a path separator, ``serving.profiles.is_profile_path``) or inline mappings; ``embedding: embedded``
-is the in-process MiniLM embedder, which each run starts and stops itself.
-
-Preflight: before launching any run, ``run_grid`` sends one small request to every distinct
-(base URL, model) chat endpoint and every distinct embedding endpoint that runs with work left need
-(``check_endpoints``), and refuses to launch with a message listing every endpoint that failed; each run
-also checks its own endpoints when it starts (``RunSpec.preflight``).
-
-The LLM judge (F.2's admission filter is a model of its own): ``judge:`` names a backbone profile, a profile
-file or an inline endpoint; the runs whose method judges (``abstraction_memory`` / ``joint_memory`` with
-``judge: true``) get it as ``RunSpec.judge`` and their own client, the rest are unchanged; without it the
-backbone judges. It is preflighted and checked against the one-model-per-URL rule like the backbones.
-
-Per-seed parameters: ``{seed}`` in a string method parameter is the run's seed (a frozen layer read from the
-same seed's judge run, ``.../abstraction-judge/seed{seed}``); each run's ``method_params`` hold the concrete
-value, and the check before any run builds the method for every seed, naming the seed that fails.
-
-Several vLLM replicas per backbone: ``endpoints: {qwen3-coder-next: [url1, url2]}`` spreads that
-backbone's runs round-robin over the URLs (the run's identity does not include the URL, and the
-response cache is keyed by model name, so a run may resume on another replica). Held-out
-concurrency inside each run (``heldout_concurrency``) keeps each server busy.
+Before any run starts, and before any model call, the whole file is checked: every benchmark's partition (and
+AppWorld where used), each run's method for every seed, one model per base URL unless ``shared_server: true``,
+and one small request to every distinct endpoint that runs with work left need (``check_endpoints``); a refusal
+names what failed and the fix. Backbones, the embedding and the judge may be profile names, profile files or
+inline mappings; ``endpoints`` spreads a backbone's runs round-robin over replicas. The user's guide is
+docs/scale-out.md; the one-model-per-URL rule and preflight are in docs/protocol.md, "Backbones and vLLM
+servers" and "Bring your own server"; the ablation grids in "Ablation grids".
 """
 
 from __future__ import annotations

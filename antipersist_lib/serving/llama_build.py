@@ -1,22 +1,13 @@
 """The portable llama.cpp build behind the embedded default: one recipe, a named CPU baseline, proof of both.
 
-Why the kit builds llama.cpp itself: a build that pip compiles with llama.cpp's default (``GGML_NATIVE``,
-i.e. ``-march=native``) uses every instruction of the machine it was built on and dies with SIGILL or a
-general protection fault on a CPU that lacks one (seen on a Sapphire Rapids VM: exit -11 on the first
-request). The kit therefore builds llama.cpp once, from the sources vendored in the pinned
-``llama-cpp-python`` sdist (downloaded with pip, hash-checked), with native detection off and every
-instruction-set option set explicitly for a named baseline:
-
-* ``x86-64-v3`` (the default on x86-64): SSE4.2, AVX, AVX2, FMA, F16C, BMI2; every AVX-512, AVX-VNNI and
-  AMX option off. Any x86-64 CPU from 2013 on (Haswell, Zen) runs it.
-* ``x86-64-v2``: SSE4.2 only, for older x86-64 CPUs without AVX2 (several times slower).
-* ``native``: ``-march=native``, only when the user asks (fastest here, runs only on CPUs like this one).
-
-The build gives both servers the same library: upstream ``llama-server`` (continuous batching, parallel
-slots) and the ``libllama``/``libggml`` that ``llama-cpp-python`` loads through ``LLAMA_CPP_LIB_PATH`` (the
-Python package itself is installed with ``-DLLAMA_BUILD=OFF``, so pip compiles nothing). ``system_info``
-asks the built library which CPU features it was compiled for (llama.cpp's own report); every manifest
-records it and a test fails when it names anything beyond the baseline.
+pip's default llama.cpp build uses ``-march=native`` and dies (SIGILL, or exit -11) on a CPU that lacks one of
+its build machine's instructions. So the kit builds llama.cpp once itself, from the sources vendored in the
+pinned, hash-checked ``llama-cpp-python`` sdist, with native detection off and every instruction-set option set
+for a named baseline (``Baseline``: ``x86-64-v3`` by default, ``x86-64-v2``, or ``native`` on request). Both
+servers use the one library: upstream ``llama-server``, and ``llama-cpp-python`` (installed with
+``-DLLAMA_BUILD=OFF``) through ``LLAMA_CPP_LIB_PATH``. ``system_info`` asks the built library which CPU features
+it was compiled for; manifests record it and a test fails when it names anything beyond the baseline.
+Baselines, build folders, install time and the CPU check: docs/embedded-default.md, "Portability".
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Preflight: one tiny request to each endpoint a run needs, before its first task.
 
-Why: a run whose embedding server is down does not crash. The embedder returns None, the methods fall
-back to mode ``none`` after every task's retries (measured: ~50 s of retries per task) and the run
-silently measures ReAct; a dead chat endpoint costs every run of a grid its full retry budget, one run
-after another. So before any task, a run (``runner.protocol``), a study (``studies``) and a grid (once per
-distinct endpoint, ``runner.grid``) send each endpoint one small request:
-
-* chat: one user message (``PREFLIGHT_PROMPT``) with ``PREFLIGHT_MAX_TOKENS`` (in the endpoint's request shape,
-  which adds its reasoning budget); any
-  well-formed completion passes, even an empty one (a reasoning model may spend four tokens thinking);
-* embeddings: one short text; the reply must hold one finite, non-empty vector.
-
-Each probe uses its own connection with ``PREFLIGHT_RETRIES`` retry, a short backoff and a timeout of at
-most ``PREFLIGHT_TIMEOUT_S``, so a dead endpoint is reported within seconds. Probes bypass the ledger and
-the response cache: they are never counted as a task's calls. A failure raises ``PreflightError`` (an
-``LLMUnavailableError``) naming every endpoint that failed (URL, model, profile), the error and the fix.
+Why: a run whose embedding server is down does not crash; its methods fall back to mode ``none`` after each
+task's retries and the run silently measures ReAct, while a dead chat endpoint costs every run of a grid its
+full retry budget. So a run (``runner.protocol``), a study (``studies``) and a grid (once per distinct
+endpoint, ``runner.grid``) first send each endpoint one small chat or embedding request, on its own connection
+with ``PREFLIGHT_RETRIES`` retry and at most ``PREFLIGHT_TIMEOUT_S``. Probes bypass the ledger and the response
+cache. A failure raises ``PreflightError`` naming every endpoint that failed (URL, model, profile), the error
+and the fix. What passes and who checks what: docs/protocol.md, "Bring your own server" (Preflight);
+docs/failures.md.
 """
 
 from __future__ import annotations

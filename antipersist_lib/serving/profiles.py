@@ -1,28 +1,13 @@
 """Named backbone and embedding profiles (``params/backbones/*.yaml``, ``params/embeddings/*.yaml``).
 
-A profile gives a base URL, a model name, a context length and the *name* of the environment
-variable that holds the API key (never the key). ``ANTIPERSIST_PARAMS`` points at another params
-folder.
-
-Base URL, first match wins: the variable the profile names in ``base_url_env`` (one per model,
-e.g. ``ANTIPERSIST_URL_LLAMA_4_SCOUT``), then the global ``ANTIPERSIST_BASE_URL`` (backbones) /
-``ANTIPERSIST_EMBED_BASE_URL`` (embeddings), which applies to every profile of its kind, then the
-profile's ``base_url``. A URL carrying credentials (``user:key@host``) is refused: keys are read
-from the variable named by ``api_key_env`` only, so they never reach a manifest.
-
-Backbone profiles may set the *agent's* decoding for that model (``temperature``, ``top_p``);
-``agent_decoding(name)`` returns them. The synthesis LLM is not affected (temperature 0).
-
-Name or file (``is_profile_path``, the one rule): wherever a profile *name* is accepted, a path to a
-profile file is accepted too. A value that ends in ``.yaml`` or ``.yml`` (any case) or contains a path
-separator (``/``, or the platform's own) is a path to a YAML file (``~`` expanded, relative paths taken
-from the working directory), validated exactly like the files in ``params/<kind>/``; any other value
-names ``params/<kind>/<value>.yaml``. A file's *label* (run folders, manifests) is its file name without
-the suffix (``profile_label``). The embedding value ``embedded`` (``EMBEDDED``) is the in-process MiniLM
-embedder (``serving.embedded.EmbeddedEmbedder``), which the run starts and stops itself.
-
-An ad-hoc endpoint (``--base-url URL --model NAME`` on the command line) is an Endpoint built and checked
-by ``adhoc_endpoint``, labelled ``adhoc_label(model)``.
+A profile gives a base URL, a model name, a context length and the *name* of the variable holding the API key
+(never the key); backbone profiles may also set the agent's decoding (``agent_decoding``). The base URL
+(``resolve_base_url``) comes from the profile's ``base_url_env`` variable, then the global override of its kind,
+then ``base_url``; a URL carrying credentials is refused. ``ANTIPERSIST_PARAMS`` points at another params folder.
+Wherever a profile name is accepted a profile file is too: ``is_profile_path`` is the one rule telling them
+apart, ``profile_label`` names a file's runs, ``EMBEDDED`` is the in-process embedder, and ``adhoc_endpoint``
+builds the endpoint of ``--base-url URL --model NAME``. Documented in docs/protocol.md, "Backbones and vLLM
+servers" and "Bring your own server".
 """
 
 from __future__ import annotations

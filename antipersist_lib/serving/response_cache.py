@@ -1,22 +1,12 @@
 """On-disk, content-addressed cache of model responses.
 
-Why: an interrupted run resumes without paying twice for calls it already made, and a finished
-run replays deterministically from its cache. The key is the SHA-256 of the canonical JSON of
-the whole request: kind ("chat" | "embedding"), model, messages or input text, and every
-decoding parameter (temperature, max_tokens, top_p, stop, seed, ...). The run seed is part of
-the key, so runs with different seeds never share sampled answers.
-
-The server is part of the key too: the clients (``serving.llm``) never use a cache folder as it is
-but its folder for one server, ``root/<server digest>/`` (``for_server``), whose ``server.identity`` (JSON) says
-what answered there (the base URL and what the server reports of the model it serves, or, for the
-kit's embedded servers, the model file's sha256). A second server behind the same model name, or new
-weights behind an unchanged name that the server reports, gets a folder of its own, never the first
-one's replies.
-
-Layout: one small JSON file per key at ``<folder>/<key[:2]>/<key>.json``, written atomically, so a
-crash leaves either the old entry or the new one. A corrupt entry is a miss (with a warning)
-and is overwritten by the next ``put``. Unlike the call ledger, the cache does hold response
-text: that is its whole purpose, so keep it inside the run directory.
+Why: an interrupted run resumes without paying twice for calls it already made, and a finished run replays
+deterministically from its cache. The key is the SHA-256 of the whole request's canonical JSON (kind, model,
+messages or input, every decoding parameter, the seed), and each server has its own folder (``for_server``,
+with a ``server.identity`` file), so a second server or new weights behind the same model name never get the
+first one's replies. Each entry is one JSON file written atomically, so a crash leaves the old entry or the new
+one; a corrupt entry is a miss with a warning. The cache holds reply text (unlike the call ledger): keep it with
+the runs it serves. Identity, layout and where each command puts it: docs/protocol.md, "The response cache".
 """
 
 from __future__ import annotations

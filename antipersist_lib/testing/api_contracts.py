@@ -1,20 +1,12 @@
 """The documented request rules of the servers the kit talks to, enforced by the loopback server.
 
 Why: a request shape (``serving.request_shape``) is only proven right against a server that refuses what the
-real one refuses. ``LoopbackServer(api=...)`` applies one of these contracts to every chat request: it first
-refuses what that API documents as an error (HTTP 400 with the API's own wording), then wraps the scripted
-answer the way that server returns it (hidden reasoning tokens, a ``reasoning_content`` field, or
-``<think>`` inline). Like the server itself, these are test instruments, not models.
-
-The rules, as the APIs document them (the kit's reading):
-* OpenAI reasoning models (GPT-5 family, o-series): ``max_tokens`` is refused ("Use 'max_completion_tokens'
-  instead"), as are a temperature or top_p other than 1 and ``stop``; unknown fields are refused; reasoning
-  tokens are spent from ``max_completion_tokens`` before the answer and reported in
-  ``usage.completion_tokens_details.reasoning_tokens``; their text is not returned.
-* vLLM: thinking models think unless ``chat_template_kwargs.enable_thinking`` is false; with a reasoning
-  parser the reasoning comes in ``reasoning_content``, without one it is inline in ``<think>...</think>``.
-* llama.cpp's server: like vLLM with its reasoning parser on (``reasoning_content``).
-* Anthropic's OpenAI-compatible endpoint: temperature is capped at 1, ``seed`` is ignored.
+real one refuses. ``LoopbackServer(api=...)`` applies one of these contracts to every chat request: it refuses
+what that API documents as an error (HTTP 400 in the API's own wording), then wraps the scripted answer as that
+server returns it (hidden reasoning tokens, a ``reasoning_content`` field, or ``<think>`` inline). Contracts:
+OpenAI reasoning models, vLLM, llama.cpp's server and Anthropic's OpenAI-compatible endpoint; the rules each
+enforces, as the kit reads the APIs' documentation, are listed in docs/protocol.md, "The papers' models and
+their request shapes". Like the server itself, these are test instruments, not models.
 """
 
 from __future__ import annotations

@@ -1,40 +1,15 @@
 """The HTTP adapter to a running WebShop site: ``WebShopEnvironment``.
 
-The engine is princeton-nlp/WebShop's Flask application (``web_agent_site/app.py``), started by
-the user (``./run_dev.sh`` serves it on port 3000). The adapter does what WebShop's own text
-environment does, but against the real site instead of an in-process simulator:
+The engine is princeton-nlp/WebShop's Flask application (``web_agent_site/app.py``), started by the
+user (``./run_dev.sh``, port 3000). The adapter plays goal ``i`` in a fresh ``..._fixed_{i}``
+session, observes pages in WebShop's ``simple`` text mode and acts by following the links the site
+renders (``antipersist_lib.envs.webshop.pages``); ``success`` is a reward of 1.0 on the done page.
+The first request may take up to ``startup_timeout_s`` (900 s) while the site loads its products.
 
-* ``reset`` opens the goal's index page ``/{session_id}``. The site gives a session whose id
-  contains ``fixed`` the goal with index ``int(session_id.split('_')[-1])`` of its (fixed,
-  shuffled) goal list, so goal ``i`` is played in a session named ``..._fixed_{i}``; by default
-  every episode gets a fresh session ``{session_prefix}-{token}-{n}_fixed_{i}`` so no server-side
-  state is shared between episodes (``session_prefix=""`` uses the plain ``fixed_{i}``).
-* The observation is WebShop's ``simple`` text mode, the page's visible text joined by
-  `` [SEP] `` (built by ``parse_page``; what is left out is described in
-  ``antipersist_lib.envs.webshop.pages``).
-* Actions are ``search[query]`` and ``click[X]`` where X is a clickable of the current page
-  (the action syntax and the clickables are described in ``antipersist_lib.envs.webshop.pages``).
-  The adapter follows the link the site itself renders for the clickable (form action, product
-  href, the option radio's ``data-url``), so it moves exactly like a browser on the site; chosen
-  options are carried in the item page's URLs by the site. An action that is not available on
-  the current page is answered with ``valid=False`` and an explanation, without any request to
-  the server.
-* ``click[Buy Now]`` opens the done page, which shows WebShop's reward in ``#reward``; the
-  episode ends there. ``score`` is that reward (0..1) and ``success`` is ``reward == 1.0``
-  (within 1e-9), the usual WebShop success rate definition (ReAct, Reflexion, ExpeL).
-
-Failures of the site (connection errors, HTTP errors, timeouts, pages that cannot be
-understood) raise ``InfrastructureError``; a refused connection at ``reset`` raises
-``BenchmarkUnavailableError`` that says how to start the site. The site loads its products and
-search index when it serves its first request (minutes with the full 1.18M products), so the
-adapter's first request may take up to ``startup_timeout_s`` (default 900 s); later requests
-use ``timeout_s``.
-
-Reproducibility caveat (a property of the WebShop site, not of the adapter): the site draws
-product prices and each goal's "price lower than X dollars" bound with Python's unseeded
-``random`` when it starts, before seeding its goal shuffle, so goal ``i`` is the same product
-and instruction after every restart but its price bound may differ. Keep one site running for
-a whole experiment, or seed ``random`` in the site's start-up, to hold it fixed.
+Caveat: the site draws prices and each goal's price bound with Python's unseeded ``random`` at
+start-up, so a goal's price bound may differ after a restart; keep one site running for a whole
+experiment, or seed ``random`` in the site's start-up. docs/benchmarks.md, "WebShop", has the
+details.
 """
 
 from __future__ import annotations

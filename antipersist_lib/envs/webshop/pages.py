@@ -1,21 +1,11 @@
 """WebShop pages: the page model and the HTML parsing behind the adapter's observations and actions.
 
-Pure functions and data (no I/O), so they can be tested on saved pages; the adapter that fetches
-the pages is ``antipersist_lib.envs.webshop.client``.
-
-* The observation is WebShop's ``simple`` text mode: the page's visible text nodes, stripped,
-  joined by `` [SEP] `` (so the index page reads ``WebShop [SEP] Instruction: [SEP] <goal>
-  [SEP] Search``). Text inside ``<script>``/``<style>``/``<head>``, comments and elements the
-  page hides (``style="display:none"``, ``hidden``) is left out; the latter keeps the done
-  page's hidden target-product block out of the agent's (and the memory's) view.
-* Actions are ``search[query]`` (only on a page with the search box, the index page) and
-  ``click[X]`` where X is a clickable of the current page, compared case-insensitively, as in
-  the original text environment: the buttons (Back to Search, Next >, < Prev, Description,
-  Features, Reviews, Attributes, Buy Now), the product ASINs of a results page and the option
-  values of an item page. Each ``Clickable`` records the link the site itself renders for it
-  (form action, product href, the option radio's ``data-url``), which the adapter follows.
-* The done page shows WebShop's reward in ``#reward``; ``parse_page`` reads it into
-  ``Page.reward``.
+Pure functions and data (no I/O), so they can be tested on saved pages; the adapter that fetches the
+pages is ``antipersist_lib.envs.webshop.client``. ``parse_page`` turns a page into its ``simple``
+text observation (visible text joined by `` [SEP] ``; hidden elements, such as the done page's
+target product, are left out), its ``Clickable`` items with the links the site renders for them, and
+the done page's reward (``Page.reward``). docs/benchmarks.md, "WebShop", describes the observation
+and the action syntax.
 """
 
 from __future__ import annotations
