@@ -200,7 +200,7 @@ class Checker:
         return dict(value)
 
     def integer(self, value: Any, key: str, *, minimum: int = 0, optional: bool = False) -> Any:
-        """An integer >= ``minimum`` (``optional``: or null), as ``studies.check_int`` reads it."""
+        """An integer >= ``minimum`` (``optional``: or null)."""
         return self.value(value, key, Field(key, INT, minimum=minimum, nullable=optional))
 
     def boolean(self, value: Any, key: str) -> bool:

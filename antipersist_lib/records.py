@@ -16,6 +16,12 @@ from typing import Any
 MODES: tuple[str, ...] = ("none", "imitation", "strategic", "corrective")
 SYNTHESIS_MODES: tuple[str, ...] = ("imitation", "strategic", "corrective")
 
+#: the two phases of a run, each with its own episode file (``episodes_<phase>.jsonl``); also the two task
+#: splits of a partition. The order is fixed: a phase's index seeds its decisions' random stream.
+TRAIN = "train"
+HELDOUT = "heldout"
+PHASES: tuple[str, ...] = (TRAIN, HELDOUT)
+
 
 @dataclass(frozen=True)
 class Task:
@@ -154,8 +160,8 @@ class EpisodeOutcome:
         )
 
 
-#: the two task splits of a partition
-SPLITS = ("train", "heldout")
+#: the two task splits of a partition (the phases' names)
+SPLITS = PHASES
 #: how a limit (``heldout_limit``, ``train_pool_limit``) picks its N tasks from a split
 SUBSET_ORDERS = ("balanced", "first")
 
@@ -202,7 +208,7 @@ class Partition:
     def split(self, name: str) -> tuple[Task, ...]:
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}")
-        return self.train if name == "train" else self.heldout
+        return self.train if name == TRAIN else self.heldout
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -24,11 +24,9 @@ from typing import Any
 
 from antipersist_lib.errors import ManifestMismatchError, RunLockedError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.records import PHASES
 
 log = logging.getLogger(__name__)
-
-#: the two kinds of episode, each with its own record file
-PHASE_NAMES = ("train", "heldout")
 
 
 def count_lines(path: Path) -> int:
@@ -147,8 +145,8 @@ class RunDirectory:
 
     def episodes_path(self, phase: str) -> Path:
         """``episodes_train.jsonl`` or ``episodes_heldout.jsonl``."""
-        if phase not in PHASE_NAMES:
-            raise ValueError(f"phase is {phase!r}, expected one of {PHASE_NAMES}")
+        if phase not in PHASES:
+            raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
         return self.path / f"episodes_{phase}.jsonl"
 
     def state_path(self, name: str) -> Path:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from antipersist_lib.errors import InfrastructureError, LLMUnavailableError
 from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.profile_fields import Checker
 from antipersist_lib.serving.embedded import BACKBONE_OPTION_KEYS  # noqa: F401  (re-exported for the study profiles)
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
@@ -59,6 +60,11 @@ class StudyProfileError(ValueError):
 
 def fail(path: Any, message: str) -> StudyProfileError:
     return StudyProfileError(f"study profile {path}: {message}")
+
+
+def checker(path: Any) -> Checker:
+    """The ``profile_fields.Checker`` of a study profile: its errors are ``fail(path, ...)``."""
+    return Checker(path, lambda message: fail(path, message))
 
 
 def read_profile(path: Path, keys: set[str]) -> dict[str, Any]:
@@ -109,49 +115,11 @@ def _check_profile_file(kind: str, value: str, key: str, path: Any) -> None:
             raise fail(path, f"{key!r}: {exc}") from None
 
 
-def check_mapping(value: Any, key: str, allowed: set[str] | None, path: Any) -> dict[str, Any]:
-    """``value`` as a dict ({} for null); keys outside ``allowed`` (when given) are named in the error."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        expected = f"a mapping with keys from {sorted(allowed)}" if allowed else "a mapping"
-        raise fail(path, f"{key!r} must be {expected}, got {value!r}")
-    if allowed is not None:
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise fail(path, f"unknown key(s) {[f'{key}.{u}' for u in unknown]}; allowed in {key!r}: {sorted(allowed)}")
-    return dict(value)
-
-
-def check_int(value: Any, key: str, path: Any, *, minimum: int = 0, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise fail(path, f"{key!r} must be an integer >= {minimum}{' or null' if optional else ''}, got {value!r}")
-    return value
-
-
-def check_bool(value: Any, key: str, path: Any) -> bool:
-    if not isinstance(value, bool):
-        raise fail(path, f"{key!r} must be true or false, got {value!r}")
-    return value
-
-
 def check_list(value: Any, key: str, path: Any) -> list[Any]:
     """A scalar or a non-empty list, as a list."""
     items = value if isinstance(value, list) else [value]
     if not items:
         raise fail(path, f"{key!r} must list at least one value")
-    return items
-
-
-def check_names(value: Any, key: str, path: Any) -> list[str]:
-    """A non-empty list of distinct non-empty strings."""
-    items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(x, str) and x for x in items):
-        raise fail(path, f"{key!r} must be a non-empty list of names, got {value!r}")
-    if len(set(items)) != len(items):
-        raise fail(path, f"{key!r} lists a name twice: {items}")
     return items
 
 

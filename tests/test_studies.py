@@ -32,11 +32,11 @@ def models(server=None) -> studies.StudyModels:
 def test_profile_checks_name_the_file_and_the_key(tmp_path):
     path = tmp_path / "p.yaml"
     with pytest.raises(studies.StudyProfileError, match=r"p.yaml: unknown key\(s\) \['pool.sed'\]"):
-        studies.check_mapping({"sed": 1}, "pool", {"seed"}, path)
+        studies.checker(path).mapping({"sed": 1}, "pool", {"seed"})
     with pytest.raises(studies.StudyProfileError, match=r"'seeds' lists a name twice"):
-        studies.check_names(["a", "a"], "seeds", path)
+        studies.checker(path).names(["a", "a"], "seeds")
     with pytest.raises(studies.StudyProfileError, match=r"'steps' must be an integer >= 1, got True"):
-        studies.check_int(True, "steps", path, minimum=1)
+        studies.checker(path).integer(True, "steps", minimum=1)
     with pytest.raises(studies.StudyProfileError, match=r"'backbone' must be 'embedded' or a profile name"):
         studies.check_backbone({"backbone": ""}, path)
     assert studies.check_backbone({}, path) == studies.EMBEDDED

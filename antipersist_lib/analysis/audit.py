@@ -21,7 +21,6 @@ import pandas as pd
 
 from antipersist_lib.core.config import AntiPersistenceConfig, recorded_config
 from antipersist_lib.core.selector import (
-    PHASES,
     UNSUPPORTED_POLICIES,
     ModeSelector,
     decision_differences,
@@ -32,6 +31,7 @@ from antipersist_lib.memory.outcome_log import OutcomeLog
 from antipersist_lib.memory.trajectory_store import TASK_FILTERS, MemoryRecord, TrajectoryStore
 from antipersist_lib.methods.anti_persistence import decide
 from antipersist_lib.paths import repo_root
+from antipersist_lib.records import PHASES, TRAIN
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import embed_text
 
@@ -103,7 +103,7 @@ def find_episode(run: Path, phase: str, iteration: int, position: int) -> dict[s
 def log_entries_seen(run: Path, phase: str, iteration: int, position: int) -> int:
     """How many outcome-log entries existed when the decision was made."""
     train = _episodes(run, "train")
-    if phase == "train":
+    if phase == TRAIN:
         return sum(
             1 for r in train if (r["iteration"], r["position"]) < (iteration, position) and r["meta"].get("logged")
         )
@@ -154,7 +154,7 @@ def audit_decision(
     cfg = _method_config(man) if config is None else config
     rec = find_episode(run, phase, iteration, position)
     recorded_nb = None
-    if embedding is None and phase == "train":
+    if embedding is None and phase == TRAIN:
         k = rec["meta"]["update_index"]
         stored = [
             x.value

@@ -28,13 +28,13 @@ from typing import Any
 from antipersist_lib import tolerance
 from antipersist_lib.analysis.audit import log_entries_seen
 from antipersist_lib.core.agent import AgentConfig
-from antipersist_lib.core.selector import PHASES, decision_differences
+from antipersist_lib.core.selector import decision_differences
 from antipersist_lib.envs import make_env
 from antipersist_lib.errors import LLMUnavailableError
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.methods import make_method, params_as_recorded
 from antipersist_lib.methods.base import MethodContext
-from antipersist_lib.records import Task
+from antipersist_lib.records import HELDOUT, PHASES, TRAIN, Task
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import TaskCapture, run_task
 from antipersist_lib.runner.replay import replay_clients
@@ -68,7 +68,7 @@ class DiscardProof:
     @property
     def discarded(self) -> bool:
         """Guidance in no file, no field for it, and (held-out) no state change at all."""
-        frozen_ok = self.state_unchanged if self.phase == "heldout" else True
+        frozen_ok = self.state_unchanged if self.phase == HELDOUT else True
         return frozen_ok and not self.files_containing_guidance and "guidance" not in self.record_fields
 
 
@@ -236,7 +236,7 @@ def walk(
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(src.state_dir, dst.state_dir)
-    if phase == "train":
+    if phase == TRAIN:
         _state_before(run, rec, work)
     before = _hashes(dst.state_dir)
     sizes = {
@@ -249,7 +249,7 @@ def walk(
         # as recorded: a parameter added since the run (e.g. heldout_selection) takes the value it ran with
         **params_as_recorded(man["method"], man.get("method_params") or {}, man),
     )
-    if phase == "heldout":
+    if phase == HELDOUT:
         method.freeze()  # held-out: nothing may be written
     own_env = env is None
     env = env or make_env(man["benchmark"], **man.get("benchmark_options", {}))

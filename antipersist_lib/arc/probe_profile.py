@@ -26,11 +26,8 @@ from antipersist_lib.serving.profiles import named_context_length
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
     check_backbone,
-    check_bool,
-    check_int,
     check_list,
-    check_mapping,
-    check_names,
+    checker,
     fail,
     read_profile,
 )
@@ -205,13 +202,13 @@ def _family(value: Any, key: str, path: Any) -> str:
 
 
 def _cycles(block: dict[str, Any], key: str, path: Any) -> int:
-    return int(check_int(block.get("cycles", 1), f"{key}.cycles", path, minimum=1) or 1)
+    return int(checker(path).integer(block.get("cycles", 1), f"{key}.cycles", minimum=1) or 1)
 
 
 def _pair(block: dict[str, Any], key: str, path: Any) -> tuple[str, str]:
     if "families" not in block:
         raise fail(path, f"'{key}.families' is required: two family names (e.g. [{FAMILY_IDS[0]}, {FAMILY_IDS[1]}])")
-    names = check_names(block["families"], f"{key}.families", path)
+    names = checker(path).names(block["families"], f"{key}.families")
     if len(names) != 2:
         raise fail(path, f"'{key}.families' must name exactly two families, got {names}")
     a, b = (_family(n, f"{key}.families[]", path) for n in names)
@@ -220,10 +217,11 @@ def _pair(block: dict[str, Any], key: str, path: Any) -> tuple[str, str]:
 
 def probe_streams(data: dict[str, Any], regimes: Sequence[str], path: Any) -> tuple[ProbeStream, ...]:
     """The streams the profile's probe blocks ask for, one set per regime."""
+    check = checker(path)
     streams: list[ProbeStream] = []
     for regime in regimes:
         if "overfit" in data:
-            block = check_mapping(data["overfit"], "overfit", OVERFIT_KEYS, path)
+            block = check.mapping(data["overfit"], "overfit", OVERFIT_KEYS)
             if "family" not in block:
                 raise fail(path, f"'overfit.family' is required: one of {list(FAMILY_IDS)}")
             fam = _family(block["family"], "overfit.family", path)
@@ -232,13 +230,13 @@ def probe_streams(data: dict[str, Any], regimes: Sequence[str], path: Any) -> tu
                 ProbeStream(f"overfit-{fam}-{regime}", "overfit", regime, ((fam,),), cycles, (fam,), EVAL_KINDS)
             )
         if "overwrite" in data:
-            block = check_mapping(data["overwrite"], "overwrite", PAIR_KEYS, path)
+            block = check.mapping(data["overwrite"], "overwrite", PAIR_KEYS)
             a, b = _pair(block, "overwrite", path)
             cycles = _cycles(block, "overwrite", path)
             name = f"overwrite-{a}-then-{b}-{regime}"
             streams.append(ProbeStream(name, "overwrite", regime, ((a,), (b,)), cycles, (a, b)))
         if "misgroup" in data:
-            block = check_mapping(data["misgroup"], "misgroup", PAIR_KEYS, path)
+            block = check.mapping(data["misgroup"], "misgroup", PAIR_KEYS)
             a, b = _pair(block, "misgroup", path)
             cycles = _cycles(block, "misgroup", path)
             streams.append(ProbeStream(f"mixed-{a}+{b}-{regime}", "misgroup", regime, ((a, b),), cycles, (a, b)))
@@ -253,15 +251,16 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
     (``probe_prompt_sizes``, as the study does)."""
     path = Path(path)
     data = read_profile(path, PROFILE_KEYS)
+    check = checker(path)
     backbone = check_backbone(data, path)
-    options = check_mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS, path)
-    examples = check_mapping(data.get("task_examples"), "task_examples", EXAMPLE_KEYS, path)
-    n_train = check_int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=2)
-    n_test = check_int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
+    options = check.mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS)
+    examples = check.mapping(data.get("task_examples"), "task_examples", EXAMPLE_KEYS)
+    n_train = check.integer(examples.get("n_train", N_TRAIN), "task_examples.n_train", minimum=2)
+    n_test = check.integer(examples.get("n_test", N_TEST), "task_examples.n_test", minimum=1)
     if "subset_size" not in data:
         raise fail(path, "'subset_size' is required: how many tasks each single-family subset holds")
-    subset_size = check_int(data["subset_size"], "subset_size", path, minimum=1)
-    variants = check_int(data.get("variants", 1), "variants", path, minimum=1)
+    subset_size = check.integer(data["subset_size"], "subset_size", minimum=1)
+    variants = check.integer(data.get("variants", 1), "variants", minimum=1)
     regimes = check_list(data.get("regime", ["force"]), "regime", path)
     for r in regimes:
         if r not in REGIMES:
@@ -271,7 +270,7 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
     source = data.get("source", "gt")
     if source not in SOURCES:
         raise fail(path, f"source must be one of {SOURCES}, got {source!r}")
-    buffer_size = check_int(data.get("buffer_size", 8), "buffer_size", path, minimum=1, optional=True)
+    buffer_size = check.integer(data.get("buffer_size", 8), "buffer_size", minimum=1, optional=True)
     buffer_reading = data.get("buffer_reading", "cap")
     if buffer_reading not in BUFFER_READINGS:
         raise fail(path, f"buffer_reading must be one of {BUFFER_READINGS}, got {buffer_reading!r}")
@@ -280,10 +279,10 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
     if not any(p in data for p in PROBES):
         raise fail(path, f"no probe asked for: give at least one of {list(PROBES)}")
     streams = probe_streams(data, regimes, path)
-    stream = check_mapping(data.get("stream"), "stream", STREAM_KEYS, path)
+    stream = check.mapping(data.get("stream"), "stream", STREAM_KEYS)
     if "solver_memory" in stream:
         stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
-    evaluation = check_mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS, path)
+    evaluation = check.mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS)
     sources = tuple(check_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
     bad = [s for s in sources if s not in MEMORY_SOURCES]
     if bad:
@@ -296,7 +295,7 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
         streams=streams,
         subset_size=int(subset_size or 1),
         variants=int(variants or 1),
-        seed=int(check_int(data.get("seed", 0), "seed", path) or 0),
+        seed=int(check.integer(data.get("seed", 0), "seed") or 0),
         n_train=int(n_train or N_TRAIN),
         n_test=int(n_test or N_TEST),
         source=str(source),
@@ -304,9 +303,9 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
         buffer_reading=str(buffer_reading),
         stream=stream,
         eval_sources=sources,
-        eval_workers=int(check_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
-        no_memory=check_bool(data.get("no_memory", True), "no_memory", path),
-        response_cache=check_bool(data.get("response_cache", True), "response_cache", path),
+        eval_workers=int(check.integer(evaluation.get("workers", 1), "evaluation.workers", minimum=1) or 1),
+        no_memory=check.boolean(data.get("no_memory", True), "no_memory"),
+        response_cache=check.boolean(data.get("response_cache", True), "response_cache"),
         sandbox=str(sandbox),
         backbone_options=options,
         raw=data,

@@ -36,9 +36,8 @@ from antipersist_lib.serving.llm import LLMClient
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
     check_backbone,
-    check_int,
     check_list,
-    check_mapping,
+    checker,
     fail,
     read_profile,
 )
@@ -244,7 +243,7 @@ class StudyProfile:
 
 
 def _section(data: Any, key: str, allowed: set[str], path: Any) -> dict[str, Any]:
-    return check_mapping(data.get(key), key, allowed, path)
+    return checker(path).mapping(data.get(key), key, allowed)
 
 
 def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -> PoolSpec:
@@ -257,12 +256,12 @@ def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -
     if name == FRESH_POOL and key == "train_pool":
         if "limit" in spec:
             raise fail(path, f"{key}: the {FRESH_POOL!r} pool holds as many tasks as the stream needs; drop 'limit'")
-        return PoolSpec(FRESH_POOL, int(check_int(spec.get("seed", 0), f"{key}.seed", path) or 0))
+        return PoolSpec(FRESH_POOL, int(checker(path).integer(spec.get("seed", 0), f"{key}.seed") or 0))
     if name not in POOL_SIZES:
         choices = sorted(POOL_SIZES) + ([FRESH_POOL] if key == "train_pool" else [])
         raise fail(path, f"{key}.name must be one of {choices}, got {name!r}")
-    seed = check_int(spec.get("seed", 0), f"{key}.seed", path)
-    limit = check_int(spec.get("limit"), f"{key}.limit", path, minimum=1, optional=True)
+    seed = checker(path).integer(spec.get("seed", 0), f"{key}.seed")
+    limit = checker(path).integer(spec.get("limit"), f"{key}.limit", minimum=1, optional=True)
     if limit is not None and limit > POOL_SIZES[name]:
         raise fail(path, f"{key}.limit {limit} exceeds the {POOL_SIZES[name]} tasks of pool {name!r}")
     return PoolSpec(name, int(seed or 0), limit)
@@ -305,7 +304,7 @@ def _grid_conditions(
                 "per step); leave out tasks_per_step and conditions.tasks_per_step",
             )
         for b in buffers:
-            check_int(b, "conditions.buffer_size", path, minimum=1)
+            checker(path).integer(b, "conditions.buffer_size", minimum=1)
         combos = [
             (r, s, _capacity_of(capacities, b, path), b, b) for r, s, b in itertools.product(regimes, sources, buffers)
         ]
@@ -318,9 +317,9 @@ def _grid_conditions(
             )
         per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
         for b in buffers:
-            check_int(b, "conditions.buffer_size", path, minimum=1, optional=True)
+            checker(path).integer(b, "conditions.buffer_size", minimum=1, optional=True)
         for t in per_step:
-            check_int(t, "conditions.tasks_per_step", path, minimum=1)
+            checker(path).integer(t, "conditions.tasks_per_step", minimum=1)
         combos = [(r, s, b, t, b) for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)]
     conditions = tuple(
         Condition(condition_name(r, s, cap, t), r, s, cap, t, table4_b=b, buffer_reading=reading)
@@ -365,7 +364,7 @@ def _capacity_of(capacities: Any, b: int, path: Any) -> int | None:
         value = capacities[b]
     else:
         value = capacities
-    return check_int(value, f"episodic_capacity[{b}]", path, minimum=1, optional=True)
+    return checker(path).integer(value, f"episodic_capacity[{b}]", minimum=1, optional=True)
 
 
 def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
@@ -381,10 +380,10 @@ def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
             raise fail(path, f"fig2.regime: {r!r} is not one of {REGIMES}")
     return Fig2Spec(
         select=select,
-        n_tasks=int(check_int(spec.get("n_tasks", 19), "fig2.n_tasks", path, minimum=1) or 19),
-        revisits=int(check_int(spec.get("revisits", 10), "fig2.revisits", path, minimum=1) or 10),
+        n_tasks=int(checker(path).integer(spec.get("n_tasks", 19), "fig2.n_tasks", minimum=1) or 19),
+        revisits=int(checker(path).integer(spec.get("revisits", 10), "fig2.revisits", minimum=1) or 10),
         regimes=regimes,
-        buffer_size=check_int(spec.get("buffer_size"), "fig2.buffer_size", path, minimum=1, optional=True),
+        buffer_size=checker(path).integer(spec.get("buffer_size"), "fig2.buffer_size", minimum=1, optional=True),
     )
 
 
@@ -410,21 +409,22 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
     (``check_profile_context``; a run checks again against the endpoint it really uses)."""
     path = Path(path)
     data = read_profile(path, PROFILE_KEYS)
+    check = checker(path)
     backbone = check_backbone(data, path)
     options = _section(data, "backbone_options", BACKBONE_OPTION_KEYS, path)
     train_pool = _pool(data, "train_pool", path)
     heldout_pool = _pool(data, "heldout_pool", path, required=False)
     examples = _section(data, "task_examples", EXAMPLE_KEYS, path)
-    n_train = check_int(examples.get("n_train", N_TRAIN), "task_examples.n_train", path, minimum=1)
-    n_test = check_int(examples.get("n_test", N_TEST), "task_examples.n_test", path, minimum=1)
-    steps = check_int(data.get("steps"), "steps", path, minimum=1)
-    base_tps = check_int(data.get("tasks_per_step", 1), "tasks_per_step", path, minimum=1)
+    n_train = check.integer(examples.get("n_train", N_TRAIN), "task_examples.n_train", minimum=1)
+    n_test = check.integer(examples.get("n_test", N_TEST), "task_examples.n_test", minimum=1)
+    steps = check.integer(data.get("steps"), "steps", minimum=1)
+    base_tps = check.integer(data.get("tasks_per_step", 1), "tasks_per_step", minimum=1)
     if "checkpoints" in data and "checkpoint_every" in data:
         raise fail(path, "give 'checkpoints' (a list of steps) or 'checkpoint_every', not both")
     if "checkpoints" in data:
-        points = {check_int(s, "checkpoints[]", path) for s in check_list(data["checkpoints"], "checkpoints", path)}
+        points = {check.integer(s, "checkpoints[]") for s in check_list(data["checkpoints"], "checkpoints", path)}
     else:
-        every = check_int(data.get("checkpoint_every", steps), "checkpoint_every", path, minimum=1)
+        every = check.integer(data.get("checkpoint_every", steps), "checkpoint_every", minimum=1)
         points = set(range(0, steps + 1, int(every or steps))) | {0}
     points.add(steps)
     late = sorted(p for p in points if p is not None and p > int(steps or 0))
@@ -470,7 +470,7 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
     bad_sources = [s for s in sources_eval if s not in MEMORY_SOURCES]
     if bad_sources:
         raise fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
-    repeats = int(check_int(evaluation.get("repeats", 1), "evaluation.repeats", path, minimum=1) or 1)
+    repeats = int(check.integer(evaluation.get("repeats", 1), "evaluation.repeats", minimum=1) or 1)
     names = [c.name for c in conditions + fig2_conditions]
     judge = _optional_block(data, "judge", JUDGE_KEYS, names, path)
     surgery = _optional_block(data, "surgery", SURGERY_KEYS, names, path)
@@ -485,17 +485,17 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
             raise fail(path, f"source_ablation.eval_set {ablation['eval_set']!r} is not in evaluation.sets {sets}")
         chosen = ablation.get("checkpoints")
         if chosen is not None:
-            steps_chosen = [check_int(c, "source_ablation.checkpoints[]", path) for c in check_list(chosen, "x", path)]
+            steps_chosen = [check.integer(c, "source_ablation.checkpoints[]") for c in check_list(chosen, "x", path)]
             off = [c for c in steps_chosen if c not in points]
             if off:
                 raise fail(path, f"source_ablation.checkpoints {off} are not checkpoints of the study")
             ablation["checkpoints"] = sorted(int(c or 0) for c in steps_chosen)
     if surgery is not None:
-        check_int(surgery.get("max_entries"), "surgery.max_entries", path, minimum=1, optional=True)
+        check.integer(surgery.get("max_entries"), "surgery.max_entries", minimum=1, optional=True)
         if surgery.setdefault("eval_set", "heldout") not in EVAL_SETS:
             raise fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
     if judge is not None:
-        check_int(judge.get("max_tokens", 1024), "judge.max_tokens", path, minimum=1)
+        check.integer(judge.get("max_tokens", 1024), "judge.max_tokens", minimum=1)
     seeds = _seeds(data, path)
     if not conditions and not fig2_conditions and not _bool(data.get("no_memory", True), "no_memory", path):
         raise fail(path, "nothing to run: conditions.regime is empty, there is no fig2 block and no_memory is false")
@@ -509,15 +509,15 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
         checkpoints=tuple(sorted(int(p) for p in points if p is not None)),
         conditions=conditions,
         no_memory=_bool(data.get("no_memory", True), "no_memory", path),
-        seed=seeds[0] if seeds else int(check_int(data.get("seed", 0), "seed", path) or 0),
+        seed=seeds[0] if seeds else int(check.integer(data.get("seed", 0), "seed") or 0),
         seeds=seeds,
         n_train=int(n_train or N_TRAIN),
         n_test=int(n_test or N_TEST),
         stream=stream,
         eval_sets=sets,
-        train_limit=check_int(evaluation.get("train_limit"), "evaluation.train_limit", path, minimum=1, optional=True),
+        train_limit=check.integer(evaluation.get("train_limit"), "evaluation.train_limit", minimum=1, optional=True),
         eval_sources=sources_eval,
-        eval_workers=int(check_int(evaluation.get("workers", 1), "evaluation.workers", path, minimum=1) or 1),
+        eval_workers=int(check.integer(evaluation.get("workers", 1), "evaluation.workers", minimum=1) or 1),
         judge=judge,
         surgery=surgery,
         response_cache=_bool(data.get("response_cache", True), "response_cache", path),
@@ -528,7 +528,7 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
         coverage_average=_choice(data, "coverage_average", COVERAGE_AVERAGES, "checkpoints", path),
         eval_repeats=repeats,
         eval_temperature=_temperature(evaluation.get("temperature"), "evaluation.temperature", path),
-        table4_memories=check_int(data.get("table4_memories"), "table4_memories", path, minimum=1, optional=True),
+        table4_memories=check.integer(data.get("table4_memories"), "table4_memories", minimum=1, optional=True),
         fig2=fig2,
         fig2_conditions=fig2_conditions,
         source_ablation=ablation,
@@ -552,7 +552,7 @@ def _seeds(data: dict[str, Any], path: Any) -> tuple[int, ...]:
         raise fail(path, "give 'seed' (one study) or 'seeds' (one study per seed, in seed<k>/ subfolders), not both")
     if not isinstance(data["seeds"], list):
         raise fail(path, f"'seeds' must be a list of integers, got {data['seeds']!r}")
-    seeds = tuple(int(check_int(s, "seeds[]", path) or 0) for s in check_list(data["seeds"], "seeds", path))
+    seeds = tuple(int(checker(path).integer(s, "seeds[]") or 0) for s in check_list(data["seeds"], "seeds", path))
     if len(set(seeds)) != len(seeds):
         raise fail(path, f"'seeds' lists a seed twice: {list(seeds)}")
     return seeds

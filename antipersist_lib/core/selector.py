@@ -22,7 +22,7 @@ import numpy as np
 from antipersist_lib import tolerance
 from antipersist_lib.memory.outcome_log import OutcomeLog
 from antipersist_lib.memory.similarity import top_k
-from antipersist_lib.records import MODES
+from antipersist_lib.records import HELDOUT, MODES, PHASES
 
 BRANCHES: tuple[str, ...] = (
     "no_embedding",
@@ -393,7 +393,7 @@ class ModeSelector:
         if phase not in PHASES:
             raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
         decision = self._select(log, embedding, iteration, position, rng, phase, neighbourhood)
-        if phase == "heldout":
+        if phase == HELDOUT:
             how = (
                 "no round-robin, warmup or epsilon on the frozen log"
                 if cfg.heldout_selection == "exploit"
@@ -415,7 +415,7 @@ class ModeSelector:
         neighbourhood: Recorded | None = None,
     ) -> ModeDecision:
         cfg = self.config
-        exploit = phase == "heldout" and cfg.heldout_selection == "exploit"
+        exploit = phase == HELDOUT and cfg.heldout_selection == "exploit"
         none_est = {m: None for m in self.modes}
 
         # 1. embedding failure (B.3)
@@ -562,10 +562,6 @@ class ModeSelector:
         )
 
 
-#: the phases a decision is made in; their index seeds the decision's random stream
-PHASES: tuple[str, ...] = ("train", "heldout")
-
-
 def decision_rng(seed: int, phase: str, iteration: int, position: int) -> np.random.Generator:
     """The random stream of one decision: ``default_rng([seed, phase index, iteration, position])``.
 
@@ -633,7 +629,6 @@ __all__ = [
     "ModeSelector",
     "SelectorConfig",
     "Recorded",
-    "PHASES",
     "decision_differences",
     "decision_rng",
     "select_mode",

@@ -49,12 +49,11 @@ from antipersist_lib.methods.autorefine_skills import (
     utility_score,
 )
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.records import Task
+from antipersist_lib.records import HELDOUT, PHASES, Task
 from antipersist_lib.rundir import RunDirectory
 
 log = logging.getLogger(__name__)
 
-PHASES = ("train", "heldout")
 
 # ---------------------------------------------------------------------------------------------
 # The method
@@ -278,7 +277,7 @@ class AutoRefine(Method):
             "n_queries": len(usable),
             "n_candidates": len(cands),
         }
-        if phase == "heldout":
+        if phase == HELDOUT:
             entry = {
                 "iteration": iteration,
                 "position": position,

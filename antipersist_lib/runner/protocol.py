@@ -34,7 +34,7 @@ from antipersist_lib.errors import BenchmarkUnavailableError
 from antipersist_lib.jsonl import JsonlWriter, set_aside_malformed
 from antipersist_lib.methods import make_method, method_class, params_as_recorded, prompt_hashes
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext
-from antipersist_lib.records import EpisodeOutcome, Partition, Task, Trajectory, limited_tasks
+from antipersist_lib.records import PHASES, TRAIN, EpisodeOutcome, Partition, Task, Trajectory, limited_tasks
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.progress import Progress, ledger_activity
 from antipersist_lib.runner.repair import repair_committed, repair_embeddings
@@ -176,8 +176,8 @@ def run_task(
     ``position`` is the task's 0-based index within its iteration (it drives round-robin and
     seeds the decision). An engine that cannot load the task gives an infrastructure-failure
     record (nothing is learned from it, nothing captured); a missing engine or data stops the run."""
-    if phase not in ("train", "heldout"):
-        raise ValueError(f"phase is {phase!r}, expected 'train' or 'heldout'")
+    if phase not in PHASES:
+        raise ValueError(f"phase is {phase!r}, expected one of {PHASES}")
     try:
         obs = env.reset(task)
     except BenchmarkUnavailableError:
@@ -201,7 +201,7 @@ def run_task(
     )
     stats = dataclasses.asdict(env.episode_stats)
     prepared = None
-    if phase == "train":
+    if phase == TRAIN:
         prepared = ctx.synthesis_calls  # what learn adds is counted apart (post-episode synthesis)
         method.learn(task, ctx, ep, iteration=iteration, position=position)
     record = _episode_record(
