@@ -236,30 +236,14 @@ def ablation_folder_note(spec: Any) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from antipersist_lib.runner.protocol import run_cell
-    from antipersist_lib.runner.spec import RunSpec
+    from antipersist_lib.runner.spec import RUN_OPTION_KEYS, RunSpec
     from antipersist_lib.serving.profiles import adhoc_label, endpoint_from_arguments
 
     endpoint = endpoint_from_arguments(args, backbone=args.backbone)
     settings = load_run_params(args.params) if args.params else {}
     if endpoint is not None:  # --base-url/--model replace the backbone profile (also one from --params)
         settings["backbone"] = adhoc_label(endpoint.model)
-    for key in (
-        "method",
-        "benchmark",
-        "backbone",
-        "seed",
-        "iterations",
-        "train_per_iteration",
-        "max_steps",
-        "heldout_concurrency",
-        "heldout_limit",
-        "train_pool_limit",
-        "subset",
-        "embedding",
-        "out_root",
-        "name",
-        "judge",
-    ):
+    for key in RUN_OPTION_KEYS:
         value = getattr(args, key)
         if value is not None:
             settings[key] = value

@@ -23,7 +23,7 @@ NUMBER = "number"  # an int or a float (not a bool), within ``minimum`` / ``maxi
 BOOL = "bool"  # true or false
 STR = "str"  # a non-empty string
 TEXT = "text"  # any string, the empty one included
-NAMES = "names"  # a non-empty list of distinct non-empty strings; a single string reads as a list of one
+NAMES = "names"  # a non-empty list of distinct non-empty strings (from ``choices`` when given); a single string reads as a list of one
 CHOICE = "choice"  # one of ``choices``
 MAPPING = "mapping"  # a mapping (null reads as {}), its keys from ``keys`` when given
 KINDS = (ANY, INT, NUMBER, BOOL, STR, TEXT, NAMES, CHOICE, MAPPING)
@@ -166,7 +166,14 @@ class Checker:
         if kind == MAPPING:
             return self.mapping(value, key, f.keys, what=f.what)
         if kind == NAMES:
-            return self.names(value, key)
+            names = self.names(value, key)
+            unknown = [n for n in names if f.choices is not None and n not in f.choices]
+            if unknown:
+                listed = ", ".join(map(repr, unknown))
+                raise self.fail(
+                    f"{self._label.format(key=key)}: unknown {listed}; expected names from {tuple(f.choices)}"
+                )
+            return names
         if kind in (INT, NUMBER):
             ok = _is_int(value) if kind == INT else _is_number(value)
             ok = ok and (f.minimum is None or value >= f.minimum) and (f.maximum is None or value <= f.maximum)

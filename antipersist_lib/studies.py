@@ -32,7 +32,7 @@ from antipersist_lib.profile_fields import Checker
 from antipersist_lib.serving.embedded import BACKBONE_OPTION_KEYS  # noqa: F401  (re-exported for the study profiles)
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
-from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.serving.response_cache import ResponseCache, model_cache
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -467,9 +467,7 @@ class StudyRun:
         if not self.response_cache:
             return None
         if self.per_model_cache and model:
-            from antipersist_lib.runner.protocol import cache_folder
-
-            return ResponseCache(cache_folder(self.out / CACHE_DIR, model))  # as the study's protocol runs file it
+            return model_cache(self.out / CACHE_DIR, model)  # as the study's protocol runs file it
         return ResponseCache(self.out / CACHE_DIR)
 
     def client(self, endpoint: Endpoint | None = None, *, seed: int | None = None) -> LLMClient:

@@ -17,8 +17,8 @@ from antipersist_lib.arc.controller import StreamConfig, gt_code, run_stream
 from antipersist_lib.arc.families import FAMILIES
 from antipersist_lib.arc.generator import FRESH_POOL, make_task, pool_plan
 from antipersist_lib.arc.prompts import decision_messages, render_grid
-from antipersist_lib.context_budget import CHARS_PER_TOKEN, PromptGuard, request_tokens
 from antipersist_lib.errors import ContextOverflowError
+from antipersist_lib.serving.context_budget import CHARS_PER_TOKEN, PromptGuard, request_tokens
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.testing.loopback_server import last_user_text
 

@@ -25,7 +25,6 @@ from antipersist_lib.arc.controller import (
 )
 from antipersist_lib.arc.decisions import (
     decision_or_fallback,
-    judge_or_fallback,
     parse_decision,
     parse_extraction,
 )
@@ -42,6 +41,7 @@ from antipersist_lib.arc.prompts import GRADED_ON_HIDDEN, render_grid
 from antipersist_lib.arc.stores import AbstractStore, Episode, EpisodicBuffer, Memory, StrategyDraft, coverage
 from antipersist_lib.arc.tools import TOOL_NAMES
 from antipersist_lib.errors import ReplyParseError
+from antipersist_lib.judge import judge_or_fallback
 from antipersist_lib.testing.loopback_server import last_user_text
 
 FAM_A = "detect_color_property"

@@ -1004,7 +1004,7 @@ def test_a_consolidation_prompt_past_the_context_is_refused_before_sending(make_
 
 def test_truncate_oldest_drops_the_batch_s_oldest_records_until_the_prompt_fits(make_clients):
     from antipersist_lib.consolidation.context import ContextOverflowError
-    from antipersist_lib.context_budget import estimated_tokens
+    from antipersist_lib.serving.context_budget import estimated_tokens
 
     c = make_clients(ScriptedResponder([(by_system(CP.DC_SYSTEM), "<cheatsheet>sheet</cheatsheet>")]))
     pool = make_pool(per=4)
@@ -1029,7 +1029,7 @@ def test_truncate_oldest_drops_the_batch_s_oldest_records_until_the_prompt_fits(
 
 def test_fit_bank_refuses_or_shows_the_newest_entries_that_fit():
     from antipersist_lib.consolidation.context import ContextOverflowError, ContextSpec, fit_bank
-    from antipersist_lib.context_budget import estimated_tokens
+    from antipersist_lib.serving.context_budget import estimated_tokens
 
     bank = all_logs(make_pool(per=4), log_chars=300)
     tokens = estimated_tokens(bank.render())

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from antipersist_lib.context_budget import CHARS_PER_TOKEN
 from antipersist_lib.core.agent import AgentConfig
 from antipersist_lib.core.skill_layer import SKILLS_HEADER, params_for_seed
 from antipersist_lib.envs.errand_world import ErrandWorld, make_tasks
 from antipersist_lib.methods.anti_persistence import AntiPersistence
 from antipersist_lib.methods.base import MethodContext
 from antipersist_lib.runner.protocol import run_task
+from antipersist_lib.serving.context_budget import CHARS_PER_TOKEN
 from antipersist_lib.serving.embeddings import embed_text
 from antipersist_lib.serving.llm import LLMClient
 from antipersist_lib.testing.loopback_server import ROUTE_EMBEDDINGS, bag_of_words_embedding

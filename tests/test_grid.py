@@ -59,9 +59,13 @@ def state(run_dir: Path) -> dict[str, object]:
 @pytest.mark.parametrize(
     "over, message",
     [
-        ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
-        ({"executor": "slurm"}, r"executor is 'slurm'"),
-        ({"seeds": []}, r"'seeds' must be a non-empty list"),
+        ({"methods": ["reakt"]}, r"methods: unknown 'reakt'; expected names from"),
+        ({"executor": "slurm"}, r"executor must be one of \('ray', 'process', 'serial'\), got 'slurm'"),
+        ({"seeds": []}, r"seeds must be a non-empty list of distinct integer seeds, got \[\]"),
+        ({"benchmarks": ["errand"]}, r"benchmarks: unknown 'errand'; expected names from"),
+        ({"cpus_per_run": 0}, r"cpus_per_run must be a number > 0, got 0"),
+        ({"shared_server": "yes"}, r"shared_server must be true or false, got 'yes'"),
+        ({"variants": {"v": {"params": {}}}}, r"variants\.v\.method must be one of .*; it is missing"),
         ({"endpoints": {"other": ["http://x/v1"]}}, r"endpoints names backbone 'other'"),
         ({"iteratons": 3}, r"unknown key\(s\) \['iteratons'\]"),
         ({"max_steps": 0}, r"max_steps must be an integer >= 1"),

@@ -162,7 +162,9 @@ def test_main_job_and_grid_profiles_pass_a_heldout_set_through(tmp_path):
     runs = load_grid(_write(tmp_path, {**grid, "heldout_set": {"alfworld": UNSEEN_HELDOUT_SET}})).runs
     assert [r.spec.heldout_set for r in runs] == [UNSEEN_HELDOUT_SET]
     assert [r.spec.heldout_set for r in load_grid(_write(tmp_path, grid)).runs] == [None]
-    with pytest.raises(ValueError, match="heldout_set must map benchmarks"):
+    with pytest.raises(
+        ValueError, match="heldout_set must be a mapping of the grid.s benchmarks to held-out set names"
+    ):
         load_grid(_write(tmp_path, {**grid, "heldout_set": UNSEEN_HELDOUT_SET}))
 
 

@@ -29,10 +29,17 @@ def test_shipped_profiles_load():
     "data, message",
     [
         ({"methods": ["react"], "benchmark": ["alfworld"]}, r"benchmark"),
-        ({"methods": ["reakt"]}, r"unknown method 'reakt'"),
-        ({"variants": {"x": {"method": "nope"}}}, r"variant 'x': unknown method 'nope'"),
-        ({"variants": {"x": {"params": {}}}}, r"variant 'x' needs a mapping with a 'method' key"),
-        ({"variants": {"x": {"method": "react", "parms": {}}}}, r"variant 'x' has unknown key\(s\) \['parms'\]"),
+        ({"methods": ["reakt"]}, r"profile\.yaml: methods: unknown 'reakt'; expected names from \('react', "),
+        ({"variants": {"x": {"method": "nope"}}}, r"variants\.x\.method must be one of \('react', .*got 'nope'"),
+        ({"variants": {"x": {"params": {}}}}, r"variants\.x\.method must be one of .*; it is missing"),
+        ({"variants": {"x": {"method": "react", "parms": {}}}}, r"unknown key\(s\) \['variants\.x\.parms'\]"),
+        ({"methods": ["react"], "benchmarks": ["alfwrld"]}, r"benchmarks: unknown 'alfwrld'; expected names from"),
+        ({"methods": ["react"], "iterations": 0}, r"iterations must be an integer >= 1, got 0"),
+        ({"methods": ["react"], "heldout_limit": "4"}, r"heldout_limit must be an integer >= 1 or null, got '4'"),
+        ({"methods": ["react"], "seeds": [1, 1]}, r"seeds must be a non-empty list of distinct integer seeds"),
+        ({"methods": ["react"], "agent": {"max_token": 8}}, r"unknown key\(s\) \['agent\.max_token'\]"),
+        ({"methods": ["react"], "method_params": {"reakt": {}}}, r"unknown key\(s\) \['method_params\.reakt'\]"),
+        ({"methods": ["react"], "run_concurrency": True}, r"run_concurrency must be an integer >= 1, got True"),
         ({"methods": ["react"], "variants": {"react": {"method": "react"}}}, r"collides"),
         ({"methods": ["react"], "notebooks": ["99_nothing"]}, r"unknown notebook\(s\) \['99_nothing'\]"),
         ({"benchmarks": ["alfworld"]}, r"nothing to run"),
@@ -125,8 +132,10 @@ def test_settings_by_benchmark_are_checked_and_layered(tmp_path):
     base = {"methods": ["react"], "benchmarks": ["alfworld", "textworld_express"], "max_steps": 9, "seeds": [1, 2]}
     with pytest.raises(ValueError, match=r"settings_by_benchmark names benchmark\(s\) \['scienceworld'\]"):
         load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"scienceworld": {"max_steps": 3}}}))
-    with pytest.raises(ValueError, match=r"settings_by_benchmark.alfworld has unknown key\(s\) \['steps'\]"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['settings_by_benchmark\.alfworld\.steps'\]"):
         load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"steps": 3}}}))
+    with pytest.raises(ValueError, match=r"settings_by_benchmark\.alfworld\.max_steps must be an integer >= 1"):
+        load_profile(write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"max_steps": 0}}}))
     prof = load_profile(
         write(tmp_path, {**base, "settings_by_benchmark": {"alfworld": {"max_steps": 15, "iterations": 1}}})
     )
@@ -323,10 +332,11 @@ def test_seed_pools_are_checked(tmp_path):
     base = {"methods": ["react", "trajectory_memory"], "benchmarks": ["alfworld", "textworld_express"]}
     cases = [
         ({"scienceworld": {"per_type": 1}}, r"seed_pools names benchmark 'scienceworld', which the profile does not"),
-        ({"alfworld": {"per_typ": 1}}, r"seed_pools.alfworld must be \{per_type: N\}"),
+        ({"alfworld": {"per_typ": 1}}, r"unknown key\(s\) \['seed_pools\.alfworld\.per_typ'\]"),
+        ({"alfworld": {}}, r"seed_pools\.alfworld\.per_type must be an integer >= 1; it is missing"),
         ({"alfworld": {"per_type": 0}}, r"seed_pools.alfworld.per_type must be an integer >= 1, got 0"),
         ({"alfworld": {"per_type": True}}, r"per_type must be an integer >= 1, got True"),
-        ([1], r"seed_pools must map benchmark names"),
+        ([1], r"seed_pools must be a mapping of benchmark names to \{per_type: N\}, got \[1\]"),
     ]
     for pools, message in cases:
         with pytest.raises(ValueError, match=message):

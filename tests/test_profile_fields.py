@@ -256,3 +256,35 @@ def test_an_endpoint_profile_names_the_field(fields, message):
     with pytest.raises(ValueError) as info:
         validate_profile(data, "p.yaml")
     assert str(info.value).startswith(message)
+
+
+def test_names_with_choices_name_every_unknown_one_and_what_is_allowed():
+    spec = Fields(Field("methods", NAMES, choices=("react", "reflexion")))
+    check = Checker("grid.yaml", label="{key}")
+    assert check.read({"methods": ["reflexion", "react"]}, None, spec)["methods"] == ["reflexion", "react"]
+    assert check.read({"methods": "react"}, None, spec)["methods"] == ["react"]
+    with pytest.raises(
+        ProfileError, match=r"^grid\.yaml: methods: unknown 'reakt', 'x'; expected names from \('react', 'reflexion'\)$"
+    ):
+        check.read({"methods": ["react", "reakt", "x"]}, None, spec)
+    with pytest.raises(ProfileError, match=r"methods lists a name twice"):
+        check.read({"methods": ["react", "react"]}, None, spec)
+
+
+@pytest.mark.parametrize("loader", ["main", "grid"])
+def test_the_main_profile_and_the_grid_state_the_protocol_settings_once(loader):
+    """Both loaders (and RunSpec itself) check the protocol settings with runner.spec.PROTOCOL, and a key they
+    accept is one RunSpec has."""
+    import dataclasses
+
+    from antipersist_lib.runner import grid, main_profile
+    from antipersist_lib.runner.spec import PROTOCOL, RunSpec
+
+    spec = main_profile.PROFILE if loader == "main" else grid.GRID
+    run_fields = {f.name for f in dataclasses.fields(RunSpec)}
+    for f in PROTOCOL.fields:
+        assert f.key in spec.keys and f.key in run_fields
+        mine = spec[f.key]
+        assert (mine.kind, mine.minimum, mine.nullable, mine.choices) == (f.kind, f.minimum, f.nullable, f.choices)
+    with pytest.raises(ValueError, match=r"^train_per_iteration must be an integer >= 0, got -1$"):
+        RunSpec(method="react", benchmark="alfworld", backbone="x", train_per_iteration=-1)

@@ -223,7 +223,7 @@ def test_subpackages_form_layers_without_cycles():
 #: its planners, figures and tables reuse analysis/, and the consolidation study runs the kit's methods as rows.
 LAYERS = (
     {"errors"},
-    {"jsonl", "tolerance", "textfit", "paths", "versions", "context_budget", "replies", "profile_fields"},
+    {"jsonl", "tolerance", "textfit", "paths", "versions", "replies", "profile_fields"},
     {"records", "rundir"},
     {"memory", "serving"},
     {"envs"},
@@ -232,7 +232,7 @@ LAYERS = (
     {"testing"},
     {"runner"},
     {"analysis"},
-    {"studies"},
+    {"studies", "judge"},
     {"arc"},
     {"consolidation"},
     {"study_commands"},

@@ -6,12 +6,14 @@ Source: ``shared/paper/faulty-memories-paper.md``. Every record names where its 
 (the 19 ARC-AGI problems' 54%) the record says which reading it keeps.
 
 What each table's fields mean: docs/faulty-memories.md, "The reference records"; the checks against the
-paper's text are ``analysis.faulty_paper_text``.
+paper's text are ``analysis.faulty_paper_text``. The consistency checks of notebooks 09-12 (``check_*``: the
+tables a notebook shows agree with each other and with these records) are here too, raising ``ConsistencyError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -398,3 +400,278 @@ def table1() -> list[Setting]:
 
 def table1_frame() -> pd.DataFrame:
     return pd.DataFrame([asdict(s) for s in table1()])
+
+
+# -- consistency checks of notebooks 09-12 ---------------------------------------------------------
+# Each ``*_problems`` function takes the tables a notebook shows (plain DataFrames, so this layer imports no
+# study) and returns one sentence per disagreement, naming it; each ``check_*`` runs a notebook's checks and
+# raises ``ConsistencyError`` listing every problem. An empty table (mode "paper", no study) has nothing to
+# disagree about.
+
+
+class ConsistencyError(AssertionError):
+    """Two tables a notebook shows, or a table and the kit's records, disagree; ``problems`` names each."""
+
+    def __init__(self, what: str, problems: list[str]):
+        self.what, self.problems = what, list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{what}: {len(self.problems)} inconsistenc{'y' if len(problems) == 1 else 'ies'}:\n{lines}")
+
+
+def raise_problems(what: str, problems: list[str]) -> None:
+    """Raise ``ConsistencyError`` naming ``what`` was checked when ``problems`` holds any."""
+    if problems:
+        raise ConsistencyError(what, problems)
+
+
+def _column(frame: pd.DataFrame, col: str) -> pd.Series:
+    return frame[col] if col in frame.columns else pd.Series([], dtype=object)
+
+
+def _set(frame: pd.DataFrame, col: str) -> set[Any]:
+    return set(_column(frame, col).dropna().tolist())
+
+
+# 09: the ARC-AGI Stream
+
+
+def regression_problems(regression: pd.DataFrame) -> list[str]:
+    """Fig. 2's table (``arc.analysis.regression_table``) opens with the paper's row: its no-memory and
+    after-stream accuracies must be the kit's records (``stated``)."""
+    if regression.empty:
+        return ["Fig. 2's table has no rows: its first row should be the paper's"]
+    first = regression.iloc[0]
+    problems = []
+    for col, key in (("no_memory", "arc19_no_memory_accuracy"), ("with_memory", "arc19_after_consolidation_accuracy")):
+        if first.get(col) != stated(key).value:
+            problems.append(
+                f"Fig. 2's paper row shows {col} = {first.get(col)}, the record {key} is {stated(key).value}"
+            )
+    return problems
+
+
+def coverage_problems(coverage: pd.DataFrame, results: pd.DataFrame) -> list[str]:
+    """The coverage table (per-step coverage averaged over the snapshots) has one row set per stream condition
+    of the results (no-memory excluded), and every stream sits under a Table 4 |B| the results hold."""
+    streams = set(results.loc[_column(results, "regime") != "none", "condition"]) if not results.empty else set()
+    shown = _set(coverage, "condition")
+    problems = []
+    if shown != streams:
+        problems.append(
+            f"the coverage table's conditions {sorted(shown)} are not the study's stream conditions {sorted(streams)}"
+            f" (only in coverage: {sorted(shown - streams)}; only in results: {sorted(streams - shown)})"
+        )
+    extra = _set(coverage, "table4_b") - _set(results, "table4_b")
+    if extra:
+        problems.append(f"the coverage table places streams under |B| {sorted(extra)}, which no result row has")
+    return problems
+
+
+#: the memory sources App. K.1's ablation reads (Abstract Only, Episodic Only, both)
+SOURCE_ARMS = ("abstract_only", "episodic_only", "both")
+
+
+def source_ablation_problems(arms: pd.DataFrame) -> list[str]:
+    """Every arm of the source ablation's table is one of ``SOURCE_ARMS``."""
+    unknown = _set(arms, "arm") - set(SOURCE_ARMS)
+    return [f"the source ablation shows arm(s) {sorted(unknown)}; known: {list(SOURCE_ARMS)}"] if unknown else []
+
+
+def check_arc_stream(
+    *, regression: pd.DataFrame, results: pd.DataFrame, coverage: pd.DataFrame, arms: pd.DataFrame
+) -> None:
+    """Notebook 09's checks: ``regression_problems``, ``coverage_problems``, ``source_ablation_problems``."""
+    raise_problems(
+        "notebook 09 (ARC-AGI Stream)",
+        regression_problems(regression) + coverage_problems(coverage, results) + source_ablation_problems(arms),
+    )
+
+
+# 10: the memory's anatomy and the single-family probes
+
+
+def table12_frame_problems(frame: pd.DataFrame) -> list[str]:
+    """The Table 12 frame a notebook shows holds the records' wins, row by row."""
+    shown, kept = _column(frame, "wins").tolist(), [r.wins for r in table12()]
+    return [] if shown == kept else [f"the shown Table 12 has wins {shown}, the records {kept}"]
+
+
+def misclassification_problems(steps: pd.DataFrame, misclassifications: pd.DataFrame) -> list[str]:
+    """Fig. 7(a)'s totals (``arc.analysis.misclassification_table``) are the per-step counts of the step
+    table added up per condition (and seed, in a study of several)."""
+    if steps.empty and misclassifications.empty:
+        return []
+    keys = ["seed", "condition"] if "seed" in steps.columns and "seed" in misclassifications.columns else ["condition"]
+    per_step = steps.groupby(keys, as_index=False)["misclassified"].sum()
+    totals = misclassifications.merge(per_step, on=keys, how="left", suffixes=("", "_per_step"))
+    totals = totals.fillna({"misclassified_per_step": 0})
+    wrong = totals[totals["misclassified"] != totals["misclassified_per_step"]]
+    return [
+        f"{dict(zip(keys, (getattr(r, k) for k in keys)))}: Fig. 7(a) shows {r.misclassified} misclassified "
+        f"actions, the steps add up to {r.misclassified_per_step}"
+        for r in wrong.itertuples(index=False)
+    ]
+
+
+def lineage_problems(steps: pd.DataFrame, lineage: Any) -> list[str]:
+    """A study whose abstract store ever held an entry has a lineage to show (``lineage`` is not None)."""
+    entries = _column(steps, "abstract_entries")
+    if lineage is None and bool((entries != 0).any()):
+        return [f"the abstract store held up to {int(entries.max())} entries, yet no lineage example was found"]
+    return []
+
+
+def check_arc_anatomy(
+    *, table12: pd.DataFrame, steps: pd.DataFrame, misclassifications: pd.DataFrame, lineage: Any
+) -> None:
+    """Notebook 10's checks of its study tables: ``table12_frame_problems``, ``misclassification_problems``,
+    ``lineage_problems``."""
+    raise_problems(
+        "notebook 10 (memory anatomy)",
+        table12_frame_problems(table12)
+        + misclassification_problems(steps, misclassifications)
+        + lineage_problems(steps, lineage),
+    )
+
+
+def probe_problems(
+    probes: pd.DataFrame, overfit: pd.DataFrame, overfit_summary: pd.DataFrame, misgroup: pd.DataFrame
+) -> list[str]:
+    """The single-family probes' tables: every probe row is one evaluation of its whole set (0 <= passed <=
+    tasks, tasks > 0), Fig. 11's summary reads the last cycle of its table, and no misclassification count of a
+    stream run alone is negative."""
+    problems = []
+    if not probes.empty:
+        bad = probes[(probes["n_passed"] > probes["n_tasks"]) | (probes["n_tasks"] <= 0)]
+        problems += [f"probe row {r.Index}: {r.n_passed} passed of {r.n_tasks} tasks" for r in bad.itertuples()]
+    if not overfit.empty:
+        last = overfit[overfit["cycle"] == overfit["cycle"].max()].set_index(["regime", "eval_kind"])["accuracy_pct"]
+        for r in overfit_summary.itertuples(index=False):
+            shown = last.get((r.regime, r.eval_kind))
+            if shown != r.last_cycle_pct:
+                problems.append(
+                    f"Fig. 11 {r.regime} / {r.eval_kind}: the summary's last cycle is {r.last_cycle_pct}, "
+                    f"the table's is {shown}"
+                )
+    if not misgroup.empty:
+        alone = misgroup[misgroup["streamed"] != "mixed"]
+        negative = alone[alone["misclassified"] < 0]
+        problems += [f"Fig. 8(a) {r.stream}: {r.misclassified} misclassified actions" for r in negative.itertuples()]
+    return problems
+
+
+def check_arc_probes(
+    *, probes: pd.DataFrame, overfit: pd.DataFrame, overfit_summary: pd.DataFrame, misgroup: pd.DataFrame
+) -> None:
+    """Notebook 10's checks of its probe tables (``probe_problems``)."""
+    raise_problems("notebook 10 (single-family probes)", probe_problems(probes, overfit, overfit_summary, misgroup))
+
+
+# 11: consolidation utility
+
+
+def seed_problems(seed_means: pd.DataFrame, results: pd.DataFrame) -> list[str]:
+    """Every evaluated bank (a row of ``consolidation.analysis.seed_means``) is averaged over all the study's
+    repeats (seeds)."""
+    if seed_means.empty:
+        return []
+    want = results["seed"].nunique()
+    short = seed_means[seed_means["seeds"] != want]
+    return [
+        f"{r.condition} step {r.step}: averaged over {r.seeds} seed(s), the study has {want}"
+        for r in short.itertuples(index=False)
+    ]
+
+
+def task_type_problems(by_type: pd.DataFrame, task_types: Any) -> list[str]:
+    """Every row of the probe's per-type table is one of the profile's evaluated task types."""
+    allowed = list(task_types or ())
+    unknown = _set(by_type, "task_type") - set(allowed)
+    if unknown:
+        return [f"the probe shows task type(s) {sorted(unknown)}, its profile evaluates {allowed}"]
+    return []
+
+
+#: the task-switch setups (Figs. 10 and 18)
+SWITCH_SETUPS = ("fresh", "cumulative")
+
+
+def task_switch_problems(switch: pd.DataFrame) -> list[str]:
+    """The task-switch table: setups are ``SWITCH_SETUPS`` and every row carries its running total."""
+    problems = []
+    unknown = _set(switch, "setup") - set(SWITCH_SETUPS)
+    if unknown:
+        problems.append(f"the task-switch table shows setup(s) {sorted(unknown)}; known: {list(SWITCH_SETUPS)}")
+    missing = int(_column(switch, "score_total").isna().sum())
+    if missing:
+        problems.append(f"{missing} task-switch row(s) have no running total (score_total)")
+    return problems
+
+
+def check_consolidation_utility(
+    *,
+    results: pd.DataFrame,
+    seed_means: pd.DataFrame,
+    probe_by_type: pd.DataFrame,
+    probe_task_types: Any,
+    switch: pd.DataFrame,
+) -> None:
+    """Notebook 11's checks: ``seed_problems``, ``task_type_problems``, ``task_switch_problems``."""
+    raise_problems(
+        "notebook 11 (consolidation utility)",
+        seed_problems(seed_means, results)
+        + task_type_problems(probe_by_type, probe_task_types)
+        + task_switch_problems(switch),
+    )
+
+
+# 12: trajectory logs and surgery
+
+
+def mark_rule_problems(paper_cells: pd.DataFrame) -> list[str]:
+    """The library's mark rule reproduces every "(--)" and bold cell Tables 2-3 print (``beaten`` vs
+    ``beaten_computed``, ``best`` vs ``best_computed``)."""
+    problems = []
+    for printed, computed, mark in (("beaten", "beaten_computed", '"(--)"'), ("best", "best_computed", "bold")):
+        wrong = paper_cells[paper_cells[printed] != paper_cells[computed]]
+        problems += [
+            f"{r.source} {r.benchmark} {r.backbone} {r.column}: printed {mark} {getattr(r, printed)}, "
+            f"the rule computes {getattr(r, computed)}"
+            for r in wrong.itertuples(index=False)
+        ]
+    return problems
+
+
+def beaten_column_problems(cells: pd.DataFrame, consolidators: Any) -> list[str]:
+    """Only consolidator columns carry "(--)" in this run's cells; no-memory and the logs never do."""
+    if cells.empty:
+        return []
+    wrong = cells[cells["beaten"].astype(bool) & ~cells["column"].isin(list(consolidators))]
+    return [f'{r.benchmark} {r.backbone} {r.column}: marked "(--)" but not a consolidator' for r in wrong.itertuples()]
+
+
+def surgery_problems(outcomes: pd.DataFrame) -> list[str]:
+    """Table 12's shape for this run: every memory evaluated on the same number of episodes, and every removal
+    one entry short of the full memory."""
+    if outcomes.empty:
+        return []
+    problems = []
+    if outcomes["n"].nunique() != 1:
+        problems.append(f"the memories were evaluated on different episode counts {sorted(set(outcomes['n']))}")
+    full = outcomes[outcomes["memory"] == "full"]["entries"]
+    if full.empty:
+        return [*problems, "the surgery table has no 'full' memory row"]
+    for r in outcomes[outcomes["memory"] != "full"].itertuples(index=False):
+        if r.entries != full.iloc[0] - 1:
+            problems.append(f"{r.memory}: {r.entries} entries, the full memory has {full.iloc[0]} (one more expected)")
+    return problems
+
+
+def check_trajectory_logs(
+    *, paper_cells: pd.DataFrame, cells: pd.DataFrame, consolidators: Any, outcomes: pd.DataFrame
+) -> None:
+    """Notebook 12's checks: ``mark_rule_problems``, ``beaten_column_problems``, ``surgery_problems``."""
+    raise_problems(
+        "notebook 12 (trajectory logs)",
+        mark_rule_problems(paper_cells) + beaten_column_problems(cells, consolidators) + surgery_problems(outcomes),
+    )

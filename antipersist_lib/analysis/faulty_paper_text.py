@@ -8,7 +8,7 @@ check and callers say so. The erosion profile is duck-typed, so this module does
 study.
 
 Each check, its paper section and notebook: docs/faulty-memories.md, "Reference numbers checked against the
-paper's text".
+paper's text". A notebook runs its checks in one call, ``check_paper_text(root, notebook)`` (``NOTEBOOK_CHECKS``).
 """
 
 from __future__ import annotations
@@ -404,3 +404,125 @@ def taxonomy_mismatches(
         if len(printed) > len(kit):
             problems.append(f"{name}: the paper prints more rows than the kit's {len(kit)}: {printed[len(kit) :]}")
     return problems
+
+
+# -- one call per notebook ---------------------------------------------------------------------------
+
+
+class PaperTextMismatch(AssertionError):
+    """The kit's records differ from the paper's own text; ``problems`` lists every difference."""
+
+    def __init__(self, path: Path, problems: Sequence[str]):
+        self.path, self.problems = path, list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} difference(s) between the kit's records and {path}:\n{lines}")
+
+
+#: every check a notebook can ask ``check_paper_text`` for: name -> (what it covers, as the notebook says it)
+PAPER_CHECKS = {
+    "table4": "Table 4 (every cell, value and bold)",
+    "figure2": "Fig. 2's stated accuracies (§4.1)",
+    "taxonomy": "Tables 5-6 (the generator's families and skills)",
+    "table12": "Table 12 (every cell)",
+    "figure6": "Fig. 6's numbers (§6.1: steps, examples, fresh examples per step)",
+    "figure1": "Fig. 1's stated values (§4.1)",
+    "figure16": "Fig. 16's stated values (App. G.1)",
+    "switch": "Figs. 10 and 18's stated values (§6.2)",
+    "table11": "Table 11 (App. G.2's collapse)",
+    "erosion_profile": "the erosion profile's App. G schedule",
+    "table23": 'Tables 2 and 3 (every cell: value, bold, "(--)", "*")',
+}
+#: the checks each faulty-memories notebook runs
+NOTEBOOK_CHECKS = {
+    "09_arc_stream": ("table4", "figure2", "taxonomy"),
+    "10_arc_memory_anatomy": ("table12", "figure6"),
+    "11_consolidation_utility": ("figure1", "figure16", "switch", "table11", "erosion_profile"),
+    "12_trajectory_logs": ("table23",),
+}
+
+
+def _rows(table: Any) -> list[tuple[Any, ...]]:
+    """A table's rows as plain tuples: a DataFrame's (its columns in order, no index), else the rows as given."""
+    if isinstance(table, pd.DataFrame):
+        return list(table.itertuples(index=False, name=None))
+    return [tuple(r) for r in table]
+
+
+def paper_text_mismatches(
+    text: str,
+    checks: Sequence[str],
+    *,
+    families: Any = None,
+    skills: Any = None,
+    erosion_profile: Any = None,
+) -> list[str]:
+    """Every difference the named ``checks`` (keys of ``PAPER_CHECKS``) find between the kit and ``text``.
+    "taxonomy" needs ``families`` and ``skills`` (as ``taxonomy_mismatches``, or the DataFrames of
+    ``arc.analysis.taxonomy_tables``, read row by row); "erosion_profile" needs the
+    erosion study profile, or a function of no argument returning it (called only here, when there is a text)."""
+    unknown = [c for c in checks if c not in PAPER_CHECKS]
+    if unknown:
+        raise KeyError(f"no paper-text check {unknown}; known: {sorted(PAPER_CHECKS)}")
+    problems: list[str] = []
+    for check in checks:
+        if check == "table4":
+            problems += table4_mismatches(text)
+        elif check == "figure2":
+            problems += figure2_mismatches(text)
+        elif check == "taxonomy":
+            if families is None or skills is None:
+                raise ValueError("the 'taxonomy' check needs the generator's families and skills (Tables 5 and 6)")
+            problems += taxonomy_mismatches(text, _rows(families), _rows(skills))
+        elif check == "table12":
+            problems += table12_mismatches(text)
+        elif check == "figure6":
+            problems += stated_mismatches(text, FIGURE6_SENTENCES)
+        elif check == "figure1":
+            problems += stated_mismatches(text, FIGURE1_SENTENCES)
+        elif check == "figure16":
+            problems += stated_mismatches(text, FIGURE16_SENTENCES)
+        elif check == "switch":
+            problems += stated_mismatches(text, SWITCH_SENTENCES)
+        elif check == "table11":
+            problems += table11_mismatches(text)
+        elif check == "erosion_profile":
+            if erosion_profile is None:
+                raise ValueError("the 'erosion_profile' check needs the erosion study profile (App. G.1 / G.2)")
+            profile = erosion_profile() if callable(erosion_profile) else erosion_profile
+            problems += erosion_profile_mismatches(text, profile)
+        elif check == "table23":
+            problems += table23_mismatches(text)
+    return problems
+
+
+def check_paper_text(
+    root: str | Path,
+    notebook: str,
+    *,
+    families: Any = None,
+    skills: Any = None,
+    erosion_profile: Any = None,
+    show: bool = True,
+) -> Path | None:
+    """A faulty-memories notebook's checks against the paper's own text (``NOTEBOOK_CHECKS[notebook]``), one
+    call: the paper's path when every check passes (printed: "checked against <path>: <what>"), None when the
+    text is not beside the checkout (printed: nothing to check against). A difference raises
+    ``PaperTextMismatch`` listing each. ``families``, ``skills``, ``erosion_profile``: as
+    ``paper_text_mismatches``."""
+    if notebook not in NOTEBOOK_CHECKS:
+        raise KeyError(f"no paper-text checks for notebook {notebook!r}; known: {sorted(NOTEBOOK_CHECKS)}")
+    checks = NOTEBOOK_CHECKS[notebook]
+    covered = "; ".join(PAPER_CHECKS[c] for c in checks)
+    path = find_paper(root)
+    if path is None:
+        if show:
+            print(f"the paper's text is not beside this checkout: nothing to check {covered} against")
+        return None
+    problems = paper_text_mismatches(
+        path.read_text(encoding="utf-8"), checks, families=families, skills=skills, erosion_profile=erosion_profile
+    )
+    if problems:
+        raise PaperTextMismatch(path, problems)
+    if show:
+        print(f"checked against {path}: {covered}")
+    return path

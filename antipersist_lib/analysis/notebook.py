@@ -5,6 +5,10 @@ notebook supports, creates the output folder, runs the main-job profile first wh
 "run" and loads the run directories (``results.obtain_runs``), and prints what was loaded and, when
 a run used the embedded default backbone, the weak-model note, so that every figure can carry the
 same note (``nb.note``).
+
+The faulty-memories notebooks (09-12) read study folders instead of run directories: after ``setup`` they call
+``study_status(found, study_folder)`` once, which prints what the study folder holds (weak-model note, profile,
+model, seeds, units done and pending) and returns its results table and note.
 """
 
 from __future__ import annotations
@@ -80,3 +84,112 @@ def setup(
             + (f"; {len(in_progress)} run(s) still in progress left out" if in_progress else "")
         )
     return Setup(root, out, runs, loaded_from, embedded, WEAK_MODEL_NOTE if embedded else "")
+
+
+# -- the faulty-memories notebooks (09-12): what a study folder holds ---------------------------------
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """What a faulty-memories notebook works with after ``study_status``."""
+
+    folders: tuple[Path, ...]  # the study folders read (none in mode "paper")
+    results: pd.DataFrame  # the reader's results table of every folder (empty in mode "paper")
+    note: str  # the weak-model note when a study ran on the embedded default, else ""
+    lines: tuple[str, ...]  # what was printed, the NOTE line first
+
+
+def study_folders(found: Any) -> tuple[Path, ...]:
+    """The folders of a study's run-or-load result: None or [] (mode "paper"), one folder, or a list of them."""
+    if found is None:
+        return ()
+    if isinstance(found, (str, Path)):
+        return (Path(found),)
+    return tuple(Path(f) for f in found)
+
+
+def _seeds(values: Any) -> list[int]:
+    return sorted({int(v) for v in values if not pd.isna(v)})
+
+
+def study_unit_lines(manifest: dict[str, Any], results: pd.DataFrame) -> list[str]:
+    """What a study manifest says is done and what is pending: its status, the seeds complete of those planned,
+    and per kind of unit (an ARC-AGI Stream study's conditions, a consolidation study's builds and evaluations)
+    how many are done. Conditions count as done when the results table holds rows of them."""
+    status = manifest.get("status") or "unknown"
+    lines = []
+    done = [int(s) for s in (manifest.get("seeds") or [manifest.get("seed") or 0])]
+    if manifest.get("seeds_planned"):  # a study of several seeds run one after another
+        planned = [int(s) for s in manifest["seeds_planned"]]
+        pending = [s for s in planned if s not in done]
+        lines.append(f"status {status}, seeds {done} of {planned}" + (f", pending {pending}" if pending else ""))
+    else:
+        lines.append(f"status {status}, seeds {done}")
+    conditions = manifest.get("conditions")
+    if isinstance(conditions, list):
+        names = [c["name"] if isinstance(c, dict) else str(c) for c in conditions]
+        have = set(results["condition"]) if "condition" in results.columns else set()
+        missing = [n for n in names if n not in have]
+        lines.append(
+            f"conditions done: {len(names) - len(missing)} of {len(names)}"
+            + (f", pending {missing}" if missing else "")
+        )
+    if isinstance(manifest.get("builds"), list):
+        lines.append(
+            f"builds done: {len(manifest['builds'])}, evaluations done: {manifest.get('evaluations') or 0}"
+            + ("" if status == "complete" else f" (the study is {status}: more may be pending)")
+        )
+    return lines
+
+
+def study_status(
+    found: Any,
+    reader: Any,
+    *,
+    root: str | Path | None = None,
+    what: str = "study",
+    seeds_reading: str = "",
+    show: bool = True,
+) -> StudyStatus:
+    """The status cell of notebooks 09-12, one call: read ``found`` (a study's run-or-load result: None or [] in
+    mode "paper", one folder or a list) with ``reader``, that study's ``study_folder`` module (``arc.study_folder``
+    or ``consolidation.study_folder``: ``results``, ``study_note``, ``load_manifest``, and ``seeds_progress``
+    where it has one; passed in, since the studies sit above this layer), and print what each folder holds.
+
+    Printed: the weak-model note ("NOTE: ..."), then per folder its profile, model, backbone, status, seeds
+    done of those planned and the units done and pending (``study_unit_lines``), then the results table's
+    conditions, checkpoints and seeds ("seed(s) [...]", followed by ``seeds_reading`` when there are several),
+    and a study of several seeds still running: which seeds are complete and the command that resumes it.
+    ``root``: the checkout, for that command's folder. ``what`` names the study in the lines ("study",
+    "surgery study"). Nothing is printed for no study."""
+    folders = study_folders(found)
+    df = reader.results(found)
+    note = reader.study_note(found) if folders else ""
+    lines = [f"NOTE: {note}"] if note else []
+    progress = getattr(reader, "seeds_progress", None)
+    for folder in folders:
+        man = reader.load_manifest(folder)
+        endpoint = man.get("endpoint") or {}
+        shown = folder
+        if root is not None and folder.resolve().is_relative_to(Path(root).resolve()):
+            shown = folder.resolve().relative_to(Path(root).resolve())  # the checkout's own fixtures, relative
+        lines.append(
+            f"{what} {shown.as_posix()}: profile {man.get('profile_path')}, model {endpoint.get('model')} "
+            f"(backbone {man.get('backbone')})"
+        )
+        own = df if len(folders) == 1 else reader.results(folder)
+        lines.extend("  " + line for line in study_unit_lines(man, own))
+        resume = progress(folder, root=root) if progress is not None else ""
+        if resume:
+            lines.append(resume)
+    if folders:
+        seeds = _seeds(df["seed"].tolist())
+        steps = _seeds(df["step"].tolist())
+        lines.append(
+            f"results: {df['condition'].nunique()} conditions, checkpoints {steps}, seed(s) {seeds}"
+            + (f" {seeds_reading}" if len(seeds) > 1 and seeds_reading else "")
+        )
+    if show:
+        for line in lines:
+            print(line)
+    return StudyStatus(folders, df, note, tuple(lines))

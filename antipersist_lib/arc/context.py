@@ -5,7 +5,7 @@ buffer at |B| = 8 fresh tasks per step passes a 262k-token context after about 5
 stream; a condition that dies there loses every call before it. The study therefore renders, when its profile
 loads, the largest prompt each condition can send (the kit's own templates, the buffer filled to the most
 episodes it can hold at its last checkpoint with the largest rendered episodes of the stream's tasks) and
-refuses a profile whose prompt does not fit, naming the sizes and the fix. ``antipersist_lib.context_budget``
+refuses a profile whose prompt does not fit, naming the sizes and the fix. ``antipersist_lib.serving.context_budget``
 measures, as everywhere in the kit, and its ``PromptGuard`` checks every request of the run as well.
 
 What the estimate leaves out: the abstract store is empty here (App. D.1 sets no cap on its entry count, so no
@@ -27,7 +27,7 @@ from antipersist_lib.arc.controller import StreamConfig, allowed_actions, gt_cod
 from antipersist_lib.arc.generator import FRESH_POOL, ArcTask, make_task, pool_plan
 from antipersist_lib.arc.prompts import decision_messages, extraction_messages, solver_messages
 from antipersist_lib.arc.stores import Episode
-from antipersist_lib.context_budget import CHARS_PER_TOKEN, messages_text, request_tokens
+from antipersist_lib.serving.context_budget import CHARS_PER_TOKEN, messages_text, request_tokens
 from antipersist_lib.studies import fail
 
 #: how many stream tasks are rendered to find the largest episodes (the generator draws every task the same

@@ -2,7 +2,8 @@
 
 Parsers raise ``ReplyParseError`` naming what is wrong; the ``*_or_fallback`` helpers (used by the controller)
 apply the documented fallbacks instead: an unreadable decision becomes Retain, an unreadable extraction leaves the
-strategy memory unchanged, an unreadable selection shows no strategy, an unreadable judge reply is ``"unparsed"``.
+strategy memory unchanged, an unreadable selection shows no strategy. The judge's replies are read in ``judge.py``,
+shared with the consolidation study.
 
 The full fallback rules are in docs/faulty-memories.md, "The ARC code's own readings, module by module" (Reading
 replies), and "Prompt variants" for the flat extraction and strategy selection parsers.
@@ -20,8 +21,6 @@ from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS
 from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.replies import extract_json, snippet
 
-JUDGE_LABELS = ("normal", "over-generalized", "over-specific", "garbage")
-UNPARSED_LABEL = "unparsed"
 EXTRACTION_KINDS = ("retain", "new", "merge")
 
 
@@ -326,53 +325,3 @@ def selection_or_fallback(reply: str, *, n_strategies: int, allow_new: bool) -> 
         return parse_selection(reply, n_strategies=n_strategies, allow_new=allow_new)
     except ReplyParseError as exc:
         return StrategyChoice(None, "", "fallback", error=str(exc))
-
-
-@dataclass(frozen=True)
-class JudgeVerdict:
-    label: str
-    reason: str = ""
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "reason": self.reason, "error": self.error}
-
-
-def _normalize_label(raw: str) -> str | None:
-    key = re.sub(r"[\s_]+", "-", raw.strip().lower())
-    aliases = {
-        "over-generalization": "over-generalized",
-        "overgeneralized": "over-generalized",
-        "over-specialization": "over-specific",
-        "over-specialized": "over-specific",
-        "overspecific": "over-specific",
-        "useless-garbage": "garbage",
-    }
-    key = aliases.get(key, key)
-    return key if key in JUDGE_LABELS else None
-
-
-def parse_judge(reply: str) -> JudgeVerdict:
-    """A judge reply as a JudgeVerdict; ReplyParseError when it holds no known label."""
-    try:
-        obj = find_json(reply, dict)
-    except ReplyParseError:
-        obj = None
-    if obj is not None and isinstance(obj.get("label"), str):
-        label = _normalize_label(obj["label"])
-        if label is None:
-            raise ReplyParseError(f"unknown label {obj['label']!r}; expected one of {JUDGE_LABELS}")
-        reason = obj.get("reason") if isinstance(obj.get("reason"), str) else ""
-        return JudgeVerdict(label, reason)
-    bare = _normalize_label(reply.strip().strip(".\"'`"))
-    if bare is not None:
-        return JudgeVerdict(bare)
-    raise ReplyParseError(f"no label found in the judge reply: {snippet(reply)!r}")
-
-
-def judge_or_fallback(reply: str) -> JudgeVerdict:
-    """``parse_judge``, or the documented fallback label ``"unparsed"``."""
-    try:
-        return parse_judge(reply)
-    except ReplyParseError as exc:
-        return JudgeVerdict(UNPARSED_LABEL, error=str(exc))

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from antipersist_lib.arc.controller import EvalResult, evaluate
-from antipersist_lib.arc.decisions import JUDGE_LABELS, UNPARSED_LABEL, judge_or_fallback
 from antipersist_lib.arc.generator import ArcTask
 from antipersist_lib.arc.prompts import judge_messages
 from antipersist_lib.arc.stores import Memory
+from antipersist_lib.judge import JUDGE_LABELS, UNPARSED_LABEL, judge_entries
 from antipersist_lib.serving.llm import LLMClient
 
 PURPOSE_JUDGE = "arc_judge"
@@ -301,19 +301,17 @@ class EntryLabel:
 def judge_memory(
     llm: LLMClient, memory: Memory, *, temperature: float = 0.0, max_tokens: int = 1024
 ) -> list[EntryLabel]:
-    """One judge call per abstract entry; the judge sees the entry and its source problem types."""
-    labels = []
-    for strategy in memory.abstract:
-        reply = llm.chat(
-            judge_messages(strategy),
-            purpose=PURPOSE_JUDGE,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            tags={"entry_id": strategy.entry_id},
-        )
-        verdict = judge_or_fallback(reply.text)
-        labels.append(EntryLabel(strategy.entry_id, verdict.label, verdict.reason, verdict.error))
-    return labels
+    """One judge call per abstract entry (``judge.judge_entries``); the judge sees the entry and its source
+    problem types."""
+    verdicts = judge_entries(
+        llm,
+        ((strategy.entry_id, judge_messages(strategy)) for strategy in memory.abstract),
+        purpose=PURPOSE_JUDGE,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        id_tag="entry_id",
+    )
+    return [EntryLabel(entry_id, v.label, v.reason, v.error) for entry_id, v in verdicts]
 
 
 def label_counts(labels: Iterable[EntryLabel]) -> dict[str, int]:

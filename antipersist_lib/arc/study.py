@@ -67,9 +67,9 @@ from antipersist_lib.arc.study_profile import (
     select_slice,
     training_slice,
 )
-from antipersist_lib.context_budget import PromptGuard
 from antipersist_lib.core.prompts import prompt_hashes
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_json, read_jsonl
+from antipersist_lib.serving.context_budget import PromptGuard
 from antipersist_lib.serving.llm import Endpoint, LLMClient
 from antipersist_lib.studies import (
     RESULTS_JSON,

@@ -23,10 +23,10 @@ from antipersist_lib.consolidation import prompts as P
 from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry
 from antipersist_lib.consolidation.consolidator import Consolidator, text_of, unique
 from antipersist_lib.consolidation.pool import PoolRecord, summarize_trajectory
-from antipersist_lib.context_budget import estimated_tokens
 from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.memory.similarity import cosine
 from antipersist_lib.replies import as_int_list, excerpt, extract_json
+from antipersist_lib.serving.context_budget import estimated_tokens
 
 #: what ACE's generator does per update: run every task with the playbook on the engine ("rollout", the
 #: original's design), name the bullets each task calls for ("bullets", no engine needed), or nothing

@@ -3,7 +3,7 @@
 At the paper's scale "All" and any builder under Static-All put the whole pool into one prompt, past any
 backbone's context, and a server would reject or silently cut it. So every consolidation prompt (``ContextGuard``)
 and every evaluated memory (``fit_bank``) is measured first, with the kit's shared estimate
-(``antipersist_lib.context_budget``), and the profile's ``context.overflow`` decides: ``refuse`` (default) raises
+(``antipersist_lib.serving.context_budget``), and the profile's ``context.overflow`` decides: ``refuse`` (default) raises
 ``ContextOverflowError`` before any call, ``truncate_oldest`` drops the oldest records or entries and records
 what it dropped. A backbone that states no context length is not checked (and the record says so).
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from antipersist_lib.consolidation.bank import MemoryBank
-from antipersist_lib.context_budget import (
+from antipersist_lib.errors import ContextOverflowError
+from antipersist_lib.serving.context_budget import (
     CHARS_PER_TOKEN,
     PromptGuard,
     estimated_tokens,
 )
-from antipersist_lib.errors import ContextOverflowError
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,14 @@ from antipersist_lib.consolidation.context import BUILD_FIX, MEMORY_FIX, REFUSE,
 from antipersist_lib.consolidation.episodic import AllLogs
 from antipersist_lib.consolidation.pool import PoolRecord, summarize_trajectory
 from antipersist_lib.consolidation.regimes import make_builder
-from antipersist_lib.context_budget import (
+from antipersist_lib.envs.partitions import load_partition
+from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
+from antipersist_lib.serving.context_budget import (
     CHARS_PER_TOKEN,
     messages_text,
     request_tokens,
+    tokens_for_chars,
 )
-from antipersist_lib.envs.partitions import load_partition
-from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 from antipersist_lib.studies import fail
 
 #: an FS=N builder's name (fs64: a sample of 64 trajectory logs)
@@ -138,7 +139,7 @@ def memory_sizes(
     reserve = 0
     if context_length is not None:
         reserve = spec.reserve_tokens if spec.reserve_tokens is not None else default_reserve_tokens(context_length)
-    tokens = math.ceil(chars / CHARS_PER_TOKEN) + reserve
+    tokens = tokens_for_chars(chars) + reserve
     return PromptSize(build, "memory", backbone, logs, chars, tokens, context_length, reserve)
 
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import pandas as pd
 
-from antipersist_lib.arc.decisions import JUDGE_LABELS, UNPARSED_LABEL, judge_or_fallback
 from antipersist_lib.consolidation import prompts as P
-from antipersist_lib.consolidation.bank import MemoryBank, load_bank
+from antipersist_lib.consolidation.bank import MemoryBank, MemoryEntry, load_bank
 from antipersist_lib.consolidation.pool import PoolRecord, check_pool
 from antipersist_lib.consolidation.regimes import BANK_FILE, build_memory
 from antipersist_lib.jsonl import atomic_write_text, dumps_line, read_jsonl
+from antipersist_lib.judge import JUDGE_LABELS, UNPARSED_LABEL, judge_entries
 
 SETUPS = ("fresh", "cumulative")
 #: the labels whose running totals Fig. 18 plots
@@ -133,31 +133,28 @@ def judge_bank(
     max_tokens: int = 512,
     tags: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One judge call per entry: its label (``JUDGE_LABELS`` or ``unparsed``) and reason.
+    """One judge call per entry (``judge.judge_entries``): its label (``JUDGE_LABELS`` or ``unparsed``) and reason.
 
     ``source_types`` maps a pool record id to its task type: the judge sees the types an entry was
     drawn from, never the records themselves."""
-    out = []
-    for entry in bank.entries:
+
+    def messages(entry: MemoryEntry) -> list[dict[str, str]]:
         kinds = sorted({source_types[s] for s in entry.sources if s in source_types})
-        reply = llm.chat(
-            [
-                {"role": "system", "content": P.SWITCH_JUDGE_SYSTEM},
-                {
-                    "role": "user",
-                    "content": P.SWITCH_JUDGE.format(
-                        evidence=", ".join(kinds) or "(not recorded)", entry=entry.text.strip() or "(empty)"
-                    ),
-                },
-            ],
-            purpose="judge",
-            temperature=0.0,
-            max_tokens=max_tokens,
-            tags={**(tags or {}), "entry": entry.id},
+        user = P.SWITCH_JUDGE.format(
+            evidence=", ".join(kinds) or "(not recorded)", entry=entry.text.strip() or "(empty)"
         )
-        verdict = judge_or_fallback(reply.text)
-        out.append({"entry": entry.id, **verdict.to_dict()})
-    return out
+        return [{"role": "system", "content": P.SWITCH_JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+    verdicts = judge_entries(
+        llm,
+        ((entry.id, messages(entry)) for entry in bank.entries),
+        purpose="judge",
+        temperature=0.0,
+        max_tokens=max_tokens,
+        id_tag="entry",
+        tags=tags,
+    )
+    return [{"entry": entry_id, **v.to_dict()} for entry_id, v in verdicts]
 
 
 def judged(switch: SwitchBank, llm: Any, source_types: dict[str, str], **kw: Any) -> list[dict[str, Any]]:

@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from antipersist_lib.context_budget import CHARS_PER_TOKEN, backbone_context_length, estimated_tokens
 from antipersist_lib.core.planted import Plant
 from antipersist_lib.memory.abstraction_store import read_snapshot
 from antipersist_lib.memory.similarity import EPS
 from antipersist_lib.memory.trajectory_store import abstraction_type_filter
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
+from antipersist_lib.serving.context_budget import CHARS_PER_TOKEN, backbone_context_length, estimated_tokens
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,37 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.core.skill_layer import SEED_PLACEHOLDER, params_for_seed
+from antipersist_lib.envs import BENCHMARKS
 from antipersist_lib.envs.partitions import load_partition
 from antipersist_lib.jsonl import atomic_write_json
 from antipersist_lib.methods import METHODS, validate_method_params
+from antipersist_lib.profile_fields import (
+    ANY,
+    BOOL,
+    CHOICE,
+    INT,
+    MAPPING,
+    NAMES,
+    NUMBER,
+    STR,
+    TEXT,
+    Checker,
+    Field,
+    Fields,
+)
 from antipersist_lib.rundir import RunDirectory, count_lines
-from antipersist_lib.runner.main_profile import VARIANT_KEYS
-from antipersist_lib.runner.spec import RunSpec, of_types, uses_judge, work_left
+from antipersist_lib.runner.main_profile import run_plan
+from antipersist_lib.runner.spec import (
+    AGENT_KEYS,
+    PROTOCOL,
+    PROTOCOL_KEYS,
+    SEEDS,
+    VARIANT,
+    RunSpec,
+    of_types,
+    uses_judge,
+    work_left,
+)
 from antipersist_lib.serving.llm import Endpoint
 from antipersist_lib.serving.preflight import Probe, ProbeResult, distinct, run_preflight
 from antipersist_lib.serving.profiles import (
@@ -46,37 +71,43 @@ from antipersist_lib.serving.profiles import (
 )
 
 EXECUTORS = ("ray", "process", "serial")
-GRID_KEYS = {
-    "name",
-    "methods",
-    "variants",
-    "benchmarks",
-    "seeds",
-    "backbones",
-    "embedding",
-    "endpoints",
-    "embedding_endpoints",
-    "iterations",
-    "train_per_iteration",
-    "max_steps",
-    "heldout_concurrency",
-    "heldout_limit",
-    "train_pool_limit",
-    "subset",
-    "task_types",
-    "heldout_set",
-    "agent",
-    "method_params",
-    "benchmark_options",
-    "out_root",
-    "cache_dir",
-    "executor",
-    "ray_address",
-    "max_parallel",
-    "cpus_per_run",
-    "shared_server",
-    "judge",
-}
+GRID = Fields(
+    Field("name", STR, nullable=True),  # default: the file's stem
+    Field("methods", NAMES, default=(), choices=tuple(METHODS)),
+    Field("variants", MAPPING, what="a mapping of run names to {method, params}"),
+    Field("benchmarks", NAMES, required=True, choices=BENCHMARKS),
+    SEEDS,
+    Field(
+        "backbones",
+        ANY,
+        required=True,
+        test=lambda v: isinstance(v, list) and bool(v),
+        what="a non-empty list of backbone profile names, profile files or endpoints",
+    ),
+    Field("embedding", ANY, default="qwen3-embedding-8b"),  # checked by serving.profiles.named_endpoint
+    Field("endpoints", MAPPING, what="a mapping of backbone names to lists of base URLs"),
+    Field(
+        "embedding_endpoints",
+        ANY,
+        nullable=True,
+        test=lambda v: isinstance(v, list) and bool(v) and all(isinstance(u, str) and u for u in v),
+        what="a non-empty list of base URLs",
+    ),
+    *PROTOCOL.fields,
+    Field("task_types", MAPPING, what="a mapping of the grid's benchmarks to lists of task types"),
+    Field("heldout_set", MAPPING, what="a mapping of the grid's benchmarks to held-out set names"),
+    Field("agent", MAPPING, keys=AGENT_KEYS),
+    Field("method_params", MAPPING, keys=tuple(METHODS)),
+    Field("benchmark_options", MAPPING),
+    Field("out_root", STR, default="outputs/runs"),
+    Field("cache_dir", TEXT, nullable=True, default="outputs/cache"),  # null or "": no response cache
+    Field("executor", CHOICE, default="process", choices=EXECUTORS),
+    Field("ray_address", STR, nullable=True),
+    Field("max_parallel", INT, default=2, minimum=1),
+    Field("cpus_per_run", NUMBER, default=1.0, test=lambda v: v > 0, what="a number > 0"),
+    Field("shared_server", BOOL, default=False),
+    Field("judge", ANY, nullable=True),  # checked by serving.profiles.named_endpoint
+)
 #: environment variables a Ray worker needs to see like the driver (never API keys: set those on the
 #: nodes); ``forwarded_env`` adds the base-URL variables the grid's profiles name
 FORWARDED_ENV = (
@@ -166,22 +197,13 @@ def _check_one_model_per_url(p: Path, served: list[tuple[str, NamedEndpoint, lis
 def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> None:
     """Every benchmark known, installed (AppWorld) and with a loadable partition whose training
     pool holds ``train_per_iteration`` tasks, before any call."""
-    from antipersist_lib.envs import BENCHMARKS
 
-    per_iteration, limit = data.get("train_per_iteration", 50), data.get("train_pool_limit")
-    by_bench = data.get("task_types") or {}
-    if not isinstance(by_bench, dict) or not set(by_bench) <= set(benchmarks):
-        raise ValueError(
-            f"{p}: task_types must map benchmarks of this grid ({benchmarks}) to lists of task types, got {by_bench!r}"
-        )
-    sets = data.get("heldout_set") or {}
-    if not isinstance(sets, dict) or not set(sets) <= set(benchmarks):
-        raise ValueError(
-            f"{p}: heldout_set must map benchmarks of this grid ({benchmarks}) to held-out set names, got {sets!r}"
-        )
+    per_iteration, limit = data["train_per_iteration"], data["train_pool_limit"]
+    by_bench = data["task_types"]
+    for key in ("task_types", "heldout_set"):
+        if not set(data[key]) <= set(benchmarks):
+            raise ValueError(f"{p}: {key} must map benchmarks of this grid ({benchmarks}), got {data[key]!r}")
     for b in benchmarks:
-        if b not in BENCHMARKS:
-            raise ValueError(f"{p}: benchmarks: unknown {b!r}; expected one of {BENCHMARKS}")
         try:
             if b == "appworld":
                 from antipersist_lib.envs.appworld import require_appworld
@@ -194,16 +216,9 @@ def _check_benchmarks(p: Path, benchmarks: list[Any], data: dict[str, Any]) -> N
             train = of_types(part.train, by_bench.get(b)) if by_bench.get(b) is not None else part.train
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{p}: benchmark {b!r}: {exc}") from None
-        pool = len(train[:limit] if isinstance(limit, int) else train)
-        if isinstance(per_iteration, int) and per_iteration > pool:
+        pool = len(train[:limit] if limit is not None else train)
+        if per_iteration > pool:
             raise ValueError(f"{p}: train_per_iteration={per_iteration} exceeds {b!r}'s training pool of {pool} tasks")
-
-
-def _list(data: dict[str, Any], key: str, path: Path, default: list[Any] | None = None) -> list[Any]:
-    value = data.get(key, default)
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"{path}: {key!r} must be a non-empty list")
-    return value
 
 
 def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
@@ -212,43 +227,22 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
     a refusal, so a user learns what the grid costs before installing everything."""
     p = Path(path)
     notes: list[str] = []
-    data = read_mapping(p, GRID_KEYS)
-    methods = data.get("methods") or []
-    variants = data.get("variants") or {}
-    for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"{p}: methods: unknown method {m!r}; expected one of {tuple(METHODS)}")
-    if not isinstance(variants, dict):
-        raise ValueError(f"{p}: variants must be a mapping of run names to {{method, params}}")
+    check = Checker(p, lambda message: ValueError(f"{p}: {message}"), label="{key}")
+    data = dict(check.read(read_mapping(p), None, GRID))
+    variants = data["variants"]
     for vname, v in variants.items():
-        if not isinstance(v, dict) or v.get("method") not in METHODS or set(v) - VARIANT_KEYS:
-            raise ValueError(f"{p}: variant {vname!r} needs {{method: one of {tuple(METHODS)}, params: {{...}}}}")
-    if not methods and not variants:
-        raise ValueError(f"{p}: nothing to run; give methods and/or variants")
-    executor = data.get("executor", "process")
-    if executor not in EXECUTORS:
-        raise ValueError(f"{p}: executor is {executor!r}, expected one of {EXECUTORS}")
-    for key in ("max_parallel",):
-        if key in data and (not isinstance(data[key], int) or data[key] < 1):
-            raise ValueError(f"{p}: {key} must be an integer >= 1, got {data[key]!r}")
-    backbones = [
-        named_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(_list(data, "backbones", p))
-    ]
-    embedded = data.get("embedding") == EMBEDDED
-    emb = (
-        None
-        if embedded
-        else named_endpoint(data.get("embedding", "qwen3-embedding-8b"), "embeddings", f"{p}: embedding")
-    )
+        variants[vname] = dict(check.read(v, f"variants.{vname}", VARIANT))
+    if not data["methods"] and not variants:
+        raise check.fail("nothing to run; give methods and/or variants")
+    executor = data["executor"]
+    backbones = [named_endpoint(b, "backbones", f"{p}: backbones[{i}]") for i, b in enumerate(data["backbones"])]
+    embedded = data["embedding"] == EMBEDDED
+    emb = None if embedded else named_endpoint(data["embedding"], "embeddings", f"{p}: embedding")
     # the LLM judge's own model (F.2): a backbone profile or an inline endpoint; unset: each run's backbone
-    judge = None if data.get("judge") is None else named_endpoint(data["judge"], "backbones", f"{p}: judge")
-    if embedded and data.get("embedding_endpoints"):
-        raise ValueError(
-            f"{p}: embedding_endpoints cannot be used with embedding: {EMBEDDED} (each run starts its own)"
-        )
-    replicas = data.get("endpoints") or {}
-    if not isinstance(replicas, dict):
-        raise ValueError(f"{p}: endpoints must map a backbone name to a list of base URLs")
+    judge = None if data["judge"] is None else named_endpoint(data["judge"], "backbones", f"{p}: judge")
+    if embedded and data["embedding_endpoints"]:
+        raise check.fail(f"embedding_endpoints cannot be used with embedding: {EMBEDDED} (each run starts its own)")
+    replicas = data["endpoints"]
     # a profile file may be keyed by its path as written in backbones or by its label (the file's stem)
     replicas = {next((b.name for b in backbones if profile_label(b.name) == k), k): v for k, v in replicas.items()}
     for bname, urls in replicas.items():
@@ -256,31 +250,24 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
             raise ValueError(f"{p}: endpoints names backbone {bname!r}, which is not in backbones")
         if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
             raise ValueError(f"{p}: endpoints[{bname!r}] must be a non-empty list of base URLs")
-    emb_urls = data.get("embedding_endpoints") or ([] if emb is None else [emb.endpoint.base_url])
-    if not isinstance(data.get("shared_server", False), bool):
-        raise ValueError(f"{p}: shared_server must be true or false, got {data['shared_server']!r}")
-    if not data.get("shared_server", False):
+    emb_urls = data["embedding_endpoints"] or ([] if emb is None else [emb.endpoint.base_url])
+    if not data["shared_server"]:
         _check_one_model_per_url(
             p,
             [("backbone", b, replicas.get(b.name) or [b.endpoint.base_url]) for b in backbones]
             + ([("embedding", emb, emb_urls)] if emb is not None else [])
             + ([("judge", judge, [judge.endpoint.base_url])] if judge is not None else []),
         )
-    benchmarks = _list(data, "benchmarks", p)
+    benchmarks = data["benchmarks"]
     try:
         _check_benchmarks(p, benchmarks, data)
     except ValueError as exc:
         if not plan:
             raise
         notes.append(f"not runnable yet (planned anyway): {exc}")
-    shared = data.get("method_params") or {}
-    run_plan = [(m, m, dict(shared.get(m, {}) or {})) for m in methods]
-    run_plan += [
-        (n, v["method"], {**(shared.get(v["method"], {}) or {}), **(v.get("params") or {})})
-        for n, v in variants.items()
-    ]
-    seeds = _list(data, "seeds", p, [42])
-    for run_name, method, mparams in run_plan:
+    runs_planned = run_plan(data)
+    seeds = list(data["seeds"])
+    for run_name, method, mparams in runs_planned:
         # a {seed} path (a frozen layer per seed) is checked for every seed, and a frozen layer's size against
         # every backbone's context length
         per_seed = _mentions_seed(mparams)
@@ -297,20 +284,19 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                         if not plan:
                             raise ValueError(refusal) from None
                         notes.append(f"not runnable yet (planned anyway): {refusal}")
-    judged = [run_name for run_name, method, mparams in run_plan if uses_judge(method, mparams)]
+    judged = [run_name for run_name, method, mparams in runs_planned if uses_judge(method, mparams)]
     if judge is not None and not judged:
         raise ValueError(
             f"{p}: judge names {judge.name!r}, but no run of the grid calls a judge "
             "(abstraction_memory or joint_memory with judge: true)"
         )
-    out_root = str(Path(data.get("out_root", "outputs/runs")).resolve())
-    cache_dir = data.get("cache_dir", "outputs/cache")
-    cache_dir = str(Path(cache_dir).resolve()) if cache_dir else None
+    out_root = str(Path(data["out_root"]).resolve())
+    cache_dir = str(Path(data["cache_dir"]).resolve()) if data["cache_dir"] else None
     runs: list[GridRun] = []
     counters: dict[str, int] = {}
     for bname, ep in ((b.name, b.endpoint) for b in backbones):
         for bench in benchmarks:
-            for run_name, method, mparams in run_plan:
+            for run_name, method, mparams in runs_planned:
                 for seed in seeds:
                     spec = RunSpec.from_dict(
                         {
@@ -320,20 +306,14 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                             "embedding": EMBEDDED if emb is None else emb.name,
                             "seed": seed,
                             "seeds_planned": tuple(seeds),
-                            "iterations": data.get("iterations", 10),
-                            "train_per_iteration": data.get("train_per_iteration", 50),
-                            "max_steps": data.get("max_steps", 50),
-                            "heldout_concurrency": data.get("heldout_concurrency", 8),
-                            "heldout_limit": data.get("heldout_limit"),
-                            "train_pool_limit": data.get("train_pool_limit"),
-                            "subset": data.get("subset", "balanced"),
+                            **{key: data[key] for key in PROTOCOL_KEYS},
                             # per benchmark, like benchmark_options: {alfworld: [pick_and_place_simple]}
-                            "task_types": (data.get("task_types") or {}).get(bench),
+                            "task_types": data["task_types"].get(bench),
                             # per benchmark too: {alfworld: valid_unseen_balanced_50} (envs.partitions.HELDOUT_SETS)
-                            "heldout_set": (data.get("heldout_set") or {}).get(bench),
-                            "agent": dict(data.get("agent") or {}),
+                            "heldout_set": data["heldout_set"].get(bench),
+                            "agent": dict(data["agent"]),
                             "method_params": params_for_seed(mparams, seed),
-                            "benchmark_options": dict((data.get("benchmark_options") or {}).get(bench, {}) or {}),
+                            "benchmark_options": dict(data["benchmark_options"].get(bench) or {}),
                             "out_root": out_root,
                             "cache_dir": cache_dir,
                             "name": run_name,
@@ -355,12 +335,12 @@ def load_grid(path: str | os.PathLike[str], *, plan: bool = False) -> Grid:
                         )
                     )
     return Grid(
-        name=str(data.get("name", p.stem)),
+        name=data["name"] or p.stem,
         runs=runs,
         executor=executor,
-        ray_address=data.get("ray_address"),
-        max_parallel=int(data.get("max_parallel", 2)),
-        cpus_per_run=float(data.get("cpus_per_run", 1.0)),
+        ray_address=data["ray_address"],
+        max_parallel=data["max_parallel"],
+        cpus_per_run=float(data["cpus_per_run"]),
         out_root=out_root,
         url_env=tuple(dict.fromkeys(n.url_env for n in (*backbones, emb, judge) if n is not None and n.url_env)),
         notes=notes,

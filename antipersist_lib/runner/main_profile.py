@@ -7,179 +7,139 @@ from; ``runner.main_tables`` writes its results.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.core.skill_layer import params_for_seed
+from antipersist_lib.envs import BENCHMARKS
 from antipersist_lib.methods import METHODS
+from antipersist_lib.profile_fields import ANY, CHOICE, INT, MAPPING, NAMES, STR, Checker, Field, Fields, Values
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.seed_pools import SEED_POOL_KEYS, seed_pool_path, seedable
-from antipersist_lib.runner.spec import RunSpec, uses_judge
+from antipersist_lib.runner.seed_pools import seed_pool_path, seedable
+from antipersist_lib.runner.spec import AGENT_KEYS, PROTOCOL, SEEDS, TASK_TYPES, VARIANT, RunSpec, uses_judge
 from antipersist_lib.serving.embedded import EMBEDDER_MODEL
 from antipersist_lib.serving.profiles import NamedEndpoint, named_endpoint, read_mapping
 
 RUN_ORDERS = ("benchmark", "seed")  # execution order of runs with work left (`execution_order`)
-PROFILE_KEYS = {
-    "run_order",
-    "methods",
-    "variants",
-    "benchmarks",
-    "seeds",
-    "iterations",
-    "train_per_iteration",
-    "heldout_limit",
-    "train_pool_limit",
-    "subset",
-    "max_steps",
-    "heldout_concurrency",
-    "agent",
-    "agent_by_benchmark",
-    "method_params",
-    "backbone",
-    "benchmark_options",
-    "notebooks",
-    "notebook_profile",
-    "settings_by_benchmark",
-    "seed_pools",
-    "run_concurrency",
-    "judge",
-    "walkthrough",
-}
-VARIANT_KEYS = {"method", "params"}
-#: protocol settings a benchmark may override (``settings_by_benchmark``): a proxy benchmark with short
-#: games needs fewer steps, a slow one fewer tasks
-BENCHMARK_SETTING_KEYS = {
-    "iterations",
-    "train_per_iteration",
-    "heldout_limit",
-    "train_pool_limit",
-    "max_steps",
-    "task_types",  # only tasks of these types (a benchmark's subset, e.g. the types planted skills cover)
-    "heldout_set",  # a named held-out set of envs.partitions.HELDOUT_SETS instead of the partition's held-out split
-    "seeds",  # a subset of the profile's seeds (a costly benchmark run on fewer seeds)
-}
+#: the embedded default's small protocol (a profile that says nothing runs a quick check, not the paper's grid)
+MAIN_DEFAULTS = {"iterations": 2, "train_per_iteration": 2, "max_steps": 4, "heldout_concurrency": 1}
+#: protocol settings a benchmark may override (``settings_by_benchmark``): a proxy benchmark with short games
+#: needs fewer steps, a slow one fewer tasks; an absent key takes the profile's value
+BENCHMARK_SETTINGS = Fields(
+    *(PROTOCOL[k] for k in ("iterations", "train_per_iteration", "heldout_limit", "train_pool_limit", "max_steps")),
+    TASK_TYPES,  # only tasks of these types (a benchmark's subset, e.g. the types planted skills cover)
+    # a named held-out set of envs.partitions.HELDOUT_SETS instead of the partition's held-out split
+    Field("heldout_set", STR, nullable=True),
+    dataclasses.replace(SEEDS, default=None),  # a subset of the profile's seeds (a costly benchmark on fewer)
+)
+PROFILE = Fields(
+    Field("run_order", CHOICE, default="benchmark", choices=RUN_ORDERS),
+    Field("methods", NAMES, default=(), choices=tuple(METHODS)),
+    Field("variants", MAPPING, what="a mapping of run names to {method, params}"),
+    Field("benchmarks", NAMES, default=("scienceworld", "alfworld"), choices=BENCHMARKS),
+    SEEDS,
+    *(dataclasses.replace(f, default=MAIN_DEFAULTS.get(f.key, f.default)) for f in PROTOCOL.fields),
+    Field("agent", MAPPING, keys=AGENT_KEYS),
+    Field("agent_by_benchmark", MAPPING, what="a mapping of benchmark names to agent settings"),
+    Field("method_params", MAPPING, keys=tuple(METHODS)),
+    Field("backbone", MAPPING),  # the embedded default's options (serving.embedded.EmbeddedBackbone)
+    Field("benchmark_options", MAPPING),
+    Field(  # [] runs none; null: every notebook
+        "notebooks",
+        ANY,
+        nullable=True,
+        test=lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+        what="a list of notebook names",
+    ),
+    Field("notebook_profile", STR, default="smoke"),
+    Field("settings_by_benchmark", MAPPING, what="a mapping of benchmark names to protocol settings"),
+    Field("seed_pools", MAPPING, what="a mapping of benchmark names to {per_type: N}"),
+    Field("run_concurrency", INT, default=1, minimum=1),
+    Field("judge", ANY, nullable=True),  # checked by judge_model
+    Field("walkthrough", ANY, nullable=True),  # a benchmark the profile runs Anti-Persistence on (checked below)
+)
+SEED_POOL = Fields(Field("per_type", INT, required=True, minimum=1))
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
-    """Read a main-job profile; unknown keys, methods or benchmarks are named in the error."""
+    """Read a main-job profile: every key checked (``PROFILE``) and every default filled in, before any run
+    starts; an unknown key, method or benchmark, or a malformed value, is named in the error."""
     p = Path(path)
-    data = read_mapping(p, PROFILE_KEYS)
-    for m in data.get("methods", []):
-        if m not in METHODS:
-            raise ValueError(f"profile {p}: unknown method {m!r}; expected one of {tuple(METHODS)}")
-    for m in data.get("method_params", {}) or {}:
-        if m not in METHODS:
-            raise ValueError(f"profile {p}: method_params names unknown method {m!r}")
-    variants = data.get("variants") or {}
-    if not isinstance(variants, dict):
-        raise ValueError(f"profile {p}: variants must be a mapping of run names to {{method, params}}")
+    check = Checker(p, lambda message: ValueError(f"profile {p}: {message}"), label="{key}")
+    data = dict(check.read(read_mapping(p), None, PROFILE))
+    variants = data["variants"]
     for name, v in variants.items():
-        if not isinstance(v, dict) or "method" not in v:
-            raise ValueError(f"profile {p}: variant {name!r} needs a mapping with a 'method' key")
-        extra = sorted(set(v) - VARIANT_KEYS)
-        if extra:
-            raise ValueError(
-                f"profile {p}: variant {name!r} has unknown key(s) {extra}; allowed: {sorted(VARIANT_KEYS)}"
-            )
-        if v["method"] not in METHODS:
-            raise ValueError(
-                f"profile {p}: variant {name!r}: unknown method {v['method']!r}; expected one of {tuple(METHODS)}"
-            )
-        if name in data.get("methods", []):
-            raise ValueError(f"profile {p}: variant name {name!r} collides with a method's run folder")
-    by_bench = data.get("agent_by_benchmark") or {}
-    if not isinstance(by_bench, dict) or not all(isinstance(v, dict) for v in by_bench.values()):
-        raise ValueError(f"profile {p}: agent_by_benchmark must map benchmark names to agent settings")
-    benches = set(data.get("benchmarks", ["scienceworld", "alfworld"]))
-    stray = sorted(set(by_bench) - benches)
-    if stray:
-        raise ValueError(f"profile {p}: agent_by_benchmark names benchmark(s) {stray} that the profile does not run")
-    settings = data.get("settings_by_benchmark") or {}
-    if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
-        raise ValueError(f"profile {p}: settings_by_benchmark must map benchmark names to protocol settings")
-    stray = sorted(set(settings) - benches)
-    if stray:
-        raise ValueError(f"profile {p}: settings_by_benchmark names benchmark(s) {stray} that the profile does not run")
-    for bench, over in settings.items():
-        bad = sorted(set(over) - BENCHMARK_SETTING_KEYS)
-        if bad:
-            raise ValueError(
-                f"profile {p}: settings_by_benchmark.{bench} has unknown key(s) {bad}; allowed: "
-                f"{sorted(BENCHMARK_SETTING_KEYS)}"
-            )
+        variants[name] = dict(check.read(v, f"variants.{name}", VARIANT))
+        if name in data["methods"]:
+            raise check.fail(f"variant name {name!r} collides with a method's run folder")
+    if not data["methods"] and not variants:
+        raise check.fail("nothing to run; give methods and/or variants")
+    benches = set(data["benchmarks"])
+    for key, spec in (("agent_by_benchmark", AGENT), ("settings_by_benchmark", BENCHMARK_SETTINGS)):
+        stray = sorted(set(data[key]) - benches)
+        if stray:
+            raise check.fail(f"{key} names benchmark(s) {stray} that the profile does not run")
+        data[key] = {bench: _given(check.read(over, f"{key}.{bench}", spec)) for bench, over in data[key].items()}
+    for bench, over in data["settings_by_benchmark"].items():
         seeds = over.get("seeds")
-        if seeds is not None and (
-            not isinstance(seeds, list) or not seeds or not set(seeds) <= set(data.get("seeds", [42]))
-        ):
-            raise ValueError(
-                f"profile {p}: settings_by_benchmark.{bench}.seeds must be a non-empty list of the profile's seeds "
-                f"{data.get('seeds', [42])}, got {seeds!r}"
+        if seeds is not None and not set(seeds) <= set(data["seeds"]):
+            raise check.fail(
+                f"settings_by_benchmark.{bench}.seeds must be a non-empty list of the profile's seeds "
+                f"{list(data['seeds'])}, got {seeds!r}"
             )
-        types = over.get("task_types")
-        if types is not None and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
-            raise ValueError(f"profile {p}: settings_by_benchmark.{bench}.task_types must be a list of task types")
-    check_seed_pools(data, p, benches)
-    walk = data.get("walkthrough")
+    check_seed_pools(data, check, benches)
+    walk = data["walkthrough"]
     if walk is not None and (walk not in benches or "anti_persistence" not in {m for _, m, _ in run_plan(data)}):
-        raise ValueError(
-            f"profile {p}: walkthrough must name a benchmark the profile runs Anti-Persistence on, got {walk!r}"
-        )
-    order = data.get("run_order", "benchmark")
-    if order not in RUN_ORDERS:
-        raise ValueError(f"profile {p}: run_order must be one of {RUN_ORDERS}, got {order!r}")
-    n = data.get("run_concurrency", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"profile {p}: run_concurrency must be an integer >= 1, got {n!r}")
-    nbs = data.get("notebooks")
-    if nbs is not None:
+        raise check.fail(f"walkthrough must name a benchmark the profile runs Anti-Persistence on, got {walk!r}")
+    if data["notebooks"] is not None:
         from antipersist_lib.runner.notebooks_runner import notebook_paths
 
         known = [n.stem for n in notebook_paths()]
-        bad = [n for n in nbs if n not in known] if isinstance(nbs, list) else [nbs]
+        bad = [n for n in data["notebooks"] if n not in known]
         if bad:
-            raise ValueError(f"profile {p}: notebooks lists unknown notebook(s) {bad}; known: {known}")
-    if not data.get("methods") and not variants:
-        raise ValueError(f"profile {p}: nothing to run; give methods and/or variants")
+            raise check.fail(f"notebooks lists unknown notebook(s) {bad}; known: {known}")
     judge = judge_model(data, p)
     if judge is not None and not any(uses_judge(m, mp) for _, m, mp in run_plan(data)):
-        raise ValueError(
-            f"profile {p}: judge names {judge.name!r}, but no run of the profile calls a judge "
+        raise check.fail(
+            f"judge names {judge.name!r}, but no run of the profile calls a judge "
             "(abstraction_memory or joint_memory with judge: true)"
         )
     return data
 
 
-def check_seed_pools(data: dict[str, Any], path: Path, benches: set[str]) -> None:
+#: a benchmark's own agent settings (``agent_by_benchmark``), over the profile's ``agent`` block
+AGENT = Fields(*(Field(k) for k in AGENT_KEYS))
+
+
+def _given(values: Values) -> dict[str, Any]:
+    """Only the keys a block set (an override block: an absent key keeps the profile's value)."""
+    return {k: v for k, v in values.items() if k in values.given}
+
+
+def check_seed_pools(data: dict[str, Any], check: Checker, benches: set[str]) -> None:
     """``seed_pools``: benchmark -> {per_type: N}: every memory design of those benchmarks' runs starts from
     the same N expert replays per task type (a model that never succeeds unaided has nothing else to keep)."""
     from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
 
-    pools = data.get("seed_pools") or {}
-    if not isinstance(pools, dict):
-        raise ValueError(f"profile {path}: seed_pools must map benchmark names to {{per_type: N}}")
+    pools = data["seed_pools"]
     for bench, spec in pools.items():
         if bench not in benches:
-            raise ValueError(f"profile {path}: seed_pools names benchmark {bench!r}, which the profile does not run")
+            raise check.fail(f"seed_pools names benchmark {bench!r}, which the profile does not run")
         if bench not in EXPERT_BENCHMARKS:
-            raise ValueError(
-                f"profile {path}: seed_pools.{bench}: no expert paths exist for it (they exist for "
-                f"{', '.join(EXPERT_BENCHMARKS)})"
+            raise check.fail(
+                f"seed_pools.{bench}: no expert paths exist for it (they exist for {', '.join(EXPERT_BENCHMARKS)})"
             )
-        if not isinstance(spec, dict) or set(spec) != SEED_POOL_KEYS:
-            raise ValueError(f"profile {path}: seed_pools.{bench} must be {{per_type: N}}, got {spec!r}")
-        n = spec["per_type"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"profile {path}: seed_pools.{bench}.per_type must be an integer >= 1, got {n!r}")
+        pools[bench] = dict(check.read(spec, f"seed_pools.{bench}", SEED_POOL))
     if not pools:
         return
     plan = run_plan(data)
     if not any(seedable(m) for _, m, _ in plan):
-        raise ValueError(f"profile {path}: seed_pools is set, but none of its methods keeps a trajectory store")
+        raise check.fail("seed_pools is set, but none of its methods keeps a trajectory store")
     given = [name for name, _, mp in plan if mp.get("seed_pool")]
     if given:
-        raise ValueError(
-            f"profile {path}: run(s) {given} set seed_pool in method_params and the profile sets seed_pools; "
-            "give one or the other"
+        raise check.fail(
+            f"run(s) {given} set seed_pool in method_params and the profile sets seed_pools; give one or the other"
         )
 
 

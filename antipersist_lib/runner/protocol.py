@@ -53,16 +53,10 @@ from antipersist_lib.runner.summary import IterationSummary, write_summaries
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient
-from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.serving.response_cache import ResponseCache, model_cache
 from antipersist_lib.versions import git_commit, package_versions
 
 log = logging.getLogger(__name__)
-
-
-def cache_folder(cache_dir: str | Path, model: str) -> Path:
-    """Where a run files ``model``'s replies under its response cache ``cache_dir`` (the model's name made a
-    folder name); a replay reads them there (``runner.replay``)."""
-    return Path(cache_dir) / "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
 
 
 # -- one task ---------------------------------------------------------------------------------
@@ -442,17 +436,15 @@ class Runner:
             for unjournaled in (layout.episodes_path("heldout"), layout.calls_path):
                 set_aside_malformed(unjournaled)  # a crash's fragment is set aside once, not warned about forever
             ledger = Ledger(layout.calls_path)
-            cache = ResponseCache(cache_folder(spec.cache_dir, self.endpoint.model)) if spec.cache_dir else None
-            embed_cache = (
-                ResponseCache(cache_folder(spec.cache_dir, self.embed_endpoint.model)) if spec.cache_dir else None
+            llm = LLMClient(
+                self.endpoint, ledger=ledger, cache=model_cache(spec.cache_dir, self.endpoint.model), seed=spec.seed
             )
-            llm = LLMClient(self.endpoint, ledger=ledger, cache=cache, seed=spec.seed)
-            embedder = Embedder(self.embed_endpoint, ledger=ledger, cache=embed_cache)
+            embedder = Embedder(
+                self.embed_endpoint, ledger=ledger, cache=model_cache(spec.cache_dir, self.embed_endpoint.model)
+            )
             judge_llm = None
             if self.judge_endpoint is not None:  # its own client, cache and model; the run's ledger
-                judge_cache = (
-                    ResponseCache(cache_folder(spec.cache_dir, self.judge_endpoint.model)) if spec.cache_dir else None
-                )
+                judge_cache = model_cache(spec.cache_dir, self.judge_endpoint.model)
                 judge_llm = LLMClient(self.judge_endpoint, ledger=ledger, cache=judge_cache, seed=spec.seed)
             # a resumed run keeps the behaviour it was recorded with: parameters the method gained since
             # take the value the run ran with (LEGACY_PARAMS); its identity (method_params) is unchanged

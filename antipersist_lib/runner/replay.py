@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.rundir import RunDirectory
-from antipersist_lib.runner.protocol import cache_folder
 from antipersist_lib.serving.embeddings import Embedder
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.llm import Endpoint, LLMClient, server_identity
-from antipersist_lib.serving.response_cache import ResponseCache
+from antipersist_lib.serving.response_cache import ResponseCache, cache_folder
 
 UNREACHABLE = "http://127.0.0.1:9/v1"  # discard port: nothing answers, so a cache miss fails at once
 

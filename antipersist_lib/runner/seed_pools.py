@@ -12,7 +12,6 @@ from antipersist_lib.runner.spec import RunSpec
 
 #: where a profile's expert seed pools live, under its runs root (so a committed study carries them)
 SEED_POOL_DIR = "seed_pools"
-SEED_POOL_KEYS = {"per_type"}
 
 
 def seedable(method: str) -> bool:

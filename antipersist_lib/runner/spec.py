@@ -24,6 +24,7 @@ from antipersist_lib.envs import BENCHMARKS
 from antipersist_lib.envs.expert import EXPERT_BENCHMARKS
 from antipersist_lib.envs.partitions import check_heldout_set, load_partition
 from antipersist_lib.methods import METHODS, method_class
+from antipersist_lib.profile_fields import ANY, CHOICE, INT, MAPPING, Checker, Field, Fields
 from antipersist_lib.records import SUBSET_ORDERS, Task, limited_tasks
 from antipersist_lib.rundir import RunDirectory
 
@@ -131,22 +132,10 @@ class RunSpec:
             raise ValueError(f"method: unknown {self.method!r}; expected one of {tuple(METHODS)}")
         if self.benchmark not in BENCHMARKS:
             raise ValueError(f"benchmark: unknown {self.benchmark!r}; expected one of {BENCHMARKS}")
-        for f in ("seed",):
-            if not isinstance(getattr(self, f), int) or isinstance(getattr(self, f), bool):
-                raise ValueError(f"{f} must be an integer, got {getattr(self, f)!r}")
-        for f in ("iterations", "max_steps", "heldout_concurrency"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{f} must be an integer >= 1, got {v!r}")
-        v = self.train_per_iteration  # 0: evaluation only (e.g. F.1's frozen skill libraries)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"train_per_iteration must be an integer >= 0, got {v!r}")
-        for f in ("heldout_limit", "train_pool_limit"):
-            v = getattr(self, f)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ValueError(f"{f} must be null or an integer >= 1, got {v!r}")
-        if self.subset not in SUBSET_ORDERS:
-            raise ValueError(f"subset must be one of {SUBSET_ORDERS}, got {self.subset!r}")
+        check = Checker("run", ValueError, label="{key}")  # the same checks as a profile's protocol settings
+        check.value(self.seed, "seed", SEED)
+        for f in PROTOCOL.fields:
+            check.value(getattr(self, f.key), f.key, f)
         check_heldout_set(self.benchmark, self.heldout_set)
         if self.seeds_planned is not None:
             planned = self.seeds_planned
@@ -233,6 +222,53 @@ class RunSpec:
         if missing:
             raise ValueError(f"missing run setting(s) {missing}")
         return cls(**d)
+
+
+def _default(key: str) -> Any:
+    return RunSpec.__dataclass_fields__[key].default
+
+
+def _distinct_ints(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _distinct_names(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, str) and x for x in value)
+        and len(set(value)) == len(value)
+    )
+
+
+SEED = Field("seed", INT, default=_default("seed"))
+#: a profile's seeds (main job, grid)
+SEEDS = Field(
+    "seeds", ANY, default=(_default("seed"),), test=_distinct_ints, what="a non-empty list of distinct integer seeds"
+)
+#: only tasks of these types (a run's ``task_types``, as a profile states it)
+TASK_TYPES = Field("task_types", ANY, nullable=True, test=_distinct_names, what="a list of distinct task type names")
+#: the protocol settings a run, a main-job profile (and its ``settings_by_benchmark``) and a grid set, each
+#: stated and checked once; the defaults are ``RunSpec``'s (the paper's protocol)
+PROTOCOL = Fields(
+    Field("iterations", INT, default=_default("iterations"), minimum=1),
+    Field("train_per_iteration", INT, default=_default("train_per_iteration"), minimum=0),  # 0: evaluation only
+    Field("max_steps", INT, default=_default("max_steps"), minimum=1),
+    Field("heldout_concurrency", INT, default=_default("heldout_concurrency"), minimum=1),
+    Field("heldout_limit", INT, nullable=True, minimum=1),
+    Field("train_pool_limit", INT, nullable=True, minimum=1),
+    Field("subset", CHOICE, default=_default("subset"), choices=SUBSET_ORDERS),
+)
+PROTOCOL_KEYS = tuple(f.key for f in PROTOCOL.fields)
+#: the run settings ``python -m antipersist_lib run`` takes from its options over a ``--params`` file
+RUN_OPTION_KEYS = ("method", "benchmark", "backbone", "seed", *PROTOCOL_KEYS, "embedding", "out_root", "name", "judge")
+#: a named variant of a profile or grid: one method with its own parameters
+VARIANT = Fields(Field("method", CHOICE, required=True, choices=tuple(METHODS)), Field("params", MAPPING))
 
 
 def training_schedule(n_pool: int, iterations: int, per_iteration: int, seed: int) -> list[list[int]]:

@@ -30,6 +30,18 @@ _KEY = re.compile(r"^[0-9a-f]{64}$")
 SERVER_FILE = "server.identity"  # JSON, named so that no glob for entries (*.json) counts it
 
 
+def cache_folder(cache_dir: str | Path, model: str) -> Path:
+    """Where ``model``'s replies are filed under a response cache folder ``cache_dir`` (the model's name made a
+    folder name): a run, a study and a replay all find a model's replies there."""
+    return Path(cache_dir) / "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+
+
+def model_cache(cache_dir: str | Path | None, model: str) -> ResponseCache | None:
+    """The response cache of ``model``'s replies under ``cache_dir``; None when there is no ``cache_dir`` (the
+    run keeps no cache). Every client of a run or study gets its cache here, one folder per model."""
+    return ResponseCache(cache_folder(cache_dir, model)) if cache_dir else None
+
+
 def canonical_json(obj: Any) -> str:
     """One spelling per value: sorted keys, no whitespace, strict JSON (no NaN)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

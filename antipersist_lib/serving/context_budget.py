@@ -1,4 +1,5 @@
-"""Whether a prompt fits a backbone's context, measured by the kit before the request is sent.
+"""Whether a prompt fits a backbone's context, measured by the kit before the request is sent: the kit's one
+token estimate, beside the clients that send the requests.
 
 Why one home: a server that is sent too long a prompt rejects it (or silently cuts it) hours into a study; the
 frozen skill layer, the consolidation study and the ARC-AGI Stream study all measure their prompts the same way
@@ -21,9 +22,14 @@ from antipersist_lib.errors import ContextOverflowError
 CHARS_PER_TOKEN = 3
 
 
+def tokens_for_chars(chars: int) -> int:
+    """Tokens ``chars`` characters of text may take, by ``CHARS_PER_TOKEN`` (an over-estimate for prose)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
 def estimated_tokens(text: str) -> int:
     """Tokens ``text`` may take, by ``CHARS_PER_TOKEN`` (an over-estimate for prose)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    return tokens_for_chars(len(text))
 
 
 def backbone_context_length(llm: Any) -> int | None:
