@@ -357,7 +357,7 @@ def test_seed_pools_are_checked(tmp_path):
 
 
 def test_seed_pools_go_to_every_memory_design_and_are_built_once(tmp_path):
-    from antipersist_lib.methods.seeding import read_seed_records
+    from antipersist_lib.core.seeding import read_seed_records
     from antipersist_lib.records import EpisodeOutcome, Step, Trajectory
     from antipersist_lib.runner import seed_pools
 

@@ -1,4 +1,4 @@
-"""Seeding a trajectory store from a fixed pool (methods.seeding): the faulty-memories study's method rows."""
+"""Seeding a trajectory store from a fixed pool (core.seeding): the faulty-memories study's method rows."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from antipersist_lib.core.seeding import SEED_ITERATION, read_seed_records, seed_store
 from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods import make_method, validate_method_params
 from antipersist_lib.methods.base import MethodContext
-from antipersist_lib.methods.seeding import SEED_ITERATION, read_seed_records, seed_store
 from antipersist_lib.records import EpisodeOutcome, Step, Task, Trajectory
 
 

@@ -54,7 +54,7 @@ class AntiPersistenceConfig:
     fixed_mode: str | None = None
     persist: bool = False  # Table 2: keep the guidance as abstractions instead of discarding it
     frozen_skills: str | None = None  # F.2: a skill library (JSON file or run directory) in every context
-    seed_pool: str | None = None  # a trajectory pool (JSONL) M_0 starts from (faulty-memories study; methods.seeding)
+    seed_pool: str | None = None  # a trajectory pool (JSONL) M_0 starts from (faulty-memories study; core.seeding)
 
     def __post_init__(self) -> None:
         if self.budget < 1:

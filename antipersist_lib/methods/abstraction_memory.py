@@ -21,13 +21,13 @@ from typing import Any
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import TABLE3
 from antipersist_lib.core.planted import DELETION_REASON, PLANT_DEFAULTS, Plant
+from antipersist_lib.core.seeding import SEED_ITERATION
 from antipersist_lib.core.skill_layer import JUDGE_LOG, format_stored
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.jsonl import JsonlWriter
 from antipersist_lib.memory.abstraction_store import AbstractionStore, parents_of_records
 from antipersist_lib.memory.trajectory_store import Retrieved, abstraction_type_filter
 from antipersist_lib.methods.base import MethodContext, TaskContext, take_params
-from antipersist_lib.methods.seeding import SEED_ITERATION
 from antipersist_lib.methods.trajectory_memory import TrajectoryMemoryMethod
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory

@@ -21,6 +21,7 @@ import numpy as np
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import LEGACY_PARAMS, TABLE3, AntiPersistenceConfig
 from antipersist_lib.core.planted import PLANT_DEFAULTS, Plant
+from antipersist_lib.core.seeding import check_seed_pool, seed_store
 from antipersist_lib.core.selector import ModeDecision, ModeSelector, Recorded, decision_rng
 from antipersist_lib.core.skill_layer import FROZEN_LAYER_DEFAULTS, format_stored, frozen_layer, planted_layer
 from antipersist_lib.core.synthesis import synthesize
@@ -29,7 +30,6 @@ from antipersist_lib.memory.outcome_log import OutcomeLog, cost_adjusted_reward,
 from antipersist_lib.memory.similarity import EmbeddingPool
 from antipersist_lib.memory.trajectory_store import TrajectoryStore, abstraction_type_filter
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import SYNTHESIS_MODES, Task
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.serving.embeddings import embed_text

@@ -5,7 +5,7 @@ any outcome (same task type), shown verbatim with their outcomes under the factu
 header. So the comparison with Anti-Persistence isolates mode selection and on-demand
 synthesis. The kit's choice (the paper says only "retrieves stored trajectories"): records of
 both outcomes, labelled, as in the ``none`` mode. ``seed_pool=<path>`` starts the store from a
-fixed trajectory pool (``methods.seeding``), as Anti-Persistence's does.
+fixed trajectory pool (``core.seeding``), as Anti-Persistence's does.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import TABLE3
+from antipersist_lib.core.seeding import check_seed_pool, seed_store
 from antipersist_lib.core.synthesis import synthesize
 from antipersist_lib.memory.trajectory_store import TrajectoryStore
 from antipersist_lib.methods.base import Method, MethodContext, TaskContext, take_params
-from antipersist_lib.methods.seeding import check_seed_pool, seed_store
 from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
 

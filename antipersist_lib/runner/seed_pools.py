@@ -1,5 +1,5 @@
 """The expert seed pools of a main-job profile (``seed_pools``: benchmark -> {per_type: N}): every memory design
-of those benchmarks' runs starts from the same N expert replays per task type (``methods.seeding``), built once
+of those benchmarks' runs starts from the same N expert replays per task type (``core.seeding``), built once
 per (benchmark, seed) under the runs root and reused as they are."""
 
 from __future__ import annotations
