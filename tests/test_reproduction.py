@@ -4,11 +4,13 @@ rate of ``analysis.reproduction`` recomputed from a hand-made record set with kn
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from antipersist_lib.analysis import reproduction as rp
 from antipersist_lib.core.planted import DELETION_REASON, Plant, clauses, read_planted
@@ -147,6 +149,26 @@ def test_bad_pairs_files_are_named_with_what_is_wrong(tmp_path):
         read_planted(write(ERRAND_PAIRS.replace("    signatures:", "    scope: x\n    signatures:")), "errandworld")
     with pytest.raises(ValueError, match="no planted-skill file"):
         read_planted(tmp_path / "nowhere", "errandworld")
+    # the pairs file is read through the kit's field specs: file, key and what is allowed are named
+    data = yaml.safe_load(ERRAND_PAIRS)
+    cases = [
+        (("pairs", 0, "signatures", 0, "id"), 7, r"pairs\[0\]\.signatures\[0\]\.id must be a non-empty string, got 7"),
+        (("pairs", 0, "id"), "Fruit Room", r"pairs\[0\]\.id must be lower-case letters, digits and hyphens, got"),
+        (("pairs", 0, "toxic"), "  ", r"pairs\[0\]\.toxic must be the skill's text, got"),
+        (
+            ("pairs", 0, "signatures", 0, "when"),
+            3,
+            r"pairs\[0\]\.signatures\[0\]\.when must be a regular expression string or null, got 3",
+        ),
+    ]
+    for (*at, key), value, message in cases:
+        bad = copy.deepcopy(data)
+        block = bad
+        for k in at:
+            block = block[k]
+        block[key] = value
+        with pytest.raises(ValueError, match=r"errandworld\.yaml: " + message):
+            read_planted(write(yaml.safe_dump(bad)), "errandworld")
     with pytest.raises(ValueError, match="plant_condition is 'toxic' but no plant file"):
         Plant.from_params({"plant_condition": "toxic"}, "errandworld")
     with pytest.raises(ValueError, match="expected one of"):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.paths import repo_root
+from antipersist_lib.profile_fields import ANY, STR, Checker, Field, Fields
 from antipersist_lib.serving.profiles import read_mapping
 
 #: the three conditions of the design: nothing planted, the useful skills, the toxic skills
@@ -30,9 +31,42 @@ PLANTED_CONDITIONS: tuple[str, ...] = ("useful", "toxic")
 #: prefix of every planted skill's provenance id
 PLANT_PREFIX = "plant-"
 
-FILE_KEYS = {"benchmark", "pairs"}
-PAIR_KEYS = {"id", "task_type", "useful", "toxic", "signatures"}
-SIGNATURE_KEYS = {"id", "text", "command", "when", "until", "until_command"}
+
+def _non_empty_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value)
+
+
+def _regex(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+#: a pairs file, one pair, one signature: every key stated once (``profile_fields``)
+FILE = Fields(
+    Field("benchmark", STR, required=True),  # compared with the benchmark asked for
+    Field("pairs", ANY, required=True, test=_non_empty_list, what="a non-empty list"),
+)
+PAIR = Fields(
+    Field(
+        "id",
+        STR,
+        required=True,
+        test=lambda v: re.fullmatch(r"[a-z0-9][a-z0-9-]*", v),
+        what="lower-case letters, digits and hyphens",
+    ),
+    Field("task_type", STR, required=True, nullable=True, what="a task type name"),
+    Field("useful", STR, required=True, test=str.strip, what="the skill's text"),
+    Field("toxic", STR, required=True, test=str.strip, what="the skill's text"),
+    Field("signatures", ANY, required=True, test=_non_empty_list, what="a non-empty list"),
+)
+SIGNATURE = Fields(
+    Field("id", STR, required=True),
+    Field("text", ANY, required=True, test=_non_empty_list, what="a non-empty list of term groups (lists of terms)"),
+    Field("command", ANY, required=True, test=_regex, what="a regular expression string"),
+    *(
+        Field(k, ANY, nullable=True, test=_regex, what="a regular expression string")
+        for k in ("when", "until", "until_command")
+    ),
+)
 
 _NEGATION = re.compile(r"\b(?:not|never|no|avoid|without|cannot|nothing)\b|n't\b", re.IGNORECASE)
 #: "instead of X" / "rather than X": X (up to the next punctuation) is the rejected alternative
@@ -224,30 +258,16 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value)
 
 
-def _signature(d: Any, pair_id: str, task_type: str | None, where: str) -> Signature:
-    if not isinstance(d, dict):
-        raise ValueError(f"{where} must be a mapping with id, text and command")
-    extra = sorted(set(d) - SIGNATURE_KEYS)
-    missing = sorted({"id", "text", "command"} - set(d))
-    if extra or missing:
-        raise ValueError(f"{where}: unknown key(s) {extra}, missing key(s) {missing}; keys: {sorted(SIGNATURE_KEYS)}")
-    groups = d["text"]
-    if not isinstance(groups, list) or not groups:
-        raise ValueError(f"{where}.text must be a non-empty list of term groups (lists of terms)")
-    text = tuple(_strings(g, f"{where}.text[{i}]") for i, g in enumerate(groups))
+def _signature(d: Any, pair_id: str, task_type: str | None, where: str, check: Checker) -> Signature:
+    v = check.read(d, where, SIGNATURE)
+    text = tuple(_strings(g, f"{check.where}: {where}.text[{i}]") for i, g in enumerate(v["text"]))
     for key in ("command", "when", "until", "until_command"):
-        value = d.get(key)
-        if value is None and key != "command":
-            continue
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{where}.{key} must be a regular expression string, got {value!r}")
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{where}.{key}: not a valid regular expression ({exc}): {value!r}") from None
-    return Signature(
-        str(d["id"]), pair_id, task_type, text, d["command"], d.get("when"), d.get("until"), d.get("until_command")
-    )
+        if v[key] is not None:
+            try:
+                re.compile(v[key])
+            except re.error as exc:
+                raise check.fail(f"{where}.{key}: not a valid regular expression ({exc}): {v[key]!r}") from None
+    return Signature(v["id"], pair_id, task_type, text, v["command"], v["when"], v["until"], v["until_command"])
 
 
 def read_planted(path: str | Path, benchmark: str) -> PlantedSkills:
@@ -255,40 +275,24 @@ def read_planted(path: str | Path, benchmark: str) -> PlantedSkills:
     skill must hit one of its own signatures, and no useful skill may hit any: a signature that misses
     its own rule, or flags the correct one, would make every rate built on it wrong."""
     p = pairs_file(path, benchmark)
-    data = read_mapping(p, FILE_KEYS)
-    if data.get("benchmark") != benchmark:
-        raise ValueError(f"{p}: holds pairs for benchmark {data.get('benchmark')!r}, not {benchmark!r}")
-    raw = data.get("pairs")
-    if not isinstance(raw, list) or not raw:
-        raise ValueError(f"{p}: pairs must be a non-empty list")
+    check = Checker(p, lambda message: ValueError(f"{p}: {message}"), label="{key}")
+    data = check.read(read_mapping(p), None, FILE)
+    if data["benchmark"] != benchmark:
+        raise check.fail(f"holds pairs for benchmark {data['benchmark']!r}, not {benchmark!r}")
     pairs: list[PlantedPair] = []
-    for i, d in enumerate(raw):
-        where = f"{p}: pairs[{i}]"
-        if not isinstance(d, dict):
-            raise ValueError(f"{where} must be a mapping")
-        extra, missing = sorted(set(d) - PAIR_KEYS), sorted(PAIR_KEYS - set(d))
-        if extra or missing:
-            raise ValueError(f"{where}: unknown key(s) {extra}, missing key(s) {missing}; keys: {sorted(PAIR_KEYS)}")
-        pid, kind = d["id"], d["task_type"]
-        if not isinstance(pid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", pid):
-            raise ValueError(f"{where}: id must be lower-case letters, digits and hyphens, got {pid!r}")
-        if kind is not None and (not isinstance(kind, str) or not kind):
-            raise ValueError(f"{where}: task_type must be a task type name or null, got {kind!r}")
-        for key in ("useful", "toxic"):
-            if not isinstance(d[key], str) or not d[key].strip():
-                raise ValueError(f"{where}: {key} must be the skill's text")
-        sigs = d["signatures"]
-        if not isinstance(sigs, list) or not sigs:
-            raise ValueError(f"{where}: signatures must be a non-empty list")
+    for i, d in enumerate(data["pairs"]):
+        where = f"pairs[{i}]"
+        v = check.read(d, where, PAIR)
+        pid, kind = v["id"], v["task_type"]
         pair = PlantedPair(
             pid,
             kind,
-            " ".join(d["useful"].split()),
-            " ".join(d["toxic"].split()),
-            tuple(_signature(s, pid, kind, f"{where}.signatures[{j}]") for j, s in enumerate(sigs)),
+            " ".join(v["useful"].split()),
+            " ".join(v["toxic"].split()),
+            tuple(_signature(s, pid, kind, f"{where}.signatures[{j}]", check) for j, s in enumerate(v["signatures"])),
         )
         if not any(s.in_text(pair.toxic) for s in pair.signatures):
-            raise ValueError(f"{where}: no signature of pair {pid!r} detects its own toxic skill")
+            raise check.fail(f"{where}: no signature of pair {pid!r} detects its own toxic skill")
         pairs.append(pair)
     _check_unique([q.pair_id for q in pairs], f"{p}: pair ids")
     skills = PlantedSkills(benchmark, tuple(pairs), str(p), hashlib.sha256(p.read_bytes()).hexdigest())
@@ -296,7 +300,7 @@ def read_planted(path: str | Path, benchmark: str) -> PlantedSkills:
     for q in pairs:
         hit = skills.detect(q.useful, q.task_type)
         if hit:
-            raise ValueError(f"{p}: the useful skill of pair {q.pair_id!r} is flagged by signature(s) {list(hit)}")
+            raise check.fail(f"the useful skill of pair {q.pair_id!r} is flagged by signature(s) {list(hit)}")
     return skills
 
 
