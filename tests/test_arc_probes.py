@@ -18,7 +18,7 @@ import pytest
 import yaml
 from arc_scripted import SCRIPTED_NOTE, ScriptedArcModel, run_scripted_probes
 
-from antipersist_lib.arc import figures, probe_profile, probe_tables, probes
+from antipersist_lib.arc import figures, probe_profile, probe_tables, probes, study_profile
 from antipersist_lib.arc.families import FAMILY_IDS
 from antipersist_lib.arc.generator import SKILL_IDS, check_solution
 from antipersist_lib.cli import main as cli_main
@@ -135,6 +135,9 @@ GOOD = {
         ({"source": "oracle"}, r"source must be one of"),
         ({"variants": True}, r"'variants' must be an integer >= 1"),
         ({"stream": {"temprature": 0.0}}, r"stream.temprature"),
+        # the probe's stream choices are checked as the study's are (they were passed through unchecked)
+        ({"stream": {"helper_usage": "always"}}, r"stream\.helper_usage must be one of .*got 'always'"),
+        ({"stream": {"decide_on": "x"}}, r"stream\.decide_on must be one of .*got 'x'"),
         ({"evaluation": {"sources": ["episodic", "notes"]}}, r"evaluation.sources"),
         ({"sandbox": "none"}, r"sandbox must be one of"),
     ],
@@ -144,6 +147,21 @@ def test_profile_errors_name_the_key_and_the_file(tmp_path, change, message):
     with pytest.raises(StudyProfileError, match=message) as info:
         probe_profile.load_probe_profile(path)
     assert str(path) in str(info.value)
+
+
+def test_probe_profile_reads_the_study_blocks_it_shares(tmp_path):
+    # the study's stream settings but the task order, its evaluation sources and workers, two shown examples at least
+    assert study_profile.STREAM.keys - probe_profile.STREAM.keys == {"shuffle"}
+    assert probe_profile.EVALUATION.keys == {"sources", "workers"}
+    with pytest.raises(StudyProfileError, match=r"'task_examples.n_train' must be an integer >= 2, got 1"):
+        probe_profile.load_probe_profile(write_profile(tmp_path, {**GOOD, "task_examples": {"n_train": 1}}))
+    with pytest.raises(StudyProfileError, match=r"buffer_reading must be one of \('cap', 'batch'\), got 'size'"):
+        probe_profile.load_probe_profile(write_profile(tmp_path, {**GOOD, "buffer_reading": "size"}))
+    profile = probe_profile.load_probe_profile(
+        write_profile(tmp_path, {**GOOD, "stream": {"solver_memory": "abstract"}}), context_check=False
+    )
+    assert profile.stream == {"solver_memory": ("abstract",)}
+    assert "repeats" not in profile.eval_kwargs() and profile.eval_kwargs()["sources"] == ("episodic", "abstract")
 
 
 def test_profile_needs_a_subset_size_and_a_probe(tmp_path):

@@ -251,6 +251,42 @@ def test_bad_profile_names_the_key(tmp_path, change, message):
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"steps": None}, r"'steps' must be an integer >= 1; it is missing"),
+        (
+            {"stream": {"decide_on": "always"}},
+            r"stream\.decide_on must be one of \('every_step', 'passing'\), got 'always'",
+        ),
+        ({"stream": "fast"}, r"'stream' must be a mapping with keys from \["),
+        ({"evaluation": {"temperature": -1}}, r"'evaluation\.temperature' must be a number >= 0 or null, got -1"),
+        ({"source_ablation": {"arms": [[]]}}, r"source_ablation\.arms: \[\[\]\] not in \('abstract_only'"),
+        ({"source_ablation": {"checkpoints": []}}, r"'source_ablation\.checkpoints' must list at least one value"),
+        ({"judge": {"max_tokens": 0}}, r"'judge\.max_tokens' must be an integer >= 1, got 0"),
+        ({"surgery": {"eval_set": "test"}}, r"surgery\.eval_set must be one of \('heldout', 'train'\), got 'test'"),
+    ],
+)
+def test_profile_blocks_read_by_their_fields_name_the_key(tmp_path, change, message):
+    data = {k: v for k, v in {**TINY, **change}.items() if v is not None}  # None: leave the key out
+    path = write_profile(tmp_path, data)
+    with pytest.raises(studies.StudyProfileError, match=message) as info:
+        study_profile.load_study_profile(path, context_check=False)
+    assert str(path) in str(info.value)
+
+
+def test_profile_blocks_keep_only_the_keys_given_and_fill_the_rest(tmp_path):
+    prof = study_profile.load_study_profile(
+        write_profile(tmp_path, {**TINY, "stream": {"solver_memory": "episodic"}, "surgery": True}),
+        context_check=False,
+    )
+    assert prof.stream == {"solver_memory": ("episodic",)}  # StreamConfig has the other settings' defaults
+    assert prof.surgery == {"conditions": [c.name for c in prof.conditions], "eval_set": "heldout"}
+    assert prof.judge == {"conditions": ["force-gt-b8"]}  # judge.max_tokens' default is the runner's
+    assert (prof.n_train, prof.eval_repeats, prof.eval_temperature, prof.table4_memories) == (2, 1, None, None)
+    assert set(study_profile.PROFILE.keys) >= {"stream", "evaluation", "fig2", "source_ablation", "episodic_capacity"}
+
+
 def test_unisolated_is_an_explicit_choice_carried_to_every_grade(tmp_path):
     kernel = study_profile.load_study_profile(write_profile(tmp_path, TINY, "kernel.yaml"))
     assert kernel.sandbox == "kernel" and kernel.eval_kwargs()["limits"].isolation == "kernel"

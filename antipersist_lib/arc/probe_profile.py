@@ -1,7 +1,9 @@
 """An ARC-AGI Stream probe profile (``params/arc/probes_*.yaml``), its single-family subsets and its schedules.
 
 ``load_probe_profile`` reads and checks a probe profile (every unknown or malformed key named with the file) and
-renders every stream's largest prompts against the named backbone's context (``probe_prompt_sizes``). The tasks:
+renders every stream's largest prompts against the named backbone's context (``probe_prompt_sizes``). Its blocks are
+``profile_fields`` specs (``PROFILE``, ``OVERFIT``, ``PAIR``; the study's stream, evaluation and example blocks,
+narrowed), read as the study's (``arc.study_profile.read_block``). The tasks:
 ``family_subset`` (one family's seen tasks) and ``make_variants`` (their variations); ``probe_tasks`` draws both
 for a profile. A stream's task order and checkpoints: ``schedule`` / ``step_schedule``. The runner is
 ``arc.probes``; reading a probe folder back and the figures' tables, ``arc.probe_tables``.
@@ -20,17 +22,21 @@ from antipersist_lib.arc.controller import MEMORY_SOURCES, REGIMES, SOURCES, Str
 from antipersist_lib.arc.families import FAMILY_IDS
 from antipersist_lib.arc.generator import N_TEST, N_TRAIN, SKILL_IDS, ArcTask, derive_seed, make_task
 from antipersist_lib.arc.sandbox import SandboxLimits
-from antipersist_lib.arc.study_profile import BUFFER_READINGS, check_sandbox_mode
-from antipersist_lib.arc.study_profile import STREAM_KEYS as STUDY_STREAM_KEYS
-from antipersist_lib.serving.profiles import named_context_length
-from antipersist_lib.studies import (
-    BACKBONE_OPTION_KEYS,
-    check_backbone,
-    check_list,
-    checker,
-    fail,
-    read_profile,
+from antipersist_lib.arc.study_profile import (
+    BUFFER_READINGS,
+    check_choices,
+    check_sandbox_mode,
+    eval_kwargs_of,
+    read_block,
+    read_stream,
+    stream_config_of,
 )
+from antipersist_lib.arc.study_profile import EVALUATION as STUDY_EVALUATION
+from antipersist_lib.arc.study_profile import EXAMPLES as STUDY_EXAMPLES
+from antipersist_lib.arc.study_profile import STREAM as STUDY_STREAM
+from antipersist_lib.profile_fields import BOOL, CHOICE, INT, MAPPING, Field, Fields
+from antipersist_lib.serving.profiles import named_context_length
+from antipersist_lib.studies import BACKBONE_OPTION_KEYS, check_backbone, checker, fail, read_profile
 
 #: the stream name of the no-memory baseline
 NO_MEMORY = "no_memory"
@@ -40,34 +46,44 @@ PROBES = ("overfit", "overwrite", "misgroup")
 REPEAT, VARIANT = "repeat", "variant"
 EVAL_KINDS = (REPEAT, VARIANT)
 
-PROFILE_KEYS = {
-    "name",
-    "description",
-    "backbone",
-    "backbone_options",
-    "seed",
-    "task_examples",
-    "subset_size",
-    "variants",
-    "regime",
-    "source",
-    "buffer_size",
-    "buffer_reading",
-    "stream",
-    "evaluation",
-    "overfit",
-    "overwrite",
-    "misgroup",
-    "no_memory",
-    "response_cache",
-    "sandbox",
-}
-EXAMPLE_KEYS = {"n_train", "n_test"}
-#: the study's stream settings, except the task order (a probe's schedule fixes it)
-STREAM_KEYS = STUDY_STREAM_KEYS - {"shuffle"}
-EVALUATION_KEYS = {"sources", "workers"}
-OVERFIT_KEYS = {"family", "cycles"}
-PAIR_KEYS = {"families", "cycles"}
+# -- the profile's blocks, each key stated once (``profile_fields``, as ``arc.study_profile``'s); the rules between
+# keys are in the readers
+
+PROFILE = Fields(
+    Field("name"),  # any value, read as a string; default: the file's stem
+    Field("description"),
+    Field("backbone"),  # studies.check_backbone
+    Field("backbone_options", MAPPING, keys=BACKBONE_OPTION_KEYS),
+    Field("seed", INT, minimum=0, default=0),
+    Field("task_examples"),  # EXAMPLES
+    Field("subset_size", INT, minimum=1),  # required
+    Field("variants", INT, minimum=1, default=1),
+    Field("regime", default=["force"], choices=REGIMES),  # a regime or a list of distinct ones
+    Field("source", CHOICE, choices=SOURCES, default="gt"),
+    Field("buffer_size", INT, minimum=1, nullable=True, default=8),  # buffer_reading: batch: not null
+    Field("buffer_reading", CHOICE, choices=BUFFER_READINGS, default="cap"),
+    Field("stream"),  # STREAM
+    Field("evaluation"),  # EVALUATION
+    Field("overfit"),  # OVERFIT; at least one of the PROBES
+    Field("overwrite"),  # PAIR
+    Field("misgroup"),  # PAIR
+    Field("no_memory", BOOL, default=True),
+    Field("response_cache", BOOL, default=True),
+    Field("sandbox", default="kernel"),  # check_sandbox_mode
+)
+#: the study's examples, with two shown examples at least
+EXAMPLES = Fields(replace(STUDY_EXAMPLES["n_train"], minimum=2), STUDY_EXAMPLES["n_test"])
+#: the study's stream settings, checked as the study checks them, except the task order (a probe's schedule fixes it)
+STREAM = Fields(*(f for f in STUDY_STREAM.fields if f.key != "shuffle"))
+EVALUATION = Fields(STUDY_EVALUATION["sources"], STUDY_EVALUATION["workers"])
+OVERFIT = Fields(
+    Field("family", CHOICE, choices=FAMILY_IDS, what=f"one of {list(FAMILY_IDS)}"),  # required
+    Field("cycles", INT, minimum=1, default=1),
+)
+PAIR = Fields(
+    Field("families"),  # two distinct families, required (_pair)
+    Field("cycles", INT, minimum=1, default=1),
+)
 
 
 # -- tasks: single-family subsets and their variations --------------------------------------------------
@@ -163,24 +179,20 @@ class ProbeProfile:
 
     def stream_config(self, spec: ProbeStream) -> StreamConfig:
         """One pass over the stream's task list (``steps=None``): the list already holds every cycle."""
-        return StreamConfig(
+        return stream_config_of(
+            self.stream,
+            self.limits,
             regime=spec.regime,
             source=self.source,
             buffer_size=self.capacity,
             steps=None,
             tasks_per_step=self.tasks_per_step,
             seed=self.seed,
-            limits=self.limits,
-            **self.stream,
         )
 
     def eval_kwargs(self) -> dict[str, Any]:
         """``evaluate``'s settings: the streams' own solver settings (``StreamConfig.evaluate_kwargs``)."""
-        return {
-            **StreamConfig(limits=self.limits, **self.stream).evaluate_kwargs(),
-            "sources": self.eval_sources,
-            "workers": self.eval_workers,
-        }
+        return eval_kwargs_of(self.stream, self.limits, self.eval_sources, self.eval_workers)
 
     def families(self) -> tuple[str, ...]:
         """Every family some stream shows or evaluates, in first-use order."""
@@ -201,44 +213,44 @@ def _family(value: Any, key: str, path: Any) -> str:
     return str(value)
 
 
-def _cycles(block: dict[str, Any], key: str, path: Any) -> int:
-    return int(checker(path).integer(block.get("cycles", 1), f"{key}.cycles", minimum=1) or 1)
-
-
-def _pair(block: dict[str, Any], key: str, path: Any) -> tuple[str, str]:
+def _pair(value: Any, key: str, path: Any) -> tuple[tuple[str, str], int]:
+    """A two-family probe block: its families and its cycles."""
+    block = checker(path).mapping(value, key, PAIR.keys)
     if "families" not in block:
         raise fail(path, f"'{key}.families' is required: two family names (e.g. [{FAMILY_IDS[0]}, {FAMILY_IDS[1]}])")
-    names = checker(path).names(block["families"], f"{key}.families")
+    spec = read_block(path, block, key, PAIR)
+    names = checker(path).names(spec["families"], f"{key}.families")
     if len(names) != 2:
         raise fail(path, f"'{key}.families' must name exactly two families, got {names}")
     a, b = (_family(n, f"{key}.families[]", path) for n in names)
-    return a, b
+    return (a, b), spec["cycles"]
 
 
 def probe_streams(data: dict[str, Any], regimes: Sequence[str], path: Any) -> tuple[ProbeStream, ...]:
     """The streams the profile's probe blocks ask for, one set per regime."""
-    check = checker(path)
+    overfit = overwrite = misgroup = None
+    if "overfit" in data:
+        block = checker(path).mapping(data["overfit"], "overfit", OVERFIT.keys)
+        if "family" not in block:
+            raise fail(path, f"'overfit.family' is required: one of {list(FAMILY_IDS)}")
+        overfit = read_block(path, block, "overfit", OVERFIT)
+    if "overwrite" in data:
+        overwrite = _pair(data["overwrite"], "overwrite", path)
+    if "misgroup" in data:
+        misgroup = _pair(data["misgroup"], "misgroup", path)
     streams: list[ProbeStream] = []
     for regime in regimes:
-        if "overfit" in data:
-            block = check.mapping(data["overfit"], "overfit", OVERFIT_KEYS)
-            if "family" not in block:
-                raise fail(path, f"'overfit.family' is required: one of {list(FAMILY_IDS)}")
-            fam = _family(block["family"], "overfit.family", path)
-            cycles = _cycles(block, "overfit", path)
+        if overfit is not None:
+            fam, cycles = overfit["family"], overfit["cycles"]
             streams.append(
                 ProbeStream(f"overfit-{fam}-{regime}", "overfit", regime, ((fam,),), cycles, (fam,), EVAL_KINDS)
             )
-        if "overwrite" in data:
-            block = check.mapping(data["overwrite"], "overwrite", PAIR_KEYS)
-            a, b = _pair(block, "overwrite", path)
-            cycles = _cycles(block, "overwrite", path)
+        if overwrite is not None:
+            (a, b), cycles = overwrite
             name = f"overwrite-{a}-then-{b}-{regime}"
             streams.append(ProbeStream(name, "overwrite", regime, ((a,), (b,)), cycles, (a, b)))
-        if "misgroup" in data:
-            block = check.mapping(data["misgroup"], "misgroup", PAIR_KEYS)
-            a, b = _pair(block, "misgroup", path)
-            cycles = _cycles(block, "misgroup", path)
+        if misgroup is not None:
+            (a, b), cycles = misgroup
             streams.append(ProbeStream(f"mixed-{a}+{b}-{regime}", "misgroup", regime, ((a, b),), cycles, (a, b)))
             for fam in (a, b):
                 streams.append(ProbeStream(f"only-{fam}-{regime}", "misgroup", regime, ((fam,),), cycles, (a, b)))
@@ -250,64 +262,44 @@ def load_probe_profile(path: str | Path, *, context_check: bool = True) -> Probe
     every stream's largest prompts are rendered and refused when they exceed the named backbone's context
     (``probe_prompt_sizes``, as the study does)."""
     path = Path(path)
-    data = read_profile(path, PROFILE_KEYS)
-    check = checker(path)
-    backbone = check_backbone(data, path)
-    options = check.mapping(data.get("backbone_options"), "backbone_options", BACKBONE_OPTION_KEYS)
-    examples = check.mapping(data.get("task_examples"), "task_examples", EXAMPLE_KEYS)
-    n_train = check.integer(examples.get("n_train", N_TRAIN), "task_examples.n_train", minimum=2)
-    n_test = check.integer(examples.get("n_test", N_TEST), "task_examples.n_test", minimum=1)
+    data = read_profile(path, set(PROFILE.keys))
     if "subset_size" not in data:
         raise fail(path, "'subset_size' is required: how many tasks each single-family subset holds")
-    subset_size = check.integer(data["subset_size"], "subset_size", minimum=1)
-    variants = check.integer(data.get("variants", 1), "variants", minimum=1)
-    regimes = check_list(data.get("regime", ["force"]), "regime", path)
-    for r in regimes:
-        if r not in REGIMES:
-            raise fail(path, f"regime: {r!r} is not one of {REGIMES}")
+    top = read_block(path, data, None, PROFILE)
+    backbone = check_backbone(data, path)
+    examples = read_block(path, data.get("task_examples"), "task_examples", EXAMPLES)
+    regimes = check_choices(top["regime"], "regime", PROFILE["regime"], path, each=True)
     if len(set(regimes)) != len(regimes):
         raise fail(path, f"regime lists a value twice: {regimes}")
-    source = data.get("source", "gt")
-    if source not in SOURCES:
-        raise fail(path, f"source must be one of {SOURCES}, got {source!r}")
-    buffer_size = check.integer(data.get("buffer_size", 8), "buffer_size", minimum=1, optional=True)
-    buffer_reading = data.get("buffer_reading", "cap")
-    if buffer_reading not in BUFFER_READINGS:
-        raise fail(path, f"buffer_reading must be one of {BUFFER_READINGS}, got {buffer_reading!r}")
+    buffer_reading, buffer_size = top["buffer_reading"], top["buffer_size"]
     if buffer_reading == "batch" and buffer_size is None:
         raise fail(path, "buffer_reading: batch reads buffer_size as the fresh tasks per step; give a number")
     if not any(p in data for p in PROBES):
         raise fail(path, f"no probe asked for: give at least one of {list(PROBES)}")
     streams = probe_streams(data, regimes, path)
-    stream = check.mapping(data.get("stream"), "stream", STREAM_KEYS)
-    if "solver_memory" in stream:
-        stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
-    evaluation = check.mapping(data.get("evaluation"), "evaluation", EVALUATION_KEYS)
-    sources = tuple(check_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
-    bad = [s for s in sources if s not in MEMORY_SOURCES]
-    if bad:
-        raise fail(path, f"evaluation.sources: {bad} not in {MEMORY_SOURCES}")
-    sandbox = check_sandbox_mode(data.get("sandbox", "kernel"), path)
+    stream = read_stream(data.get("stream"), path, STREAM)
+    evaluation = read_block(path, data.get("evaluation"), "evaluation", EVALUATION)
+    sources = tuple(check_choices(evaluation["sources"], "evaluation.sources", EVALUATION["sources"], path))
     profile = ProbeProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
         backbone=backbone,
         streams=streams,
-        subset_size=int(subset_size or 1),
-        variants=int(variants or 1),
-        seed=int(check.integer(data.get("seed", 0), "seed") or 0),
-        n_train=int(n_train or N_TRAIN),
-        n_test=int(n_test or N_TEST),
-        source=str(source),
+        subset_size=top["subset_size"],
+        variants=top["variants"],
+        seed=top["seed"],
+        n_train=examples["n_train"],
+        n_test=examples["n_test"],
+        source=top["source"],
         buffer_size=buffer_size,
-        buffer_reading=str(buffer_reading),
+        buffer_reading=buffer_reading,
         stream=stream,
         eval_sources=sources,
-        eval_workers=int(check.integer(evaluation.get("workers", 1), "evaluation.workers", minimum=1) or 1),
-        no_memory=check.boolean(data.get("no_memory", True), "no_memory"),
-        response_cache=check.boolean(data.get("response_cache", True), "response_cache"),
-        sandbox=str(sandbox),
-        backbone_options=options,
+        eval_workers=evaluation["workers"],
+        no_memory=top["no_memory"],
+        response_cache=top["response_cache"],
+        sandbox=check_sandbox_mode(top["sandbox"], path),
+        backbone_options=top["backbone_options"],
         raw=data,
     )
     for spec in streams:  # StreamConfig's own checks, with the profile named

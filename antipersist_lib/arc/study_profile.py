@@ -3,7 +3,10 @@
 ``load_study_profile`` reads and checks a profile (every unknown or malformed key named with the file; the
 readings of the paper it selects are described in ``docs/faulty-memories.md``), renders every condition's largest
 prompts against the named backbone's context (``arc.context``) and returns a ``StudyProfile``: the grid of stream
-conditions (``Condition``), Fig. 2's slice (``Fig2Spec``), the pools (``PoolSpec``). The tasks: ``pool_tasks``,
+conditions (``Condition``), Fig. 2's slice (``Fig2Spec``), the pools (``PoolSpec``). Each block's keys are stated once
+(``PROFILE``, ``POOL``, ``CONDITIONS``, ``STREAM``, ...: ``profile_fields`` specs, read by ``read_block``); the readers
+here add the rules between keys. A stream's ``StreamConfig`` and the evaluation's settings are built here for the
+study and its probes (``stream_config_of``, ``eval_kwargs_of``). The tasks: ``pool_tasks``,
 ``training_slice`` (Fig. 2's in-distribution set) and ``select_slice`` (Fig. 2's slice the no-memory solver passes).
 The runner is ``arc.study``; what a study folder holds, ``arc.study_folder``.
 """
@@ -32,6 +35,7 @@ from antipersist_lib.arc.isolation import ISOLATION_MODES
 from antipersist_lib.arc.prompts import EXTRACTION_SCHEMAS, HELPER_USAGES, SOLVER_MODES
 from antipersist_lib.arc.sandbox import SandboxLimits
 from antipersist_lib.arc.stores import AbstractStore, EpisodicBuffer, Memory
+from antipersist_lib.profile_fields import BOOL, CHOICE, INT, MAPPING, NUMBER, Checker, Field, Fields, Values
 from antipersist_lib.serving.llm import LLMClient
 from antipersist_lib.studies import (
     BACKBONE_OPTION_KEYS,
@@ -59,60 +63,111 @@ COVERAGE_AVERAGES = ("checkpoints", "steps")
 #: K.1's source arms: the name a table shows and the stores that condition the solver
 SOURCE_ARMS = {"abstract_only": ("abstract",), "episodic_only": ("episodic",), "both": ("episodic", "abstract")}
 
-PROFILE_KEYS = {
-    "name",
-    "description",
-    "backbone",
-    "backbone_options",
-    "seed",
-    "seeds",
-    "train_pool",
-    "heldout_pool",
-    "task_examples",
-    "steps",
-    "tasks_per_step",
-    "checkpoint_every",
-    "checkpoints",
-    "conditions",
-    "no_memory",
-    "stream",
-    "evaluation",
-    "judge",
-    "surgery",
-    "response_cache",
-    "sandbox",
-    "buffer_reading",
-    "episodic_capacity",
-    "revisit",
-    "coverage_average",
-    "table4_memories",
-    "fig2",
-    "source_ablation",
-}
-POOL_KEYS = {"name", "seed", "limit"}
-EXAMPLE_KEYS = {"n_train", "n_test"}
-CONDITION_KEYS = {"regime", "source", "buffer_size", "tasks_per_step"}
-STREAM_KEYS = {
-    "shuffle",
-    "history_examples",
-    "record_failures",
-    "solver_memory",
-    "tool_bodies",
-    "temperature",
-    "solver_max_tokens",
-    "manager_max_tokens",
-    "decide_on",
-    "extraction_schema",
-    "solver_mode",
-    "helper_usage",
-    "extraction_coaching",
-}
-EVALUATION_KEYS = {"sets", "train_limit", "sources", "workers", "repeats", "temperature"}
-FIG2_KEYS = {"select", "n_tasks", "revisits", "regime", "buffer_size"}
+#: Fig. 2's slice: the first tasks the no-memory solver passes, or the first tasks unchecked
 FIG2_SELECTIONS = ("no_memory_pass", "first")
-SOURCE_ABLATION_KEYS = {"conditions", "checkpoints", "eval_set", "arms"}
-JUDGE_KEYS = {"conditions", "max_tokens"}
-SURGERY_KEYS = {"conditions", "max_entries", "eval_set"}
+
+# -- the profile's blocks, each key stated once (``profile_fields``); the rules between keys are in the readers --
+# A Field of kind ANY is checked by the reader its comment names (StreamConfig: the stream settings); ``choices`` on
+# a list-valued ANY field (a value or a list of them) are the values ``check_choices`` allows. ``read_block`` reads a
+# block; a choice's error names its key unquoted (``fig2.select must be one of ...``), as it always has.
+
+PROFILE = Fields(
+    Field("name"),  # any value, read as a string; default: the file's stem
+    Field("description"),
+    Field("backbone"),  # studies.check_backbone
+    Field("backbone_options", MAPPING, keys=BACKBONE_OPTION_KEYS),
+    Field("seed", INT, minimum=0, default=0),
+    Field("seeds"),  # distinct integers, one study each (_seeds); not with seed
+    Field("train_pool"),  # POOL, required
+    Field("heldout_pool"),  # POOL; default: heldout50
+    Field("task_examples"),  # EXAMPLES
+    Field("steps", INT, minimum=1, required=True),
+    Field("tasks_per_step", INT, minimum=1, default=1),
+    Field("checkpoint_every", INT, minimum=1),  # default: steps; not with checkpoints
+    Field("checkpoints"),  # a list of steps >= 0, none beyond steps
+    Field("conditions"),  # CONDITIONS, required
+    Field("no_memory", BOOL, default=True),
+    Field("stream"),  # STREAM
+    Field("evaluation"),  # EVALUATION
+    Field("judge"),  # false, true or JUDGE (_optional_block)
+    Field("surgery"),  # false, true or SURGERY
+    Field("response_cache", BOOL, default=True),
+    Field("sandbox", default="kernel"),  # check_sandbox_mode: one of ISOLATION_MODES
+    Field("buffer_reading", CHOICE, choices=BUFFER_READINGS, default="cap"),
+    Field(
+        "episodic_capacity",
+        test=lambda v: v is None or isinstance(v, dict) or (isinstance(v, int) and not isinstance(v, bool)),
+        what="an integer, null or a mapping |B| -> capacity",
+    ),  # buffer_reading: batch only (_capacity_of)
+    Field("revisit", BOOL, default=False),
+    Field("coverage_average", CHOICE, choices=COVERAGE_AVERAGES, default="checkpoints"),
+    Field("table4_memories", INT, minimum=1, nullable=True),
+    Field("fig2"),  # false, null or FIG2
+    Field("source_ablation"),  # false, true or SOURCE_ABLATION
+)
+POOL = Fields(
+    Field("name"),  # one of POOL_SIZES (train_pool: or FRESH_POOL), required (_pool)
+    Field("seed", INT, minimum=0, default=0),
+    Field("limit", INT, minimum=1, nullable=True),  # at most the pool's size; not for FRESH_POOL
+)
+EXAMPLES = Fields(
+    Field("n_train", INT, minimum=1, default=N_TRAIN),
+    Field("n_test", INT, minimum=1, default=N_TEST),
+)
+#: the grid: each key a value or a list of them, every combination one stream (_grid_conditions)
+CONDITIONS = Fields(
+    Field("regime", default=list(REGIMES), choices=REGIMES),  # [] runs no stream
+    Field("source", default=["gt"], choices=SOURCES),
+    Field("buffer_size", default=[8]),  # integers >= 1 (cap: or null, uncapped)
+    Field("tasks_per_step"),  # integers >= 1 (cap only); default: the profile's tasks_per_step
+)
+#: StreamConfig's settings: a profile holds the ones it gives (StreamConfig has the defaults and checks the rest)
+STREAM = Fields(
+    Field("shuffle"),
+    Field("history_examples"),
+    Field("record_failures"),
+    Field("solver_memory"),  # a store or a list of them (check_list), read as a tuple
+    Field("tool_bodies"),
+    Field("temperature"),
+    Field("solver_max_tokens"),
+    Field("manager_max_tokens"),
+    Field("decide_on", CHOICE, choices=DECIDE_ON),
+    Field("extraction_schema", CHOICE, choices=EXTRACTION_SCHEMAS),
+    Field("solver_mode", CHOICE, choices=SOLVER_MODES),
+    Field("helper_usage", CHOICE, choices=HELPER_USAGES),
+    Field("extraction_coaching"),
+)
+EVALUATION = Fields(
+    Field("sets", default=["heldout"], choices=EVAL_SETS),
+    Field("train_limit", INT, minimum=1, nullable=True),
+    Field("sources", default=list(MEMORY_SOURCES), choices=MEMORY_SOURCES),
+    Field("workers", INT, minimum=1, default=1),
+    Field("repeats", INT, minimum=1, default=1),
+    Field("temperature", NUMBER, minimum=0, nullable=True),  # null: the stream's own temperature
+)
+FIG2 = Fields(
+    Field("select", CHOICE, choices=FIG2_SELECTIONS, default="no_memory_pass"),
+    Field("n_tasks", INT, minimum=1, default=19),
+    Field("revisits", INT, minimum=1, default=10),
+    Field("regime", default=["force"], choices=REGIMES),
+    Field("buffer_size", INT, minimum=1, nullable=True),
+)
+#: ``conditions`` of the three optional blocks: "all" or names of the grid's conditions (_optional_block)
+SOURCE_ABLATION = Fields(
+    Field("conditions", default="all"),
+    Field("checkpoints"),  # checkpoints of the study (null: all of them)
+    Field("eval_set", default="heldout"),  # one of evaluation.sets
+    Field("arms", default=list(SOURCE_ARMS), choices=tuple(SOURCE_ARMS)),
+)
+JUDGE = Fields(
+    Field("conditions", default="all"),
+    Field("max_tokens", INT, minimum=1, default=1024),
+)
+SURGERY = Fields(
+    Field("conditions", default="all"),
+    Field("max_entries", INT, minimum=1, nullable=True),
+    Field("eval_set", CHOICE, choices=EVAL_SETS, default="heldout"),
+)
 
 
 # -- the profile ------------------------------------------------------------------------------------
@@ -201,26 +256,23 @@ class StudyProfile:
 
     def stream_config(self, cond: Condition) -> StreamConfig:
         fig2 = cond.group == FIG2_GROUP and self.fig2 is not None
-        return StreamConfig(
+        return stream_config_of(
+            self.stream,
+            self.limits,
             regime=cond.regime,
             source=cond.source,
             buffer_size=cond.buffer_size,
             steps=self.fig2.steps if fig2 and self.fig2 else self.steps,
             tasks_per_step=cond.tasks_per_step,
             seed=self.seed,
-            limits=self.limits,
-            **self.stream,
         )
 
     def eval_kwargs(self) -> dict[str, Any]:
         """``evaluate``'s solver settings: the stream's own (tool bodies, decoding, token cap, sandbox limits)."""
-        return {
-            **StreamConfig(limits=self.limits, **self.stream).evaluate_kwargs(),
-            "sources": self.eval_sources,
-            "workers": self.eval_workers,
-            "repeats": self.eval_repeats,
-            **({} if self.eval_temperature is None else {"temperature": self.eval_temperature}),
-        }
+        temperature = {} if self.eval_temperature is None else {"temperature": self.eval_temperature}
+        return eval_kwargs_of(
+            self.stream, self.limits, self.eval_sources, self.eval_workers, repeats=self.eval_repeats, **temperature
+        )
 
     def checkpoints_of(self, cond: Condition) -> tuple[int, ...]:
         """The steps whose memory is evaluated: the profile's, or for a Fig. 2 stream the empty memory and
@@ -242,29 +294,82 @@ class StudyProfile:
         return self.conditions + self.fig2_conditions + baseline
 
 
-def _section(data: Any, key: str, allowed: set[str], path: Any) -> dict[str, Any]:
-    return checker(path).mapping(data.get(key), key, allowed)
+def read_block(path: Any, value: Any, key: str | None, spec: Fields) -> Values:
+    """``value`` (``key``'s mapping; None: the top level, already read) checked against ``spec`` by the study profile's
+    checker (``Checker.read``). A choice, and a field with its own ``test``, is named unquoted, as the ARC profiles
+    have always named them (``stream.decide_on must be one of ('every_step', 'passing'), got 'x'``)."""
+    check = checker(path)
+    data = check.mapping(value, key, spec.keys) if key is not None else value
+    plain = Checker(path, check.fail, label="{key}")
+    for f in spec.fields:
+        if f.key in data and (f.kind == CHOICE or f.test is not None):
+            plain.value(data[f.key], f"{key}.{f.key}" if key else f.key, f)
+    return check.read(data, key, spec)
 
 
-def _pool(data: dict[str, Any], key: str, path: Any, *, required: bool = True) -> PoolSpec:
-    spec = _section(data, key, POOL_KEYS, path)
-    if not spec:
+def check_choices(value: Any, key: str, f: Field, path: Any, *, each: bool = False) -> list[Any]:
+    """A value or a non-empty list of them (``check_list``), each one of ``f.choices``; the error names the first
+    value not allowed (``each``) or all of them."""
+    allowed = tuple(f.choices or ())
+    items = check_list(value, key, path)
+    bad = [v for v in items if v not in allowed]
+    if bad and each:
+        raise fail(path, f"{key}: {bad[0]!r} is not one of {allowed}")
+    if bad:
+        raise fail(path, f"{key}: {bad} not in {allowed}")
+    return items
+
+
+def read_stream(value: Any, path: Any, spec: Fields = STREAM) -> dict[str, Any]:
+    """The ``stream`` block: the settings the profile gives (StreamConfig supplies the rest), ``solver_memory`` as a
+    tuple."""
+    stream = checker(path).mapping(value, "stream", spec.keys)
+    read_block(path, stream, "stream", spec)
+    if "solver_memory" in stream:
+        stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
+    return stream
+
+
+def stream_config_of(stream: dict[str, Any], limits: SandboxLimits, **run: Any) -> StreamConfig:
+    """One stream's ``StreamConfig``: ``run`` (regime, source, buffer size, steps, tasks per step, seed) with a
+    profile's ``stream`` settings and sandbox limits (the study's and the probes' streams)."""
+    return StreamConfig(**run, limits=limits, **stream)
+
+
+def eval_kwargs_of(
+    stream: dict[str, Any], limits: SandboxLimits, sources: tuple[str, ...], workers: int, **more: Any
+) -> dict[str, Any]:
+    """``evaluate``'s settings: the streams' own solver settings (``StreamConfig.evaluate_kwargs``: tool bodies,
+    decoding, token cap, sandbox limits, solver mode), the memory sources and workers, then ``more`` (the study's
+    repeats and evaluation temperature)."""
+    return {
+        **StreamConfig(limits=limits, **stream).evaluate_kwargs(),
+        "sources": sources,
+        "workers": workers,
+        **more,
+    }
+
+
+def _pool(value: Any, key: str, path: Any, *, required: bool = True) -> PoolSpec:
+    data = checker(path).mapping(value, key, POOL.keys)
+    if not data:
         if required:
             raise fail(path, f"{key!r} is required: {{name: one of {sorted(POOL_SIZES)}, seed, limit}}")
         return PoolSpec("heldout50")
-    name = spec.get("name")
-    if name == FRESH_POOL and key == "train_pool":
-        if "limit" in spec:
-            raise fail(path, f"{key}: the {FRESH_POOL!r} pool holds as many tasks as the stream needs; drop 'limit'")
-        return PoolSpec(FRESH_POOL, int(checker(path).integer(spec.get("seed", 0), f"{key}.seed") or 0))
-    if name not in POOL_SIZES:
+    name = data.get("name")
+    fresh = name == FRESH_POOL and key == "train_pool"
+    if fresh and "limit" in data:
+        raise fail(path, f"{key}: the {FRESH_POOL!r} pool holds as many tasks as the stream needs; drop 'limit'")
+    if not fresh and name not in POOL_SIZES:
         choices = sorted(POOL_SIZES) + ([FRESH_POOL] if key == "train_pool" else [])
         raise fail(path, f"{key}.name must be one of {choices}, got {name!r}")
-    seed = checker(path).integer(spec.get("seed", 0), f"{key}.seed")
-    limit = checker(path).integer(spec.get("limit"), f"{key}.limit", minimum=1, optional=True)
+    spec = read_block(path, data, key, POOL)
+    if fresh:
+        return PoolSpec(FRESH_POOL, spec["seed"])
+    limit = spec["limit"]
     if limit is not None and limit > POOL_SIZES[name]:
         raise fail(path, f"{key}.limit {limit} exceeds the {POOL_SIZES[name]} tasks of pool {name!r}")
-    return PoolSpec(name, int(seed or 0), limit)
+    return PoolSpec(name, spec["seed"], limit)
 
 
 def condition_name(regime: str, source: str, buffer_size: int | None, tasks_per_step: int) -> str:
@@ -280,31 +385,28 @@ def fig2_condition_name(regime: str, buffer_size: int | None) -> str:
 
 
 def _grid_conditions(
-    grid: dict[str, Any], reading: str, base_tps: int, path: Any, capacities: Any = None
+    grid: Values, reading: str, base_tps: int, path: Any, capacities: Any = None
 ) -> tuple[Condition, ...]:
     """The grid's streams; ``reading`` says whether ``buffer_size`` values are a cap or the tasks per step.
     ``regime: []`` runs no stream (an evaluation of the no-memory solver alone, e.g. a solver-prompt check).
     ``capacities`` is the profile's ``episodic_capacity`` (``buffer_reading: batch`` only, ``_capacity_of``)."""
-    if grid.get("regime") == []:
+    if grid["regime"] == []:
         return ()
-    regimes = check_list(grid.get("regime", list(REGIMES)), "conditions.regime", path)
-    sources = check_list(grid.get("source", ["gt"]), "conditions.source", path)
-    buffers = check_list(grid.get("buffer_size", [8]), "conditions.buffer_size", path)
-    for r in regimes:
-        if r not in REGIMES:
-            raise fail(path, f"conditions.regime: {r!r} is not one of {REGIMES}")
-    for s in sources:
-        if s not in SOURCES:
-            raise fail(path, f"conditions.source: {s!r} is not one of {SOURCES}")
+    regimes = check_list(grid["regime"], "conditions.regime", path)
+    sources = check_list(grid["source"], "conditions.source", path)
+    buffers = check_list(grid["buffer_size"], "conditions.buffer_size", path)
+    check_choices(regimes, "conditions.regime", CONDITIONS["regime"], path, each=True)
+    check_choices(sources, "conditions.source", CONDITIONS["source"], path, each=True)
+    check = checker(path)
     if reading == "batch":
-        if "tasks_per_step" in grid or base_tps != 1:
+        if "tasks_per_step" in grid.given or base_tps != 1:
             raise fail(
                 path,
                 "buffer_reading: batch takes the tasks per step from conditions.buffer_size (|B| fresh examples "
                 "per step); leave out tasks_per_step and conditions.tasks_per_step",
             )
         for b in buffers:
-            checker(path).integer(b, "conditions.buffer_size", minimum=1)
+            check.integer(b, "conditions.buffer_size", minimum=1)
         combos = [
             (r, s, _capacity_of(capacities, b, path), b, b) for r, s, b in itertools.product(regimes, sources, buffers)
         ]
@@ -315,11 +417,12 @@ def _grid_conditions(
                 "episodic_capacity goes with buffer_reading: batch; under buffer_reading: cap the values of "
                 "conditions.buffer_size are the capacities",
             )
-        per_step = check_list(grid.get("tasks_per_step", [base_tps]), "conditions.tasks_per_step", path)
+        given_tps = grid["tasks_per_step"] if "tasks_per_step" in grid.given else [base_tps]
+        per_step = check_list(given_tps, "conditions.tasks_per_step", path)
         for b in buffers:
-            checker(path).integer(b, "conditions.buffer_size", minimum=1, optional=True)
+            check.integer(b, "conditions.buffer_size", minimum=1, optional=True)
         for t in per_step:
-            checker(path).integer(t, "conditions.tasks_per_step", minimum=1)
+            check.integer(t, "conditions.tasks_per_step", minimum=1)
         combos = [(r, s, b, t, b) for r, s, b, t in itertools.product(regimes, sources, buffers, per_step)]
     conditions = tuple(
         Condition(condition_name(r, s, cap, t), r, s, cap, t, table4_b=b, buffer_reading=reading)
@@ -330,11 +433,10 @@ def _grid_conditions(
     return conditions
 
 
-def _stream_pool(spec: PoolSpec, conditions: Sequence[Condition], steps: int, revisit: Any, path: Any) -> PoolSpec:
+def _stream_pool(spec: PoolSpec, conditions: Sequence[Condition], steps: int, revisit: bool, path: Any) -> PoolSpec:
     """The training pool sized for the grid: the ``fresh`` pool gets the most tasks any stream reads (steps x
     tasks per step); a fixed pool shorter than that would be cycled, so every task seen again, which the profile
     must ask for (``revisit: true``): the paper revisits only in Figs. 2 and 11 (their own settings)."""
-    _bool(revisit, "revisit", path)
     needed = max((steps * c.tasks_per_step for c in conditions), default=0)
     if spec.name == FRESH_POOL:
         return replace(spec, limit=max(needed, 1))
@@ -367,40 +469,33 @@ def _capacity_of(capacities: Any, b: int, path: Any) -> int | None:
     return checker(path).integer(value, f"episodic_capacity[{b}]", minimum=1, optional=True)
 
 
-def _fig2(data: dict[str, Any], path: Any) -> Fig2Spec | None:
-    if data.get("fig2") in (None, False):
+def _fig2(value: Any, path: Any) -> Fig2Spec | None:
+    if value in (None, False):
         return None
-    spec = _section(data, "fig2", FIG2_KEYS, path)
-    select = spec.get("select", "no_memory_pass")
-    if select not in FIG2_SELECTIONS:
-        raise fail(path, f"fig2.select must be one of {FIG2_SELECTIONS}, got {select!r}")
-    regimes = tuple(check_list(spec.get("regime", ["force"]), "fig2.regime", path))
-    for r in regimes:
-        if r not in REGIMES:
-            raise fail(path, f"fig2.regime: {r!r} is not one of {REGIMES}")
+    spec = read_block(path, value, "fig2", FIG2)
     return Fig2Spec(
-        select=select,
-        n_tasks=int(checker(path).integer(spec.get("n_tasks", 19), "fig2.n_tasks", minimum=1) or 19),
-        revisits=int(checker(path).integer(spec.get("revisits", 10), "fig2.revisits", minimum=1) or 10),
-        regimes=regimes,
-        buffer_size=checker(path).integer(spec.get("buffer_size"), "fig2.buffer_size", minimum=1, optional=True),
+        select=spec["select"],
+        n_tasks=spec["n_tasks"],
+        revisits=spec["revisits"],
+        regimes=tuple(check_choices(spec["regime"], "fig2.regime", FIG2["regime"], path, each=True)),
+        buffer_size=spec["buffer_size"],
     )
 
 
-def _temperature(value: Any, key: str, path: Any) -> float | None:
-    """A sampling temperature (a number >= 0), or None when the profile leaves it out."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise fail(path, f"{key!r} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str, path: Any) -> str:
-    value = data.get(key, default)
-    if value not in allowed:
-        raise fail(path, f"{key} must be one of {allowed}, got {value!r}")
-    return str(value)
+def _checkpoints(data: dict[str, Any], steps: int, every: int | None, path: Any) -> set[int]:
+    """The evaluated steps: ``checkpoints`` (a list of steps) or every ``checkpoint_every`` steps (default: only
+    the last), always with 0 and the last step."""
+    if "checkpoints" in data:
+        points = {
+            checker(path).integer(s, "checkpoints[]") for s in check_list(data["checkpoints"], "checkpoints", path)
+        }
+    else:
+        points = set(range(0, steps + 1, every or steps)) | {0}
+    points.add(steps)
+    late = sorted(p for p in points if p > steps)
+    if late:
+        raise fail(path, f"checkpoints {late} lie beyond the last step ({steps})")
+    return points
 
 
 def load_study_profile(path: str | Path, *, context_check: bool = True) -> StudyProfile:
@@ -408,39 +503,25 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
     the largest prompt of every condition is rendered and refused when it exceeds the named backbone's context
     (``check_profile_context``; a run checks again against the endpoint it really uses)."""
     path = Path(path)
-    data = read_profile(path, PROFILE_KEYS)
-    check = checker(path)
-    backbone = check_backbone(data, path)
-    options = _section(data, "backbone_options", BACKBONE_OPTION_KEYS, path)
-    train_pool = _pool(data, "train_pool", path)
-    heldout_pool = _pool(data, "heldout_pool", path, required=False)
-    examples = _section(data, "task_examples", EXAMPLE_KEYS, path)
-    n_train = check.integer(examples.get("n_train", N_TRAIN), "task_examples.n_train", minimum=1)
-    n_test = check.integer(examples.get("n_test", N_TEST), "task_examples.n_test", minimum=1)
-    steps = check.integer(data.get("steps"), "steps", minimum=1)
-    base_tps = check.integer(data.get("tasks_per_step", 1), "tasks_per_step", minimum=1)
+    data = read_profile(path, set(PROFILE.keys))
     if "checkpoints" in data and "checkpoint_every" in data:
         raise fail(path, "give 'checkpoints' (a list of steps) or 'checkpoint_every', not both")
-    if "checkpoints" in data:
-        points = {check.integer(s, "checkpoints[]") for s in check_list(data["checkpoints"], "checkpoints", path)}
-    else:
-        every = check.integer(data.get("checkpoint_every", steps), "checkpoint_every", minimum=1)
-        points = set(range(0, steps + 1, int(every or steps))) | {0}
-    points.add(steps)
-    late = sorted(p for p in points if p is not None and p > int(steps or 0))
-    if late:
-        raise fail(path, f"checkpoints {late} lie beyond the last step ({steps})")
-
-    grid = _section(data, "conditions", CONDITION_KEYS, path)
-    if not grid:
-        raise fail(path, f"'conditions' is required: a mapping of {sorted(CONDITION_KEYS)} to lists of values")
-    reading = _choice(data, "buffer_reading", BUFFER_READINGS, "cap", path)
-    capacities = data.get("episodic_capacity")
-    if isinstance(capacities, bool) or (capacities is not None and not isinstance(capacities, (int, dict))):
-        raise fail(path, f"episodic_capacity must be an integer, null or a mapping |B| -> capacity, got {capacities!r}")
-    conditions = _grid_conditions(grid, reading, int(base_tps or 1), path, capacities)
-    train_pool = _stream_pool(train_pool, conditions, int(steps or 1), data.get("revisit", False), path)
-    fig2 = _fig2(data, path)
+    if "seeds" in data and "seed" in data:
+        raise fail(path, "give 'seed' (one study) or 'seeds' (one study per seed, in seed<k>/ subfolders), not both")
+    backbone = check_backbone(data, path)
+    train_pool = _pool(data.get("train_pool"), "train_pool", path)
+    heldout_pool = _pool(data.get("heldout_pool"), "heldout_pool", path, required=False)
+    examples = read_block(path, data.get("task_examples"), "task_examples", EXAMPLES)
+    top = read_block(path, data, None, PROFILE)
+    steps = top["steps"]
+    points = _checkpoints(data, steps, top["checkpoint_every"], path)
+    grid = read_block(path, data.get("conditions"), "conditions", CONDITIONS)
+    if not grid.given:
+        raise fail(path, f"'conditions' is required: a mapping of {sorted(CONDITIONS.keys)} to lists of values")
+    reading = top["buffer_reading"]
+    conditions = _grid_conditions(grid, reading, top["tasks_per_step"], path, top["episodic_capacity"])
+    train_pool = _stream_pool(train_pool, conditions, steps, top["revisit"], path)
+    fig2 = _fig2(data.get("fig2"), path)
     fig2_conditions = (
         tuple(
             Condition(fig2_condition_name(r, fig2.buffer_size), r, "gt", fig2.buffer_size, 1, group=FIG2_GROUP)
@@ -449,86 +530,54 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
         if fig2
         else ()
     )
-
-    stream = _section(data, "stream", STREAM_KEYS, path)
-    if "solver_memory" in stream:
-        stream["solver_memory"] = tuple(check_list(stream["solver_memory"], "stream.solver_memory", path))
-    for key, allowed in (
-        ("decide_on", DECIDE_ON),
-        ("extraction_schema", EXTRACTION_SCHEMAS),
-        ("solver_mode", SOLVER_MODES),
-        ("helper_usage", HELPER_USAGES),
-    ):
-        if key in stream and stream[key] not in allowed:
-            raise fail(path, f"stream.{key} must be one of {allowed}, got {stream[key]!r}")
-    evaluation = _section(data, "evaluation", EVALUATION_KEYS, path)
-    sets = tuple(check_list(evaluation.get("sets", ["heldout"]), "evaluation.sets", path))
-    bad_sets = [s for s in sets if s not in EVAL_SETS]
-    if bad_sets:
-        raise fail(path, f"evaluation.sets: {bad_sets} not in {EVAL_SETS}")
-    sources_eval = tuple(check_list(evaluation.get("sources", list(MEMORY_SOURCES)), "evaluation.sources", path))
-    bad_sources = [s for s in sources_eval if s not in MEMORY_SOURCES]
-    if bad_sources:
-        raise fail(path, f"evaluation.sources: {bad_sources} not in {MEMORY_SOURCES}")
-    repeats = int(check.integer(evaluation.get("repeats", 1), "evaluation.repeats", minimum=1) or 1)
+    stream = read_stream(data.get("stream"), path)
+    evaluation = read_block(path, data.get("evaluation"), "evaluation", EVALUATION)
+    sets = tuple(check_choices(evaluation["sets"], "evaluation.sets", EVALUATION["sets"], path))
+    sources = tuple(check_choices(evaluation["sources"], "evaluation.sources", EVALUATION["sources"], path))
     names = [c.name for c in conditions + fig2_conditions]
-    judge = _optional_block(data, "judge", JUDGE_KEYS, names, path)
-    surgery = _optional_block(data, "surgery", SURGERY_KEYS, names, path)
-    ablation = _optional_block(data, "source_ablation", SOURCE_ABLATION_KEYS, [c.name for c in conditions], path)
+    judge = _optional_block(data.get("judge"), "judge", JUDGE, names, path)
+    surgery = _optional_block(data.get("surgery"), "surgery", SURGERY, names, path)
+    ablation = _optional_block(
+        data.get("source_ablation"), "source_ablation", SOURCE_ABLATION, [c.name for c in conditions], path
+    )
     if ablation is not None:
-        arms = check_list(ablation.get("arms", list(SOURCE_ARMS)), "source_ablation.arms", path)
-        bad_arms = [a for a in arms if a not in SOURCE_ARMS]
-        if bad_arms:
-            raise fail(path, f"source_ablation.arms: {bad_arms} not in {tuple(SOURCE_ARMS)}")
-        ablation["arms"] = list(arms)
-        if ablation.setdefault("eval_set", "heldout") not in sets:
-            raise fail(path, f"source_ablation.eval_set {ablation['eval_set']!r} is not in evaluation.sets {sets}")
-        chosen = ablation.get("checkpoints")
-        if chosen is not None:
-            steps_chosen = [check.integer(c, "source_ablation.checkpoints[]") for c in check_list(chosen, "x", path)]
-            off = [c for c in steps_chosen if c not in points]
-            if off:
-                raise fail(path, f"source_ablation.checkpoints {off} are not checkpoints of the study")
-            ablation["checkpoints"] = sorted(int(c or 0) for c in steps_chosen)
+        _source_ablation(ablation, sets, points, path)
     if surgery is not None:
-        check.integer(surgery.get("max_entries"), "surgery.max_entries", minimum=1, optional=True)
-        if surgery.setdefault("eval_set", "heldout") not in EVAL_SETS:
-            raise fail(path, f"surgery.eval_set must be one of {EVAL_SETS}, got {surgery['eval_set']!r}")
-    if judge is not None:
-        check.integer(judge.get("max_tokens", 1024), "judge.max_tokens", minimum=1)
+        surgery.setdefault("eval_set", SURGERY["eval_set"].default)
     seeds = _seeds(data, path)
-    if not conditions and not fig2_conditions and not _bool(data.get("no_memory", True), "no_memory", path):
+    if not conditions and not fig2_conditions and not top["no_memory"]:
         raise fail(path, "nothing to run: conditions.regime is empty, there is no fig2 block and no_memory is false")
+    temperature = evaluation["temperature"]
     profile = StudyProfile(
         path=str(path),
         name=str(data.get("name", path.stem)),
         backbone=backbone,
         train_pool=train_pool,
         heldout_pool=heldout_pool,
-        steps=int(steps or 1),
-        checkpoints=tuple(sorted(int(p) for p in points if p is not None)),
+        steps=steps,
+        checkpoints=tuple(sorted(points)),
         conditions=conditions,
-        no_memory=_bool(data.get("no_memory", True), "no_memory", path),
-        seed=seeds[0] if seeds else int(check.integer(data.get("seed", 0), "seed") or 0),
+        no_memory=top["no_memory"],
+        seed=seeds[0] if seeds else top["seed"],
         seeds=seeds,
-        n_train=int(n_train or N_TRAIN),
-        n_test=int(n_test or N_TEST),
+        n_train=examples["n_train"],
+        n_test=examples["n_test"],
         stream=stream,
         eval_sets=sets,
-        train_limit=check.integer(evaluation.get("train_limit"), "evaluation.train_limit", minimum=1, optional=True),
-        eval_sources=sources_eval,
-        eval_workers=int(check.integer(evaluation.get("workers", 1), "evaluation.workers", minimum=1) or 1),
+        train_limit=evaluation["train_limit"],
+        eval_sources=sources,
+        eval_workers=evaluation["workers"],
         judge=judge,
         surgery=surgery,
-        response_cache=_bool(data.get("response_cache", True), "response_cache", path),
-        sandbox=check_sandbox_mode(data.get("sandbox", "kernel"), path),
-        backbone_options=options,
+        response_cache=top["response_cache"],
+        sandbox=check_sandbox_mode(top["sandbox"], path),
+        backbone_options=top["backbone_options"],
         raw=data,
         buffer_reading=reading,
-        coverage_average=_choice(data, "coverage_average", COVERAGE_AVERAGES, "checkpoints", path),
-        eval_repeats=repeats,
-        eval_temperature=_temperature(evaluation.get("temperature"), "evaluation.temperature", path),
-        table4_memories=check.integer(data.get("table4_memories"), "table4_memories", minimum=1, optional=True),
+        coverage_average=top["coverage_average"],
+        eval_repeats=evaluation["repeats"],
+        eval_temperature=None if temperature is None else float(temperature),
+        table4_memories=top["table4_memories"],
         fig2=fig2,
         fig2_conditions=fig2_conditions,
         source_ablation=ablation,
@@ -545,14 +594,12 @@ def load_study_profile(path: str | Path, *, context_check: bool = True) -> Study
 
 def _seeds(data: dict[str, Any], path: Any) -> tuple[int, ...]:
     """``seeds``: a list of distinct integers, one whole study each (the LLM request seed and the stream's
-    shuffle seed); not together with ``seed``."""
+    shuffle seed); not together with ``seed`` (refused before)."""
     if "seeds" not in data:
         return ()
-    if "seed" in data:
-        raise fail(path, "give 'seed' (one study) or 'seeds' (one study per seed, in seed<k>/ subfolders), not both")
     if not isinstance(data["seeds"], list):
         raise fail(path, f"'seeds' must be a list of integers, got {data['seeds']!r}")
-    seeds = tuple(int(checker(path).integer(s, "seeds[]") or 0) for s in check_list(data["seeds"], "seeds", path))
+    seeds = tuple(checker(path).integer(s, "seeds[]") for s in check_list(data["seeds"], "seeds", path))
     if len(set(seeds)) != len(seeds):
         raise fail(path, f"'seeds' lists a seed twice: {list(seeds)}")
     return seeds
@@ -568,27 +615,38 @@ def check_sandbox_mode(value: Any, path: Any) -> str:
     return str(value)
 
 
-def _bool(value: Any, key: str, path: Any) -> bool:
-    if not isinstance(value, bool):
-        raise fail(path, f"{key!r} must be true or false, got {value!r}")
-    return value
-
-
-def _optional_block(
-    data: dict[str, Any], key: str, allowed: set[str], names: list[str], path: Any
-) -> dict[str, Any] | None:
-    """``key: false`` (off), ``true`` (every condition) or a mapping with ``conditions: all | [names]``."""
-    value = data.get(key, False)
+def _optional_block(value: Any, key: str, spec: Fields, names: list[str], path: Any) -> dict[str, Any] | None:
+    """``key: false`` (off), ``true`` (every condition) or a mapping of ``spec`` with ``conditions: all | [names]``:
+    the keys the profile gives, ``conditions`` listed (None when off)."""
     if value is False or value is None:
         return None
-    block = {} if value is True else _section(data, key, allowed, path)
-    chosen = block.get("conditions", "all")
+    block = {} if value is True else checker(path).mapping(value, key, spec.keys)
+    chosen = block.get("conditions", spec["conditions"].default)
     chosen = names if chosen == "all" else check_list(chosen, f"{key}.conditions", path)
     unknown = [c for c in chosen if c not in names]
     if unknown:
         raise fail(path, f"{key}.conditions names unknown condition(s) {unknown}; the grid has {names}")
+    read_block(path, block, key, spec)
     block["conditions"] = list(chosen)
     return block
+
+
+def _source_ablation(ablation: dict[str, Any], sets: tuple[str, ...], points: set[int], path: Any) -> None:
+    """K.1's arms, its evaluation set (one of ``evaluation.sets``) and its checkpoints (the study's), in place."""
+    spec = SOURCE_ABLATION
+    arms = check_choices(ablation.get("arms", spec["arms"].default), "source_ablation.arms", spec["arms"], path)
+    ablation["arms"] = list(arms)
+    if ablation.setdefault("eval_set", spec["eval_set"].default) not in sets:
+        raise fail(path, f"source_ablation.eval_set {ablation['eval_set']!r} is not in evaluation.sets {sets}")
+    chosen = ablation.get("checkpoints")
+    if chosen is not None:
+        check = checker(path)
+        listed = check_list(chosen, "source_ablation.checkpoints", path)
+        steps_chosen = [check.integer(c, "source_ablation.checkpoints[]") for c in listed]
+        off = [c for c in steps_chosen if c not in points]
+        if off:
+            raise fail(path, f"source_ablation.checkpoints {off} are not checkpoints of the study")
+        ablation["checkpoints"] = sorted(steps_chosen)
 
 
 # -- tasks --------------------------------------------------------------------------------------------
