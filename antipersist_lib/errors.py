@@ -1,4 +1,5 @@
-"""Every error the kit raises on purpose, in one leaf module (it imports nothing from the kit).
+"""The errors that cross layers, in one leaf module (it imports nothing from the kit); an error that only one
+module raises and only its callers read (a profile's, a grid file's, a notebook check's) lives beside it.
 
 Callers catch these by layer: a benchmark that is missing (install it) versus one that failed
 mid-episode (recorded as an infrastructure failure), an endpoint that is down versus one that
