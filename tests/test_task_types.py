@@ -102,8 +102,12 @@ def test_grid_profiles_take_task_types_per_benchmark(tmp_path):
         grid = load_grid(_grid(tmp_path, url, task_types={"errandworld": ["bring_fruit"]}))
         assert {r.spec.task_types for r in grid.runs} == {("bring_fruit",)}
         assert {r.spec.task_types for r in load_grid(_grid(tmp_path, url)).runs} == {None}
-        with pytest.raises(ValueError, match="task_types must map benchmarks"):
+        with pytest.raises(
+            ValueError, match="task_types must be a mapping of the grid's benchmarks to lists of task types"
+        ):
             load_grid(_grid(tmp_path, url, task_types=["bring_fruit"]))
+        with pytest.raises(ValueError, match=r"task_types must map benchmarks of this grid \(\['errandworld'\]\)"):
+            load_grid(_grid(tmp_path, url, task_types={"alfworld": ["cool"]}))
         with pytest.raises(ValueError, match="bring_cake"):
             load_grid(_grid(tmp_path, url, task_types={"errandworld": ["bring_cake"]}))
         # errand world has 4 bring_fruit training tasks: the pool check counts the restricted pool
