@@ -60,6 +60,8 @@ PROFILE = Fields(
     Field("walkthrough", ANY, nullable=True),  # a benchmark the profile runs Anti-Persistence on (checked below)
 )
 SEED_POOL = Fields(Field("per_type", INT, required=True, minimum=1))
+#: a benchmark's own agent settings (``agent_by_benchmark``), over the profile's ``agent`` block
+AGENT = Fields(*(Field(k) for k in AGENT_KEYS))
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
@@ -106,10 +108,6 @@ def load_profile(path: str | Path) -> dict[str, Any]:
             "(abstraction_memory or joint_memory with judge: true)"
         )
     return data
-
-
-#: a benchmark's own agent settings (``agent_by_benchmark``), over the profile's ``agent`` block
-AGENT = Fields(*(Field(k) for k in AGENT_KEYS))
 
 
 def _given(values: Values) -> dict[str, Any]:
