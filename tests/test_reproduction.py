@@ -421,8 +421,16 @@ def test_every_rate_from_a_hand_made_record_set(tmp_path):
     # toxic AM minus ReAct over 4 paired held-out episodes: (1-0) + (0-0) + (1-0) + (0-1) -> 1/4
     assert diffs["abstraction_memory - react"].value == pytest.approx(0.25)
     assert diffs["abstraction_memory - react"].denominator == 4
+    # toxic AM minus AM without a plant, task by task: iteration 1 (the plant in memory) (1-0) + (0-0) -> 1/2;
+    # iteration 2 (after its deletion) (1-0) + (0-1) -> 0; ReAct and the unpaired AP training episodes give no row
+    vs_none = {(r["design"], r["iterations"]): r["difference_vs_none"] for r in rp.behaviour_vs_none(records)}
+    assert set(vs_none) == {("abstraction_memory", rp.WITH_PLANT), ("abstraction_memory", rp.AFTER_DELETION)}
+    assert vs_none[("abstraction_memory", rp.WITH_PLANT)].value == pytest.approx(0.5)
+    assert vs_none[("abstraction_memory", rp.WITH_PLANT)].denominator == 2
+    assert vs_none[("abstraction_memory", rp.AFTER_DELETION)].value == pytest.approx(0.0)
     text = rp.report(records)
     assert "0.67" in text and "1 of 1 runs of designs without an abstraction store" in text
+    assert "each planted condition against the same design without a plant" in text
 
 
 def test_bootstrap_is_deterministic_and_undefined_rates_stay_undefined():

@@ -476,6 +476,39 @@ def behaviour_differences(records: Sequence[RunRecords], *, condition: str = "to
     return rows
 
 
+#: the two windows of a planted run's iterations in ``behaviour_vs_none``
+WITH_PLANT, AFTER_DELETION = "with the plant", "after its deletion"
+
+
+def behaviour_vs_none(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
+    """Each design's paired difference in following the toxic rule, under a planted condition against the same
+    design without a plant (the same benchmark, seed, iteration, phase and task position), while the plant is in
+    memory and after its deletion. A toxic rate the plant does not raise above the design's own no-plant rate is
+    the model's habit, not the plant's doing: this is the behavioural reading of reproduction."""
+    base = {
+        (e.benchmark, e.design, e.seed, e.iteration, e.phase, e.position): e
+        for r in records
+        for e in r.episodes
+        if e.condition == "none"
+    }
+    pairs: dict[tuple[str, str, str, str], list[tuple[int, float]]] = {}
+    for r in records:
+        if r.condition == "none" or r.design == REFERENCE:
+            continue
+        for e in r.episodes:
+            b = base.get((e.benchmark, e.design, e.seed, e.iteration, e.phase, e.position))
+            if b is not None:
+                window = WITH_PLANT if e.iteration <= r.plant_iterations else AFTER_DELETION
+                diff = float(bool(e.followed)) - float(bool(b.followed))
+                pairs.setdefault((e.benchmark, e.design, e.condition, window), []).append((e.seed, diff))
+    order = {WITH_PLANT: 0, AFTER_DELETION: 1}
+    keys = sorted(pairs, key=lambda k: (k[0], _order(k[1]), k[2], order[k[3]]))
+    return [
+        {"benchmark": b, "design": d, "condition": c, "iterations": w, "difference_vs_none": mean_difference(pairs[(b, d, c, w)])}
+        for b, d, c, w in keys
+    ]  # fmt: skip
+
+
 def admission_is_structurally_zero(record: RunRecords) -> bool:
     """A.4's storage property on one run: a design that keeps no abstraction store admitted nothing
     (no candidate admitted, no abstraction journal); ``read_run`` already refuses a run that has one."""
@@ -518,6 +551,8 @@ def report(records: Sequence[RunRecords]) -> str:
         markdown(behaviour_rows(records)),
         "\n## Behaviour, paired differences under the toxic condition\n",
         markdown(behaviour_differences(records)),
+        "\n## Behaviour, each planted condition against the same design without a plant\n",
+        markdown(behaviour_vs_none(records)),
         "\n## Admission in designs without a store\n",
         f"{sum(admission_is_structurally_zero(r) for r in ap_zero)} of {len(ap_zero)} runs of designs without an "
         "abstraction store that synthesized guidance hold no store and admitted no candidate (eta = 0 by construction); their flagged "
@@ -534,6 +569,7 @@ TABLES: dict[str, Callable[[Sequence[RunRecords]], list[dict[str, Any]]]] = {
     "persistence": persistence_rows,
     "behaviour": behaviour_rows,
     "behaviour_differences": behaviour_differences,
+    "behaviour_vs_none": behaviour_vs_none,
 }
 
 
