@@ -24,6 +24,7 @@ from antipersist_lib.arc.generator import N_TEST, N_TRAIN, SKILL_IDS, ArcTask, d
 from antipersist_lib.arc.sandbox import SandboxLimits
 from antipersist_lib.arc.study_profile import (
     BUFFER_READINGS,
+    HEADER,
     check_choices,
     check_sandbox_mode,
     eval_kwargs_of,
@@ -34,9 +35,9 @@ from antipersist_lib.arc.study_profile import (
 from antipersist_lib.arc.study_profile import EVALUATION as STUDY_EVALUATION
 from antipersist_lib.arc.study_profile import EXAMPLES as STUDY_EXAMPLES
 from antipersist_lib.arc.study_profile import STREAM as STUDY_STREAM
-from antipersist_lib.profile_fields import BOOL, CHOICE, INT, MAPPING, Field, Fields
+from antipersist_lib.profile_fields import BOOL, CHOICE, INT, Field, Fields
 from antipersist_lib.serving.profiles import named_context_length
-from antipersist_lib.studies import BACKBONE_OPTION_KEYS, check_backbone, checker, fail, read_profile
+from antipersist_lib.studies import check_backbone, checker, fail, read_profile
 
 #: the stream name of the no-memory baseline
 NO_MEMORY = "no_memory"
@@ -50,11 +51,7 @@ EVAL_KINDS = (REPEAT, VARIANT)
 # keys are in the readers
 
 PROFILE = Fields(
-    Field("name"),  # any value, read as a string; default: the file's stem
-    Field("description"),
-    Field("backbone"),  # studies.check_backbone
-    Field("backbone_options", MAPPING, keys=BACKBONE_OPTION_KEYS),
-    Field("seed", INT, minimum=0, default=0),
+    *HEADER,
     Field("task_examples"),  # EXAMPLES
     Field("subset_size", INT, minimum=1),  # required
     Field("variants", INT, minimum=1, default=1),

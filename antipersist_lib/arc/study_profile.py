@@ -71,12 +71,16 @@ FIG2_SELECTIONS = ("no_memory_pass", "first")
 # a list-valued ANY field (a value or a list of them) are the values ``check_choices`` allows. ``read_block`` reads a
 # block; a choice's error names its key unquoted (``fig2.select must be one of ...``), as it always has.
 
-PROFILE = Fields(
+#: the keys every ARC profile opens with (the study's and the probes')
+HEADER = (
     Field("name"),  # any value, read as a string; default: the file's stem
     Field("description"),
     Field("backbone"),  # studies.check_backbone
     Field("backbone_options", MAPPING, keys=BACKBONE_OPTION_KEYS),
     Field("seed", INT, minimum=0, default=0),
+)
+PROFILE = Fields(
+    *HEADER,
     Field("seeds"),  # distinct integers, one study each (_seeds); not with seed
     Field("train_pool"),  # POOL, required
     Field("heldout_pool"),  # POOL; default: heldout50
