@@ -177,6 +177,30 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--all", action="store_true", help="include runs still in progress (default: complete runs only)")
     rp.set_defaults(func=commands.cmd_reproduction)
 
+    rj = sub.add_parser(
+        "reproduction-judge",
+        help="an LLM judge's second reading of the stored candidates of planted-skill runs (resumable): which toxic "
+        "steps each one prescribes, filed in the run's judge_readings/ and set beside the signatures by 'reproduction'",
+    )
+    rj.add_argument("--runs", required=True, help="a folder of run directories")
+    rj.add_argument("--plant", default="params/skills/planted", help="the pairs files (a folder or one file)")
+    rj.add_argument(
+        "--backbone",
+        default="embedded",
+        help="the judge: 'embedded' (the kit's llama.cpp server), a profile name in params/backbones, or a profile "
+        "file; profiles: " + ", ".join(available("backbones")),
+    )
+    add_endpoint_arguments(rj)
+    rj.add_argument(
+        "--embedded-model",
+        default="qwen2.5-coder-1.5b-instruct",
+        help="with --backbone embedded: the registry model or .gguf file (default: the CPU study's model)",
+    )
+    rj.add_argument("--threads", type=int, default=2, help="with --backbone embedded: the server's threads")
+    rj.add_argument("--out", default="outputs/reproduction/judge", help="the judge's ledger, cache and server log")
+    rj.add_argument("--all", action="store_true", help="include runs still in progress (default: complete runs only)")
+    rj.set_defaults(func=commands.cmd_reproduction_judge)
+
     nbp = sub.add_parser(
         "notebooks",
         help="execute every notebook headlessly for a params profile",

@@ -128,13 +128,14 @@ SELECTOR_FLAGS = (
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    from antipersist_lib import methods
+    from antipersist_lib import methods, rule_judge
     from antipersist_lib.arc import prompts as arc_prompts
     from antipersist_lib.consolidation import prompts as consolidation_prompts
     from antipersist_lib.core.prompts import prompt_hashes
 
-    # every family of the kit, named: the methods' (as their runs hash them), the ARC-AGI Stream's, the consolidators'
-    families = [*methods.family_prompts(), arc_prompts.PROMPTS, consolidation_prompts.PROMPTS]
+    # every family of the kit, named: the methods' (as their runs hash them), the ARC-AGI Stream's, the
+    # consolidators', the planted-rule judge's
+    families = [*methods.family_prompts(), arc_prompts.PROMPTS, consolidation_prompts.PROMPTS, rule_judge.PROMPTS]
     if args.show:
         texts = {name: text for family in families for name, text in family.items()}
         if args.show not in texts:
@@ -366,6 +367,26 @@ def cmd_reproduction(args: argparse.Namespace) -> int:
         rows = {name: reproduction.as_json(fn(records)) for name, fn in reproduction.TABLES.items()}
         atomic_write_text(out / "reproduction.json", json.dumps(rows, indent=1, default=str) + "\n")
         print(f"written: {out / 'reproduction.md'}, {out / 'reproduction.json'}")
+    return 0
+
+
+def cmd_reproduction_judge(args: argparse.Namespace) -> int:
+    from antipersist_lib.rule_judge import calibration_line, run_judge
+    from antipersist_lib.serving.profiles import endpoint_from_arguments
+
+    backbone = None if args.backbone == "embedded" else args.backbone
+    summary = run_judge(
+        args.runs,
+        args.plant,
+        backbone=args.backbone,
+        endpoint=endpoint_from_arguments(args, backbone=backbone),
+        out=args.out,
+        embedded_options={"model": args.embedded_model, "threads": args.threads, "threads_batch": args.threads},
+        include_unfinished=args.all,
+    )
+    print(summary.line())
+    print(calibration_line(summary.calibration))
+    print(f"the readings beside the signatures: python -m antipersist_lib reproduction --runs {args.runs}")
     return 0
 
 

@@ -1,5 +1,6 @@
 """The LLM judge of the faulty-memories studies (§6.2, App. K.2): its labels, a reply read into a verdict, and
-the one loop that asks it about each memory entry.
+the one loop that asks it about each memory entry (``rule_judge.py``, the planted-rule study's second
+reading, asks through the same loop with its own question and reader).
 
 Both studies judge through here: ``arc/lineage.py:judge_memory`` labels an ARC run's abstract strategies and
 ``consolidation/task_switch.py:judge_bank`` a consolidated bank's entries. Each builds its own messages (the
@@ -14,7 +15,7 @@ is ``"unparsed"``, counted apart from the four (docs/faulty-memories.md, "Readin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,11 +86,14 @@ def judge_entries(
     max_tokens: int,
     id_tag: str,
     tags: Mapping[str, Any] | None = None,
-) -> list[tuple[str, JudgeVerdict]]:
-    """One judge call per ``(entry id, messages)`` of ``items``, in their order: each entry's verdict.
+    read: Callable[[str], Any] | None = None,
+) -> list[tuple[str, Any]]:
+    """One judge call per ``(entry id, messages)`` of ``items``, in their order: each entry's verdict, its reply
+    read by ``read`` (default: the four labels; ``rule_judge.py`` reads its own question's replies).
 
     Every call is tagged with ``tags`` and then ``{id_tag: entry id}``. ``items`` is read lazily, so an entry's
     messages are built just before its call."""
+    reader = read or judge_or_fallback  # looked up at the call: the one reading of the four labels
     out = []
     for entry_id, messages in items:
         reply = llm.chat(
@@ -99,5 +103,5 @@ def judge_entries(
             max_tokens=max_tokens,
             tags={**(tags or {}), id_tag: entry_id},
         )
-        out.append((entry_id, judge_or_fallback(reply.text)))
+        out.append((entry_id, reader(reply.text)))
     return out

@@ -13,3 +13,9 @@ def repo_root(start: str | Path | None = None) -> Path:
         if (p / "pyproject.toml").exists() and (p / "antipersist_lib").is_dir():
             return p
     return Path(__file__).resolve().parents[1]
+
+
+def safe_file_name(text: str) -> str:
+    """``text`` (a model name, a task type) as one file or folder name: every character other than a
+    letter, a digit, ``-``, ``_`` or ``.`` becomes ``_``; an empty name becomes ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "_"

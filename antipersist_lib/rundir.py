@@ -24,6 +24,7 @@ from typing import Any
 
 from antipersist_lib.errors import ManifestMismatchError, RunLockedError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json, read_jsonl
+from antipersist_lib.paths import safe_file_name
 from antipersist_lib.records import PHASES
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class RunDirectory:
     #: every synthesis invocation of a run that reads planted signatures (core/planted.py): P(H), the
     #: signatures its text carries, and whether it was admitted to S_k
     CANDIDATES = "candidates.jsonl"
+    #: an LLM judge's second reading of the stored candidates' texts against the planted toxic rules, written
+    #: after the run (``rule_judge.py``): one file per judge, ``judge_readings/<judge label>.jsonl``
+    JUDGE_READINGS = "judge_readings"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -161,6 +165,14 @@ class RunDirectory:
     @property
     def snapshot_embeddings_path(self) -> Path:
         return self.snapshot_dir / self.SNAPSHOT_EMBEDDINGS
+
+    def judge_readings_path(self, judge: str) -> Path:
+        """The readings file of the judge labelled ``judge`` (a model label, made a file name)."""
+        return self.path / self.JUDGE_READINGS / f"{safe_file_name(judge)}.jsonl"
+
+    def judge_readings_paths(self) -> list[Path]:
+        """Every judge's readings file, by name."""
+        return sorted((self.path / self.JUDGE_READINGS).glob("*.jsonl"))
 
     def snapshot_paths(self) -> list[Path]:
         """The abstraction snapshots in iteration order."""

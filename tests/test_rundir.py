@@ -232,7 +232,7 @@ LAYERS = (
     {"testing"},
     {"runner"},
     {"analysis"},
-    {"studies", "judge"},
+    {"studies", "judge", "rule_judge"},
     {"arc"},
     {"consolidation"},
     {"study_commands"},

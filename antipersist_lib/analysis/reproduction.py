@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from antipersist_lib.analysis.rule_readings import ReadingKey, RuleReading, check_texts, run_readings
 from antipersist_lib.core.planted import PLANT_PREFIX, PlantedSkills, read_planted
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.abstraction_store import AbstractionStore, read_snapshot
@@ -47,6 +48,7 @@ class Candidate:
     admitted: bool
     exposed: bool  # P(H) holds a flagged abstraction (a planted toxic skill or a flagged descendant)
     direct: bool  # P(H) holds a planted toxic skill itself
+    abstraction_id: str | None = None  # the stored abstraction it became (storing designs, when admitted)
 
     @property
     def flagged(self) -> bool:
@@ -100,6 +102,11 @@ class RunRecords:
     stored: list[StoredFact] = field(default_factory=list)
     stores_abstractions: bool = False
     flagged_ids: set[str] = field(default_factory=set)  # B: every abstraction a toxic signature flags
+    #: judges' second readings (rule_judge.py): judge -> (abstraction id, pair id) -> reading
+    readings: dict[str, dict[ReadingKey, RuleReading]] = field(default_factory=dict)
+    #: abstraction id -> the pairs whose scope covers it (what a judge reads it against), and its text
+    pairs_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,7 @@ def mean_difference(pairs: Sequence[tuple[int, float]]) -> Rate:
 # -- reading runs ---------------------------------------------------------------------------------------
 
 
-def _planted_for(benchmark: str, plant: str | Path, cache: dict[str, PlantedSkills | None]) -> PlantedSkills | None:
+def planted_for(benchmark: str, plant: str | Path, cache: dict[str, PlantedSkills | None]) -> PlantedSkills | None:
     """The pairs of ``benchmark``: from ``plant`` (a folder of ``<benchmark>.yaml`` files, or one file);
     None when it has none for that benchmark. A file that exists but is wrong is an error, never skipped."""
     if benchmark not in cache:
@@ -265,23 +272,30 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
 
     out.flagged_ids = flagged_ids
 
-    def candidate(iteration: int, phase: str, task_type: str, parents: Any, signatures: Any, admitted: bool) -> None:
+    def candidate(
+        iteration: int, phase: str, task_type: str, parents: Any, signatures: Any, admitted: bool, aid: Any = None
+    ) -> None:
         ps = tuple(str(p) for p in parents or ())
         out.candidates.append(
             Candidate(
                 design, condition, bench, seed, iteration, phase, task_type, ps,
                 tuple(str(x) for x in signatures or ()), admitted,
-                bool(set(ps) & flagged_ids), bool(set(ps) & toxic_plants),
+                bool(set(ps) & flagged_ids), bool(set(ps) & toxic_plants), None if aid is None else str(aid),
             )
         )  # fmt: skip
 
     if design in STORING_DESIGNS:
         for line in read_jsonl(layout.state_path(RunDirectory.CANDIDATES)):
             row = line.value
+            admitted = bool(row.get("admitted"))
             candidate(
                 int(row["iteration"]), str(row["phase"]), str(row["task_type"]), row.get("parents"),
-                row.get("signatures"), bool(row.get("admitted")),
+                row.get("signatures"), admitted, row.get("abstraction_id") if admitted else None,
             )  # fmt: skip
+        out.pairs_of = {aid: skills.pairs_in_scope(a.task_type) for aid, a in history.items()}
+        out.texts = {aid: a.text for aid, a in history.items()}
+        out.readings = run_readings(path)
+        check_texts(path, out.readings, out.texts)
         for snap in layout.snapshot_paths():
             data = read_snapshot(snap, embeddings=False)
             it = int(data.get("iteration", snap.stem.rsplit("_", 1)[-1]))
@@ -346,7 +360,7 @@ def collect(run_dirs: Iterable[str | Path], plant_dir: str | Path) -> list[RunRe
     out = []
     for path in run_dirs:
         manifest = RunDirectory(path).read_manifest()
-        skills = _planted_for(str(manifest["benchmark"]), plant_dir, cache)
+        skills = planted_for(str(manifest["benchmark"]), plant_dir, cache)
         if skills is not None:
             out.append(read_run(path, skills))
     return out
@@ -509,6 +523,50 @@ def behaviour_vs_none(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def judge_rows(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
+    """The signatures beside each judge's second reading (``rule_readings``), per benchmark, design, condition
+    and judge, over the stored candidates (those with a text to read): how often the two readings agree, where
+    they part, and alpha with and without exposure by the judge's reading and by either reading. A candidate
+    is read when the judge read it against every pair in its scope; ``unparsed`` when a reply could not be
+    read, ``unread`` when it was not judged (a run judged before its last iterations, say)."""
+    units: dict[tuple[str, str, str, str], list[tuple[Candidate, str]]] = {}
+    for r in records:
+        for judge, readings in r.readings.items():
+            for c in r.candidates:
+                if c.abstraction_id is None or c.phase != "train":
+                    continue
+                got = [readings.get((c.abstraction_id, p)) for p in r.pairs_of.get(c.abstraction_id, ())]
+                state = (
+                    "unread" if not got or any(x is None for x in got)
+                    else "unparsed" if not all(x.read for x in got)  # type: ignore[union-attr]
+                    else "flagged" if any(x.flagged for x in got)  # type: ignore[union-attr]
+                    else "clear"
+                )  # fmt: skip
+                units.setdefault((c.benchmark, c.design, c.condition, judge), []).append((c, state))
+    rows = []
+    for key in sorted(units, key=lambda k: (k[0], _order(k[1]), _order(k[2]), k[3])):
+        group = units[key]
+        read = [(c, st == "flagged") for c, st in group if st in ("flagged", "clear")]
+        rows.append(
+            {
+                **dict(zip(("benchmark", "design", "condition", "judge"), key)),
+                "stored": len(group),
+                "read": len(read),
+                "unparsed": sum(st == "unparsed" for _, st in group),
+                "unread": sum(st == "unread" for _, st in group),
+                "both": sum(c.flagged and j for c, j in read),
+                "signature_only": sum(c.flagged and not j for c, j in read),
+                "judge_only": sum(j and not c.flagged for c, j in read),
+                "neither": sum(not (c.flagged or j) for c, j in read),
+                "agreement": rate([(c.seed, c.flagged == j) for c, j in read]),
+                "alpha_exposed_judge": rate([(c.seed, j) for c, j in read if c.exposed]),
+                "alpha_unexposed_judge": rate([(c.seed, j) for c, j in read if not c.exposed]),
+                "alpha_exposed_either": rate([(c.seed, j or c.flagged) for c, j in read if c.exposed]),
+            }
+        )
+    return rows
+
+
 def admission_is_structurally_zero(record: RunRecords) -> bool:
     """A.4's storage property on one run: a design that keeps no abstraction store admitted nothing
     (no candidate admitted, no abstraction journal); ``read_run`` already refuses a run that has one."""
@@ -553,6 +611,11 @@ def report(records: Sequence[RunRecords]) -> str:
         markdown(behaviour_differences(records)),
         "\n## Behaviour, each planted condition against the same design without a plant\n",
         markdown(behaviour_vs_none(records)),
+        *(
+            ["\n## A judge's second reading of the stored candidates, beside the signatures\n", markdown(judged)]
+            if (judged := judge_rows(records))
+            else []
+        ),
         "\n## Admission in designs without a store\n",
         f"{sum(admission_is_structurally_zero(r) for r in ap_zero)} of {len(ap_zero)} runs of designs without an "
         "abstraction store that synthesized guidance hold no store and admitted no candidate (eta = 0 by construction); their flagged "
@@ -570,6 +633,7 @@ TABLES: dict[str, Callable[[Sequence[RunRecords]], list[dict[str, Any]]]] = {
     "behaviour": behaviour_rows,
     "behaviour_differences": behaviour_differences,
     "behaviour_vs_none": behaviour_vs_none,
+    "judge": judge_rows,
 }
 
 

@@ -28,6 +28,7 @@ from antipersist_lib.core import prompts
 from antipersist_lib.core.actions import parse_action
 from antipersist_lib.envs.expert import EXPERT_BENCHMARKS, has_expert_paths, replay_expert
 from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.paths import safe_file_name
 from antipersist_lib.records import EpisodeOutcome, Partition, Step, Task, Trajectory
 from antipersist_lib.textfit import keep_ends
 
@@ -105,8 +106,7 @@ class DemonstrationLibrary:
     # -- building -------------------------------------------------------------------------------
 
     def path(self, task_type: str) -> Path:
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in task_type)
-        return self.folder / f"{slug}.json"
+        return self.folder / f"{safe_file_name(task_type)}.json"
 
     def prepare(self, env: Any, task_types: Iterable[str]) -> None:
         """Make the demonstrations of every type in ``task_types`` available, replaying on ``env``

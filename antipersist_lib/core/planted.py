@@ -216,6 +216,16 @@ class PlantedSkills:
         """Whether some pair covers tasks of ``task_type`` (behaviour is measured on those only)."""
         return any(p.task_type is None or p.task_type == task_type for p in self.pairs)
 
+    def pairs_in_scope(self, task_type: str | None) -> tuple[str, ...]:
+        """The pairs whose signatures read a text written for ``task_type`` (None: every pair), as ``detect``."""
+        return tuple(p.pair_id for p in self.pairs if task_type is None or p.task_type in (None, task_type))
+
+    def pair(self, pair_id: str) -> PlantedPair:
+        for p in self.pairs:
+            if p.pair_id == pair_id:
+                return p
+        raise KeyError(f"{self.path} has no pair {pair_id!r}; its pairs are {[p.pair_id for p in self.pairs]}")
+
     def describe(self) -> dict[str, Any]:
         """What a manifest records: the file, its hash, the pairs and their signatures."""
         return {

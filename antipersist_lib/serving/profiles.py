@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from antipersist_lib.paths import safe_file_name
 from antipersist_lib.profile_fields import INT, NUMBER, STR, TEXT, Checker, Field, Fields
 from antipersist_lib.serving.llm import Endpoint
 
@@ -98,7 +99,7 @@ def adhoc_label(model: str) -> str:
     """The label of an ad-hoc endpoint (``--base-url/--model``): its model name with every character other
     than letters, digits, ``-``, ``_`` and ``.`` replaced by ``_`` (``Qwen/Qwen3-8B`` -> ``Qwen_Qwen3-8B``),
     so that it is one folder name and never reads as a profile file."""
-    label = "".join(c if c.isalnum() or c in "-_." else "_" for c in model) or "_"
+    label = safe_file_name(model)
     return label.replace(".", "_") if is_profile_path(label) else label
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from antipersist_lib.jsonl import atomic_write_json
+from antipersist_lib.paths import safe_file_name
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ SERVER_FILE = "server.identity"  # JSON, named so that no glob for entries (*.js
 def cache_folder(cache_dir: str | Path, model: str) -> Path:
     """Where ``model``'s replies are filed under a response cache folder ``cache_dir`` (the model's name made a
     folder name): a run, a study and a replay all find a model's replies there."""
-    return Path(cache_dir) / "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    return Path(cache_dir) / safe_file_name(model)
 
 
 def model_cache(cache_dir: str | Path | None, model: str) -> ResponseCache | None:
