@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
 
 # `benchmarks` is a top-level folder (not part of the installed package); pytest's
 # `pythonpath = ["."]` (pyproject.toml) makes it importable from the repository root
@@ -38,3 +43,36 @@ def test_ratio_is_oriented_so_that_one_or_more_meets_the_target():
     fast, slow = row("b", "s", 0.5, "ms", ("<", 1.0)), row("b", "s", 2.0, "ms", ("<", 1.0))
     assert (fast["ratio"], fast["pass"]) == (2.0, True) and (slow["ratio"], slow["pass"]) == (0.5, False)
     assert row("b", "s", 3.0, "s")["pass"] is None
+
+
+def _tiny_project(root: Path, broken: bool = False) -> Path:
+    """A C project laid out like llama.cpp's tree: a CPU-backend file, a common file, a server executable."""
+    (root / "ggml" / "src" / "ggml-cpu").mkdir(parents=True)
+    (root / "common").mkdir()
+    (root / "ggml" / "src" / "ggml-cpu" / "vec.c").write_text("int vec(int x) { return 2 * x; }\n")
+    (root / "common" / "arg.c").write_text("int arg(void) { return 1; }\n" + ("not C at all\n" if broken else ""))
+    (root / "main.c").write_text("int vec(int); int arg(void);\nint main(void) { return vec(arg()) - 2; }\n")
+    (root / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.14)\nproject(tiny C)\n"
+        "add_executable(tiny-server main.c ggml/src/ggml-cpu/vec.c common/arg.c)\n"
+    )
+    return root
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("cc") is None, reason="needs cmake and a C compiler")
+def test_the_compile_profile_times_every_unit_and_groups_them_by_part(tmp_path):
+    from perf.compile_profile import by_part, timed_build
+
+    src = _tiny_project(tmp_path / "src")
+    units, configured, wall = timed_build(src, tmp_path / "build", [], targets=("tiny-server",), jobs=1, out=tmp_path)
+    assert sorted(Path(u["source"]).name for u in units) == ["arg.c", "main.c", "vec.c"]
+    assert all(u["exit"] == 0 and u["user_s"] >= 0 and u["wall_s"] > 0 for u in units)
+    assert set(by_part(units, src)) == {"ggml CPU backend", "common", "other"}
+    assert 0 < configured < wall
+    assert subprocess.run([str(tmp_path / "build" / "tiny-server")]).returncode == 0  # the launcher built it right
+
+    broken = _tiny_project(tmp_path / "broken", broken=True)
+    with pytest.raises(subprocess.CalledProcessError):  # a failing compile fails the build through the launcher
+        timed_build(broken, tmp_path / "build2", [], targets=("tiny-server",), jobs=1, out=tmp_path)
+    failed = [json.loads(x) for x in (tmp_path / "units-build2.jsonl").read_text().splitlines()]
+    assert any(u["exit"] != 0 and u["source"].endswith("arg.c") for u in failed)
