@@ -353,6 +353,7 @@ def cmd_reproduction(args: argparse.Namespace) -> int:
 
     from antipersist_lib.analysis import reproduction
     from antipersist_lib.analysis.results import find_runs
+    from antipersist_lib.analysis.rule_readings import read_calibrations
     from antipersist_lib.jsonl import atomic_write_text
 
     runs = find_runs(args.runs, complete_only=not args.all)
@@ -360,6 +361,11 @@ def cmd_reproduction(args: argparse.Namespace) -> int:
     if not records:
         raise ValueError(f"no run under {args.runs} has a benchmark with a pairs file in {args.plant}")
     text = reproduction.report(records)
+    calibrations = read_calibrations(args.runs)
+    if calibrations:
+        text += "\n## The judges' calibration on the pairs' own skills\n" + "".join(
+            f"- {judge}: {c['line']}\n" for judge, c in calibrations.items()
+        )
     print(text)
     if args.out:
         out = Path(args.out)

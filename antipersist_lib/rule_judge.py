@@ -22,12 +22,17 @@ from typing import Any
 
 from antipersist_lib.analysis import reproduction
 from antipersist_lib.analysis.results import find_runs
-from antipersist_lib.analysis.rule_readings import ReadingKey, RuleReading, read_readings, text_sha256
+from antipersist_lib.analysis.rule_readings import (
+    ReadingKey,
+    RuleReading,
+    calibration_path,
+    read_readings,
+    text_sha256,
+)
 from antipersist_lib.core.planted import PlantedPair, PlantedSkills
 from antipersist_lib.errors import ReplyParseError
 from antipersist_lib.jsonl import JsonlWriter, atomic_write_json
 from antipersist_lib.judge import judge_entries
-from antipersist_lib.paths import safe_file_name
 from antipersist_lib.replies import extract_json, snippet
 from antipersist_lib.rundir import RunDirectory
 
@@ -247,14 +252,20 @@ def calibrate(skills: Iterable[PlantedSkills], llm: Any, *, max_tokens: int = MA
 
 
 def calibration_line(rows: Sequence[CalibrationReading]) -> str:
-    useful = [r for r in rows if r.kind == "useful"]
-    toxic = [r for r in rows if r.kind == "toxic"]
-    false_alarms = sum(bool(r.got) for r in useful)
+    """The calibration in words: false alarms on the useful skills and hits on the toxic ones, with the ids named
+    without a quote from the text and the unreadable replies counted apart."""
+
+    def part(kind: str) -> list[CalibrationReading]:
+        return [r for r in rows if r.kind == kind]
+
+    useful, toxic = part("useful"), part("toxic")
     return (
-        f"calibration on the pairs' own skills: {false_alarms} of {len(useful)} useful skills named a toxic step "
-        f"(false alarms); {sum(r.right for r in toxic)} of {len(toxic)} toxic skills had every signature named, "
-        f"{sum(bool(r.got) for r in toxic)} at least one; "
-        f"{sum(r.got is None for r in rows)} unreadable replies"
+        f"calibration on the pairs' own skills: {sum(bool(r.got) for r in useful)} of {len(useful)} useful skills "
+        f"named a toxic step with a quote of the text (false alarms), "
+        f"{sum(r.got == () and bool(r.unsupported) for r in useful)} more without one, "
+        f"{sum(r.got is None for r in useful)} unreadable; {sum(r.right for r in toxic)} of {len(toxic)} toxic skills "
+        f"had every signature named, {sum(bool(r.got) for r in toxic)} at least one, "
+        f"{sum(r.got is None for r in toxic)} unreadable"
     )
 
 
@@ -270,7 +281,7 @@ def judge_runs(
         skills = reproduction.planted_for(str(RunDirectory(path).read_manifest()["benchmark"]), plant, cache)
         if skills is not None:
             judge_run(path, skills, llm, judge=judge, summary=summary, max_tokens=max_tokens)
-            log(f"  {path}: read")
+            log(f"  {path}: {summary.read} reading(s) made so far")
     summary.pairs_files = [sk for sk in cache.values() if sk is not None]
     return summary
 
@@ -283,7 +294,7 @@ def run_judge(
     """The command: open the judge (``backbone`` ``embedded``: the kit's llama.cpp server with
     ``embedded_options``; else a backbone profile; or an ad-hoc ``endpoint``), read the runs, and keep the calls'
     ledger, the response cache and a description of the judge (its model file's sha256 when embedded) in
-    ``out``."""
+    ``out``; the judge's calibration on the pairs' own skills goes beside the runs (``judge_calibration/``)."""
     from antipersist_lib.serving.ledger import Ledger
     from antipersist_lib.serving.llm import LLMClient
     from antipersist_lib.serving.response_cache import model_cache
@@ -310,7 +321,7 @@ def run_judge(
         )
         summary.calibration = calibrate(summary.pairs_files, llm, max_tokens=max_tokens)
     atomic_write_json(
-        out / f"calibration-{safe_file_name(models.label)}.json",
+        calibration_path(runs, models.label),
         {"judge": models.label, "prompt_sha256": PROMPT_SHA256, "line": calibration_line(summary.calibration),
          "readings": [asdict(r) for r in summary.calibration]},
     )  # fmt: skip

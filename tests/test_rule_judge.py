@@ -158,14 +158,17 @@ def test_the_command_reads_the_runs_through_an_ad_hoc_endpoint(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "4 reading(s) made now (2 naming a toxic step, 1 unreadable)" in out
     # the calibration calls come after the runs' readings; this judge says "none" to both of the pair's skills
-    assert "0 of 1 useful skills named a toxic step (false alarms); 0 of 1 toxic skills had every signature" in out
-    calibration = json.loads((tmp_path / "judge" / "calibration-judge-m.json").read_text())
+    assert "0 of 1 useful skills named a toxic step with a quote of the text (false alarms), 0 more without one" in out
+    assert "0 of 1 toxic skills had every signature named, 0 at least one, 0 unreadable" in out
+    calibration = json.loads((runs / "judge_calibration" / "judge-m.json").read_text())  # beside the runs
     assert [(r["kind"], r["got"]) for r in calibration["readings"]] == [("useful", []), ("toxic", [])]
     described = json.loads((tmp_path / "judge" / "judge.json").read_text())
     assert described["judge"] == "judge-m" and described["prompt_sha256"] == rule_judge.PROMPT_SHA256
     assert (tmp_path / "judge" / "ledger.jsonl").read_text().count('"rule_judge"') >= 4
     assert main(["reproduction", "--runs", str(runs), "--plant", str(pairs)]) == 0
-    assert "A judge's second reading of the stored candidates" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "A judge's second reading of the stored candidates" in shown
+    assert "- judge-m: calibration on the pairs' own skills: 0 of 1 useful skills named a toxic step" in shown
 
 
 def _says_yes(request) -> str:

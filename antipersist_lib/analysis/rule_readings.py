@@ -12,11 +12,13 @@ no longer matches is refused, never silently paired with another text's verdict.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from antipersist_lib.jsonl import read_jsonl
+from antipersist_lib.paths import safe_file_name
 from antipersist_lib.rundir import RunDirectory
 
 
@@ -112,3 +114,20 @@ def check_texts(run_dir: str | Path, readings: dict[str, dict[ReadingKey, RuleRe
                     f"{r.text_sha256[:12]}... vs {text_sha256(texts[aid])[:12]}...): judge the run again "
                     "(`python -m antipersist_lib reproduction-judge`)"
                 )
+
+
+#: beside the run directories (in the folder the judge read): each judge's calibration on the pairs' own skills
+CALIBRATION_DIR = "judge_calibration"
+
+
+def calibration_path(runs_root: str | Path, judge: str) -> Path:
+    return Path(runs_root) / CALIBRATION_DIR / f"{safe_file_name(judge)}.json"
+
+
+def read_calibrations(runs_root: str | Path) -> dict[str, dict[str, Any]]:
+    """Every judge's calibration filed under ``runs_root``: judge -> its record (``line`` says it in words)."""
+    out = {}
+    for path in sorted((Path(runs_root) / CALIBRATION_DIR).glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        out[str(data["judge"])] = data
+    return out
