@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from antipersist_lib.serving import llama_build
 from antipersist_lib.serving.llama_build import TARGETS, build_dir, cmake_args, default_baseline, get_baseline
 
 #: extra cmake options per variant, after the kit's own configure line
@@ -35,6 +36,10 @@ VARIANTS: dict[str, list[str]] = {
     "release": [],
     "o2": ["-DCMAKE_C_FLAGS_RELEASE=-O2 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG"],
     "o1": ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"],
+    # libllama alone has about 220 small files (one per model architecture) that parse the same headers
+    "unity": ["-DCMAKE_UNITY_BUILD=ON"],
+    # common, the server and mtmd at -O1, ggml and libllama at -O3 (serving/llama_glue_o1.cmake)
+    "glue-o1": [f"-DCMAKE_PROJECT_INCLUDE={llama_build.GLUE_O1_INCLUDE}"],
 }
 
 #: parts of the tree, first match wins (paths relative to the source folder)

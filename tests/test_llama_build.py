@@ -7,7 +7,10 @@ when it names anything beyond the baseline: a native build on an AVX-512 machine
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +136,34 @@ def test_a_long_compile_says_how_far_it_is(tmp_path, monkeypatch):
     assert [line.split(":")[1].split("%")[0].strip() for line in said] == ["5", "40", "100"]
     assert all(line.startswith("  cmake build:") and "after" in line for line in said)
     assert "[ 40%] Building CXX object x.o" in log.read_text()  # the full output still goes to the log
+
+
+@pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("c++") is None, reason="needs cmake and a C++ compiler"
+)
+def test_the_glue_include_lowers_only_the_orchestration_targets_to_o1(tmp_path):
+    """serving/llama_glue_o1.cmake, included after every project() call (also a subproject's, as ggml's), gives
+    the targets llama.cpp's common code, server and mtmd -O1 after the release -O3, and leaves the model's
+    code (ggml, libllama) at -O3: configured on a project that names its targets as llama.cpp does."""
+    src = tmp_path / "src"
+    (src / "ggml").mkdir(parents=True)
+    for name in ("common", "server", "mtmd", "llama", "cpu"):
+        (src / f"{name}.cpp").write_text(f"int {name}_fn() {{ return 1; }}\n")
+    (src / "ggml" / "CMakeLists.txt").write_text("project(ggml CXX)\nadd_library(ggml-cpu ../cpu.cpp)\n")
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.19)\nproject(llama.cpp CXX)\nadd_subdirectory(ggml)\n"
+        "add_library(llama-common common.cpp)\nadd_library(server-context server.cpp)\nadd_library(mtmd mtmd.cpp)\n"
+        "add_library(llama llama.cpp)\n"
+    )
+    include = llama_build.GLUE_O1_INCLUDE
+    subprocess.run(
+        ["cmake", "-S", str(src), "-B", str(tmp_path / "b"), "-DCMAKE_BUILD_TYPE=Release",
+         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCMAKE_PROJECT_INCLUDE={include}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    levels = {
+        Path(e["file"]).stem: re.findall(r"\s(-O\d)", e["command"])
+        for e in json.loads((tmp_path / "b" / "compile_commands.json").read_text())
+    }
+    assert levels == {"common": ["-O3", "-O1"], "server": ["-O3", "-O1"], "mtmd": ["-O3", "-O1"],
+                      "llama": ["-O3"], "cpu": ["-O3"]}  # fmt: skip

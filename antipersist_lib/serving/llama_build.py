@@ -41,6 +41,8 @@ INFO_FILE = "build-info.json"
 COMPILE_FILE = "compile.json"
 #: the llama.cpp targets the kit needs: the server and the shared libraries llama-cpp-python loads
 TARGETS = ("llama-server", "llama", "ggml")
+#: included after llama.cpp's project() calls: its orchestration code (common, server, mtmd) at -O1
+GLUE_O1_INCLUDE = Path(__file__).with_name("llama_glue_o1.cmake")
 
 _ISA_OPTIONS = (
     "GGML_SSE42",
