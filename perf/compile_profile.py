@@ -82,6 +82,7 @@ def timed_build(
     """Configure ``src`` into a fresh ``work`` with ``options`` and the timing launcher, build ``targets``:
     (one row per compiler call, configure seconds, wall seconds). A failing compile fails the build, with the
     compiler's exit status."""
+    src, work, out = src.resolve(), work.resolve(), out.resolve()  # the compiler runs in the build's folders
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
