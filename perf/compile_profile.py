@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from antipersist_lib.serving import llama_build
 from antipersist_lib.serving.llama_build import TARGETS, build_dir, cmake_args, default_baseline, get_baseline
 
 #: extra cmake options per variant, after the kit's own configure line
@@ -38,8 +37,8 @@ VARIANTS: dict[str, list[str]] = {
     "o1": ["-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG", "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG"],
     # libllama alone has about 220 small files (one per model architecture) that parse the same headers
     "unity": ["-DCMAKE_UNITY_BUILD=ON"],
-    # common, the server and mtmd at -O1, ggml and libllama at -O3 (serving/llama_glue_o1.cmake)
-    "glue-o1": [f"-DCMAKE_PROJECT_INCLUDE={llama_build.GLUE_O1_INCLUDE}"],
+    # the kit's recipe before issue 45 adopted llama_glue_o1.cmake: everything at -O3
+    "all-o3": ["-DCMAKE_PROJECT_INCLUDE={out}/no-include.cmake"],  # an empty file in --out
 }
 
 #: parts of the tree, first match wins (paths relative to the source folder)
@@ -128,7 +127,9 @@ def profile(
     if not (src / "CMakeLists.txt").is_file():
         raise SystemExit(f"no llama.cpp source at {src}: run `make install` first (it downloads and builds it)")
     load = os.getloadavg()[0]
-    options = [*cmake_args(base), *VARIANTS[variant]]
+    out = out.resolve()
+    (out / "no-include.cmake").write_text("# nothing: every target keeps the release -O3\n", encoding="utf-8")
+    options = [*cmake_args(base), *(o.format(out=out) for o in VARIANTS[variant])]
     units, configured, wall = timed_build(src, out / f"build-{variant}", options, targets=targets, jobs=jobs, out=out)
 
     def shown(source: str) -> str:

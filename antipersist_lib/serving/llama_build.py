@@ -135,7 +135,8 @@ def get_baseline(name: str) -> Baseline:
 
 
 def cmake_args(baseline: Baseline) -> list[str]:
-    """The whole configure line after ``-S/-B``: release, shared libraries, no network, no web UI, the ISA."""
+    """The whole configure line after ``-S/-B``: release, shared libraries, no network, no web UI, the glue
+    code at -O1, the ISA."""
     opts = {
         "CMAKE_BUILD_TYPE": "Release",
         "BUILD_SHARED_LIBS": "ON",
@@ -148,6 +149,9 @@ def cmake_args(baseline: Baseline) -> list[str]:
         "LLAMA_BUILD_UI": "OFF",
         "LLAMA_USE_PREBUILT_UI": "OFF",  # never fetch web assets at build time
         "GGML_CCACHE": "OFF",
+        # common, the server and mtmd at -O1, the model's code (ggml, libllama) at -O3: a fifth less compile
+        # (perf/compile_profile.py; docs/performance.md), the same replies
+        "CMAKE_PROJECT_INCLUDE": str(GLUE_O1_INCLUDE),
         # $ORIGIN: the binaries find their libraries wherever the build folder is moved
         "CMAKE_BUILD_RPATH_USE_ORIGIN": "ON",
         **baseline.cmake_options(),
