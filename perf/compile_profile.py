@@ -39,6 +39,7 @@ VARIANTS: dict[str, list[str]] = {
     "unity": ["-DCMAKE_UNITY_BUILD=ON"],
     # the kit's recipe before issue 45 adopted llama_glue_o1.cmake: everything at -O3
     "all-o3": ["-DCMAKE_PROJECT_INCLUDE={out}/no-include.cmake"],  # an empty file in --out
+    "glue-o0": ["-DKIT_GLUE_OPT=-O0"],  # the glue code unoptimised
 }
 
 #: parts of the tree, first match wins (paths relative to the source folder)
