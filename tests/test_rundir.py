@@ -32,6 +32,10 @@ def named_by_layout(rd: RunDirectory) -> set[Path]:
     names |= {rd.state_path(n) for n in (RunDirectory.TRAJECTORY_EMBEDDINGS, RunDirectory.OUTCOME_LOG_EMBEDDINGS)}
     names |= {rd.state_path(RunDirectory.ABSTRACTION_EVENTS), rd.state_path(RunDirectory.CANDIDATES)}
     names |= {rd.snapshot_path(i) for i in range(1, 10)} | {rd.snapshot_embeddings_path}
+    # a judge's readings, written after the run (rule_judge.py): the file the layout names for the judge it holds
+    for path in rd.judge_readings_paths():
+        judges = {json.loads(line)["judge"] for line in path.read_text(encoding="utf-8").splitlines() if line}
+        names |= {rd.judge_readings_path(j) for j in judges}
     return names
 
 
