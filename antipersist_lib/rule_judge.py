@@ -152,23 +152,21 @@ class JudgeSummary:
 
 def _pending(
     record: reproduction.RunRecords, skills: PlantedSkills, done: dict[ReadingKey, RuleReading]
-) -> list[tuple[ReadingKey, str, PlantedPair]]:
-    """(abstraction, pair), text and pair of every stored candidate not yet read with these prompts."""
-    out = []
+) -> tuple[list[tuple[ReadingKey, str, PlantedPair]], int]:
+    """(abstraction, pair), text and pair of every stored candidate not yet read with these prompts, and how
+    many (abstraction, pair) readings the run's stored candidates take in all."""
+    out, in_scope = [], 0
     for c in record.candidates:
         aid = c.abstraction_id
         if aid is None or aid not in record.texts:
             continue
+        digest = text_sha256(record.texts[aid])
         for pair_id in record.pairs_of.get(aid, ()):
+            in_scope += 1
             old = done.get((aid, pair_id))
-            if (
-                old is not None
-                and old.prompt_sha256 == PROMPT_SHA256
-                and old.text_sha256 == text_sha256(record.texts[aid])
-            ):
-                continue
-            out.append(((aid, pair_id), c.task_type, skills.pair(pair_id)))
-    return out
+            if old is None or old.prompt_sha256 != PROMPT_SHA256 or old.text_sha256 != digest:
+                out.append(((aid, pair_id), c.task_type, skills.pair(pair_id)))
+    return out, in_scope
 
 
 def judge_run(
@@ -188,10 +186,7 @@ def judge_run(
         return
     target = RunDirectory(path).judge_readings_path(judge)
     done = read_readings(target) if target.is_file() else {}
-    pending = _pending(record, skills, done)
-    in_scope = sum(
-        len(record.pairs_of.get(c.abstraction_id, ())) for c in record.candidates if c.abstraction_id in record.texts
-    )
+    pending, in_scope = _pending(record, skills, done)
     summary.runs += in_scope > 0
     summary.kept += in_scope - len(pending)
     if not pending:
