@@ -92,7 +92,7 @@ def set_aside_malformed(path: str | os.PathLike[str]) -> int:
             ok = raw.endswith(b"\n")
             if ok and raw.strip():
                 try:
-                    _loads(raw.strip())
+                    loads_json(raw.strip())
                 except (ValueError, RecursionError):
                     ok = False
             (good if ok else bad).append(raw)
@@ -191,7 +191,7 @@ class JsonlLine:
     value: Any
 
 
-def _loads(line: bytes) -> Any:
+def loads_json(line: bytes) -> Any:
     """``json.loads`` semantics, fast: orjson parses the common case (a 4096-float embedding line
     about 8x faster); anything orjson refuses (NaN literals, integers beyond 64 bits, lone
     surrogates, very deep nesting, bad UTF-8) is parsed, or rejected, by the standard library, so
@@ -229,7 +229,7 @@ def read_jsonl(path: str | os.PathLike[str], *, inline_embeddings: bool = True) 
             if not stripped:
                 continue
             try:
-                value = _loads(stripped)
+                value = loads_json(stripped)
             # ValueError covers invalid UTF-8, invalid JSON and integer literals over Python's
             # digit limit; RecursionError, arrays/objects nested too deeply to decode
             except (ValueError, RecursionError) as exc:

@@ -11,6 +11,12 @@ always had a request in flight. The server runs in its own process, as a real mo
 would, so its request handling does not compete with the client for the GIL. Context rows:
 the one-at-a-time efficiency (1/C), the client's CPU per call and, at the highest C, its CPU
 busy fraction and a control that sends the same calls from bare ``http.client`` threads.
+
+The spread rows split the same N episodes and C in-flight calls over P processes, one run each,
+as a grid's process pool runs them (``grid.max_parallel`` runs, each with its own held-out threads):
+every process builds its run, waits at a barrier, then evaluates; the efficiency counts from the
+first process's start to the last one's end. They measure what processes buy over one interpreter's
+lock on this machine.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -36,21 +43,30 @@ from . import loopback_process, row
 
 REPLY = "Thought: I look around.\nAction: look"
 CONCURRENCY = (1, 4, 16, 64)
+#: process counts of the spread rows, at each concurrency with a target
+SPREAD_PROCESSES = (2, 4)
 TARGETS = {16: 0.9, 64: 0.8}
 
 
 class _TimedRunner(Runner):
-    """A Runner that records the wall and process-CPU time of held-out evaluation only."""
+    """A Runner that records the wall and process-CPU time of held-out evaluation only (after
+    ``barrier``, when given: the processes of a spread measurement start evaluating together)."""
+
+    barrier: Any = None
 
     def _evaluate(self, *args: Any, **kwargs: Any) -> None:
+        if self.barrier is not None:
+            self.barrier.wait(timeout=120)
+        self.eval_started = time.time()
         wall, cpu = time.perf_counter(), time.process_time()
         super()._evaluate(*args, **kwargs)
         self.eval_wall_s = time.perf_counter() - wall
         self.eval_cpu_s = time.process_time() - cpu
 
 
-def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, float]:
-    """(held-out wall seconds, client process CPU seconds) for one concurrency level."""
+def measure(url: str, concurrency: int, n: int, steps: int, barrier: Any = None) -> tuple[float, float, float]:
+    """(held-out wall seconds, client process CPU seconds, held-out start as epoch seconds) for one
+    concurrency level."""
     with tempfile.TemporaryDirectory() as tmp:
         ep = Endpoint(base_url=url, model="loopback", api_key_env="ANTIPERSIST_BENCH_KEY")
         spec = RunSpec(
@@ -67,6 +83,7 @@ def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, floa
             progress=False,
         )
         runner = _TimedRunner(spec, endpoint=ep, embed_endpoint=ep, partition=partition(n_train=1, n_heldout=n))
+        runner.barrier = barrier
         runner.run()
         calls = [
             x.value
@@ -79,7 +96,33 @@ def measure(url: str, concurrency: int, n: int, steps: int) -> tuple[float, floa
             f"expected {n * steps} uncached first-try calls, the ledger has {len(calls)} "
             f"({sum(c['retries'] for c in calls)} retries)"
         )
-    return runner.eval_wall_s, runner.eval_cpu_s
+    return runner.eval_wall_s, runner.eval_cpu_s, runner.eval_started
+
+
+_BARRIER: Any = None
+
+
+def _spread_worker_init(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _spread_worker(args: tuple[str, int, int, int]) -> tuple[float, float, float]:
+    return measure(*args, barrier=_BARRIER)
+
+
+def spread(url: str, concurrency: int, n: int, steps: int, processes: int) -> tuple[float, float]:
+    """(wall seconds from the first process's held-out start to the last one's end, CPU seconds of
+    all processes) for N episodes and C in-flight calls split evenly over ``processes`` runs."""
+    if concurrency % processes or n % processes:
+        raise ValueError(f"C={concurrency} and N={n} must split evenly over {processes} processes")
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    share = (url, concurrency // processes, n // processes, steps)
+    with ctx.Pool(processes, initializer=_spread_worker_init, initargs=(barrier,)) as pool:
+        results = pool.map(_spread_worker, [share] * processes)
+    start = min(r[2] for r in results)
+    return max(r[2] + r[0] for r in results) - start, sum(r[1] for r in results)
 
 
 def raw_http(url: str, concurrency: int, n: int, steps: int) -> float:
@@ -109,7 +152,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rows = []
     try:
         for c in CONCURRENCY:
-            wall, cpu = measure(url, c, n, steps)
+            wall, cpu, _ = measure(url, c, n, steps)
             ideal = math.ceil(n / c) * steps * latency
             capped = f" ({n} workers: only {n} episodes)" if c > n else ""
             setting = f"C={c}, {n} episodes x {steps} steps @ {1e3 * latency:g} ms{capped}"
@@ -122,12 +165,30 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         # at the highest concurrency (the loop's last c, wall, cpu): near 1.0 means the client
         # process was on a CPU the whole time, i.e. CPU-bound under the GIL
         rows.append(row("saturation", f"C={c}: client CPU busy fraction (CPU s / wall s)", cpu / wall, "fraction"))
-        control = math.ceil(n / c) * steps * latency / raw_http(url, c, n, steps)
-        rows.append(
-            row(
-                "saturation", f"C={c} control: same calls from bare http.client threads (no kit)", control, "efficiency"
+        for k in TARGETS:  # what a client doing nothing but HTTP reaches on this machine and server
+            control = math.ceil(n / k) * steps * latency / raw_http(url, k, n, steps)
+            rows.append(
+                row(
+                    "saturation",
+                    f"C={k} control: same calls from bare http.client threads (no kit)",
+                    control,
+                    "efficiency",
+                )
             )
-        )
+        for k, p in [(k, p) for k in TARGETS for p in SPREAD_PROCESSES] if not quick else ():
+            wall, cpu = spread(url, k, n, steps, p)
+            rows.append(
+                row(
+                    "saturation",
+                    f"C={k} spread over {p} processes ({k // p} in flight each, one run per process as a grid runs them)",
+                    math.ceil(n / k) * steps * latency / wall,
+                    "efficiency",
+                    (">=", TARGETS[k]),
+                )
+            )
+            rows.append(
+                row("saturation", f"C={k} over {p} processes: client CPU per call", 1e3 * cpu / (n * steps), "ms")
+            )
     finally:
         loopback_process.stop(proc)
     if not quick:
@@ -142,7 +203,7 @@ def _model_like_latency(n: int = 64, steps: int = 3, latency: float = 0.5) -> li
     rows = []
     try:
         for c in (16, 64):
-            wall, _ = measure(url, c, n, steps)
+            wall, _, _ = measure(url, c, n, steps)
             ideal = math.ceil(n / c) * steps * latency
             rows.append(
                 row(

@@ -14,7 +14,15 @@ import pytest
 
 from antipersist_lib.errors import LLMRequestError, LLMUnavailableError
 from antipersist_lib.serving.ledger import CallRecord, Ledger, current_tags
-from antipersist_lib.serving.llm import ChatReply, Endpoint, LLMClient, server_identity
+from antipersist_lib.serving.llm import (
+    ChatReply,
+    Endpoint,
+    LLMClient,
+    ServerReply,
+    _TransientReplyError,
+    parse_chat_reply,
+    server_identity,
+)
 from antipersist_lib.serving.response_cache import SERVER_FILE, ResponseCache, cache_key
 from antipersist_lib.testing.loopback_server import ROUTE_CHAT, FaultPlan, LoopbackServer, QueueResponder
 
@@ -496,3 +504,46 @@ def test_a_stalled_server_is_named_while_the_call_waits(monkeypatch, caplog) -> 
     assert stalls and url in stalls[0] and "gives up at 3 s" in stalls[0], stalls
     retry = [r.getMessage() for r in caplog.records if "retry 1 of 1" in r.getMessage()]
     assert retry  # the timeout itself is named too, then the retry answers
+
+
+# -- reading a reply ---------------------------------------------------------------------------
+
+
+def test_a_reply_is_read_from_its_json_counting_reasoning_fields_and_tokens() -> None:
+    reply = parse_chat_reply(
+        {
+            "choices": [
+                {
+                    "message": {"content": "Action: look", "reasoning_content": "abcd", "reasoning": "xy"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 12,
+                "completion_tokens": 9,
+                "completion_tokens_details": {"reasoning_tokens": 5},
+            },
+        }
+    )
+    assert reply == ServerReply("Action: look", "stop", 12, 9, 5, 6)
+    # usage absent, a boolean where a count belongs, a finish reason that is not text: zeros and None
+    bare = parse_chat_reply(
+        {"choices": [{"message": {"content": None}, "finish_reason": 3}], "usage": {"prompt_tokens": True}}
+    )
+    assert bare == ServerReply(None, None, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        [],
+        {},
+        {"choices": []},
+        {"choices": [{}]},
+        {"choices": [{"message": "text"}]},
+        {"choices": [{"message": {"content": 7}}]},
+    ],
+)
+def test_a_reply_without_a_readable_first_choice_is_transient(payload: Any) -> None:
+    with pytest.raises(_TransientReplyError):
+        parse_chat_reply(payload)

@@ -79,3 +79,20 @@ def test_the_compile_profile_times_every_unit_and_groups_them_by_part(tmp_path, 
         timed_build(broken, tmp_path / "build2", [], targets=("tiny-server",), jobs=1, out=tmp_path)
     failed = [json.loads(x) for x in (tmp_path / "units-build2.jsonl").read_text().splitlines()]
     assert any(u["exit"] != 0 and u["source"].endswith("arg.c") for u in failed)
+
+
+def test_the_spread_rows_split_the_episodes_over_processes_that_evaluate_together():
+    from perf import loopback_process
+    from perf.saturation import spread
+
+    proc, url = loopback_process.start("perf.saturation", 0.2)
+    try:
+        with pytest.raises(ValueError, match="split evenly"):
+            spread(url, 6, 8, 2, 4)
+        # two runs of 4 episodes x 2 steps, 2 in flight each: every call is checked by `measure` (the
+        # ledger of each run holds exactly its first-try calls); evaluated together, the window is about
+        # ceil(4 / 2) * 2 * 0.2 s = 0.8 s, not the 1.6 s of two runs one after the other
+        wall, cpu = spread(url, 4, 8, 2, 2)
+    finally:
+        loopback_process.stop(proc)
+    assert 0.8 <= wall < 1.4 and cpu > 0

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,9 @@ class CallRecord:
         return self.prompt_tokens + self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        # field by field, not ``asdict``: its recursive deep copy was a sixth of the client's own CPU per call
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["tags"] = dict(self.tags)
         for key in REASONING_FIELDS:
             if not out[key]:
                 del out[key]

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from antipersist_lib.errors import (
     ContextLengthError,
@@ -36,6 +35,7 @@ from antipersist_lib.errors import (
     LLMUnavailableError,
     ReasoningBudgetError,
 )
+from antipersist_lib.jsonl import loads_json
 from antipersist_lib.serving.ledger import Ledger
 from antipersist_lib.serving.request_shape import (
     DEFAULT_SHAPE,
@@ -152,13 +152,63 @@ def _make_openai_client(endpoint: Endpoint) -> openai.OpenAI:
     )
 
 
-def post_chat(client: openai.OpenAI, model: str, body: Mapping[str, Any]) -> ChatCompletion:
+@dataclass(frozen=True)
+class ServerReply:
+    """What the kit reads from a chat completion: the first choice's text and finish reason, and the
+    usage counts (reasoning is only counted, its text never kept)."""
+
+    content: str | None
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    #: characters of reasoning the server sent in fields beside the content
+    reasoning_field_chars: int
+
+
+def post_chat(client: openai.OpenAI, model: str, body: Mapping[str, Any]) -> ServerReply:
     """One chat completion through the SDK. ``body`` is already exactly what goes on the wire (the
     request shape built it, and the response cache keys on it), so it is sent with the SDK's generic
-    ``post`` rather than ``chat.completions.create``: the typed-parameter transform that ``create``
-    runs on every call cost a quarter of the client's CPU per call (perf/saturation.py), and changes
-    nothing in a body of plain JSON values. The reply is parsed into the same ``ChatCompletion``."""
-    return client.post("/chat/completions", body={"model": model, **body}, cast_to=ChatCompletion)
+    ``post`` rather than ``chat.completions.create``, whose typed-parameter transform cost a quarter of
+    the client's CPU per call (perf/saturation.py) and changes nothing in plain JSON. The SDK still
+    sends, authenticates and raises its status errors; the reply comes back as its bytes and is read
+    here, since building the SDK's typed ``ChatCompletion`` cost another fifth of its CPU per call for
+    the five values the kit reads."""
+    raw = client.post("/chat/completions", body={"model": model, **body}, cast_to=bytes)
+    try:
+        payload = loads_json(raw)
+    except ValueError as exc:  # not JSON, or not UTF-8: a proxy's page, a cut body
+        raise _TransientReplyError(f"malformed chat response: not JSON ({len(raw)} bytes)") from exc
+    return parse_chat_reply(payload)
+
+
+def parse_chat_reply(payload: Any) -> ServerReply:
+    """The kit's reading of a chat completion's JSON; a reply without a first choice holding a
+    message, or with content that is not text, is a transient error (retried)."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise _TransientReplyError("malformed chat response: no choice with a message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise _TransientReplyError("malformed chat response: content is not text")
+    finish = choice.get("finish_reason")
+    usage = payload.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return ServerReply(
+        content=content,
+        finish_reason=finish if isinstance(finish, str) else None,
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+        reasoning_tokens=reasoning_tokens_of(usage),
+        reasoning_field_chars=reasoning_text_fields(message),
+    )
+
+
+def _count(value: Any) -> int:
+    """A usage count as an int (0 when absent or not a number)."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -492,21 +542,11 @@ class LLMClient(_ServerScopedCache):
         )
 
     def _once(self, request: dict[str, Any], unsent: dict[str, Any], purpose: str) -> dict[str, Any]:
-        resp = post_chat(self._client, self.endpoint.model, request)
-        try:
-            choice = resp.choices[0]
-            message = choice.message
-            content = message.content
-            finish = choice.finish_reason
-        except (AttributeError, IndexError, TypeError) as exc:
-            raise _TransientReplyError(f"malformed chat response: {type(resp).__name__}") from exc
-        if content is not None and not isinstance(content, str):
-            raise _TransientReplyError("malformed chat response: content is not text")
-        usage = getattr(resp, "usage", None)
-        finish = finish if isinstance(finish, str) else None
-        split = split_reasoning(content or "")
-        reasoning_chars = split.reasoning_chars + reasoning_text_fields(message)
-        reasoning_tokens = reasoning_tokens_of(usage)
+        reply = post_chat(self._client, self.endpoint.model, request)
+        finish = reply.finish_reason
+        split = split_reasoning(reply.content or "")
+        reasoning_chars = split.reasoning_chars + reply.reasoning_field_chars
+        reasoning_tokens = reply.reasoning_tokens
         answer = cut_at_stop(split.answer, unsent.get("stop"))
         if not answer:
             if finish == "length" or split.unterminated or reasoning_chars or reasoning_tokens:
@@ -515,8 +555,8 @@ class LLMClient(_ServerScopedCache):
         return {
             "text": answer,
             "finish_reason": finish,
-            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
             "reasoning_tokens": reasoning_tokens,
             "reasoning_chars": reasoning_chars,
         }

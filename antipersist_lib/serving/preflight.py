@@ -117,10 +117,7 @@ def _check_chat(endpoint: Endpoint) -> str:
             top_p=None,
             seed=None,
         )  # shaped like every call of the run (a GPT-5 model refuses max_tokens)
-        resp = post_chat(client, endpoint.model, body)
-        choices = getattr(resp, "choices", None)
-        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
-            raise _TransientReplyError("malformed chat response (no choices)")
+        post_chat(client, endpoint.model, body)  # raises on a reply without a choice holding a message
         return "answered a chat request"
 
     return _send(endpoint, "preflight chat", once)

@@ -264,20 +264,14 @@ def cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
     return text[:cut] if cut >= 0 else text
 
 
-def reasoning_text_fields(message: Any) -> int:
-    """Characters of reasoning a server sent beside the content (vLLM and llama.cpp: ``reasoning_content``;
-    newer vLLM and gateways: ``reasoning``); only counted, never kept."""
-    extra = getattr(message, "model_extra", None) or {}
-    total = 0
-    for name in ("reasoning_content", "reasoning"):
-        value = extra.get(name, getattr(message, name, None))
-        if isinstance(value, str):
-            total += len(value)
-    return total
+def reasoning_text_fields(message: Mapping[str, Any]) -> int:
+    """Characters of reasoning a server sent beside the content in a reply's ``message`` object (vLLM and
+    llama.cpp: ``reasoning_content``; newer vLLM and gateways: ``reasoning``); only counted, never kept."""
+    return sum(len(v) for v in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(v, str))
 
 
-def reasoning_tokens_of(usage: Any) -> int:
-    """``usage.completion_tokens_details.reasoning_tokens``, 0 when the server does not report it."""
-    details = getattr(usage, "completion_tokens_details", None)
-    value = getattr(details, "reasoning_tokens", None) if details is not None else None
+def reasoning_tokens_of(usage: Mapping[str, Any]) -> int:
+    """A reply's ``usage.completion_tokens_details.reasoning_tokens``, 0 when the server does not report it."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
