@@ -531,6 +531,10 @@ def test_a_reply_is_read_from_its_json_counting_reasoning_fields_and_tokens() ->
         {"choices": [{"message": {"content": None}, "finish_reason": 3}], "usage": {"prompt_tokens": True}}
     )
     assert bare == ServerReply(None, None, 0, 0, 0, 0)
+    odd = parse_chat_reply(
+        {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": float("nan"), "completion_tokens": 4.0}}
+    )
+    assert (odd.prompt_tokens, odd.completion_tokens) == (0, 4)
 
 
 @pytest.mark.parametrize(

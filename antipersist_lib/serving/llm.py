@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -207,8 +208,10 @@ def parse_chat_reply(payload: Any) -> ServerReply:
 
 
 def _count(value: Any) -> int:
-    """A usage count as an int (0 when absent or not a number)."""
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    """A usage count as an int (0 when absent, not a number, or not finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return int(value)
 
 
 def _is_transient(exc: BaseException) -> bool:
