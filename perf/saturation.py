@@ -9,8 +9,9 @@ and summaries do not count.
 efficiency = ideal / measured, ideal = ceil(N / C) * S * latency: 1.0 means every worker
 always had a request in flight. The server runs in its own process, as a real model server
 would, so its request handling does not compete with the client for the GIL. Context rows:
-the one-at-a-time efficiency (1/C), the client's CPU per call and, at the highest C, its CPU
-busy fraction and a control that sends the same calls from bare ``http.client`` threads.
+the one-at-a-time efficiency (1/C), the client's CPU per call, at the highest C its CPU busy
+fraction, and at each C with a target a control that sends the same calls from bare
+``http.client`` threads.
 
 The spread rows split the same N episodes and C in-flight calls over P processes, one run each,
 as a grid's process pool runs them (``grid.max_parallel`` runs, each with its own held-out threads):
@@ -22,6 +23,7 @@ lock on this machine.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -175,7 +177,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "efficiency",
                 )
             )
-        for k, p in [(k, p) for k in TARGETS for p in SPREAD_PROCESSES] if not quick else ():
+        for k, p in itertools.product(TARGETS, SPREAD_PROCESSES) if not quick else ():
             wall, cpu = spread(url, k, n, steps, p)
             rows.append(
                 row(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 import threading
@@ -46,6 +45,7 @@ from antipersist_lib.serving.request_shape import (
     reasoning_tokens_of,
     shape_from,
     split_reasoning,
+    usage_count,
 )
 from antipersist_lib.serving.response_cache import ResponseCache, cache_key
 
@@ -200,18 +200,11 @@ def parse_chat_reply(payload: Any) -> ServerReply:
     return ServerReply(
         content=content,
         finish_reason=finish if isinstance(finish, str) else None,
-        prompt_tokens=_count(usage.get("prompt_tokens")),
-        completion_tokens=_count(usage.get("completion_tokens")),
+        prompt_tokens=usage_count(usage.get("prompt_tokens")),
+        completion_tokens=usage_count(usage.get("completion_tokens")),
         reasoning_tokens=reasoning_tokens_of(usage),
         reasoning_field_chars=reasoning_text_fields(message),
     )
-
-
-def _count(value: Any) -> int:
-    """A usage count as an int (0 when absent, not a number, or not finite)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 0
-    return int(value)
 
 
 def _is_transient(exc: BaseException) -> bool:

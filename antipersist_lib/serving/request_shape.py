@@ -18,6 +18,7 @@ unchanged; every other shape adds ``RequestShape.cache_fields`` to the key.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -273,5 +274,11 @@ def reasoning_text_fields(message: Mapping[str, Any]) -> int:
 def reasoning_tokens_of(usage: Mapping[str, Any]) -> int:
     """A reply's ``usage.completion_tokens_details.reasoning_tokens``, 0 when the server does not report it."""
     details = usage.get("completion_tokens_details")
-    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+    return usage_count(details.get("reasoning_tokens") if isinstance(details, Mapping) else None)
+
+
+def usage_count(value: Any) -> int:
+    """A reply's token count as an int (0 when absent, not a number, or not finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return int(value)
