@@ -139,3 +139,10 @@ def test_a_manifest_hashes_its_methods_families_whatever_the_process_imported(tm
     assert "expel_compare" not in methods.prompt_hashes(methods.method_class("reflexion").prompt_families)
     with pytest.raises(ValueError, match="unknown prompt famil"):
         methods.prompt_hashes(["arc"])
+
+
+def test_numbered_lines_collapse_each_item_to_one_line():
+    from antipersist_lib.core.prompts import numbered_lines
+
+    assert numbered_lines(["check  the\nfridge ", "open it"]) == "1. check the fridge\n2. open it"
+    assert numbered_lines([]) == ""

@@ -148,6 +148,12 @@ FACTUAL_PREAMBLE = (
 )
 
 
+def numbered_lines(items: Sequence[str]) -> str:
+    """Items as a 1-based numbered list, each on one line (its inner whitespace collapsed), the way
+    the baselines show their insights and reflections."""
+    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(items, start=1))
+
+
 def wrap_guidance(mode: str, text: str) -> str:
     """Put synthesized guidance under its mode's header (empty text gives an empty block)."""
     text = text.strip()

@@ -18,6 +18,7 @@ from typing import Any
 
 from antipersist_lib.core.agent import EpisodeResult
 from antipersist_lib.core.config import TABLE3
+from antipersist_lib.core.prompts import numbered_lines
 from antipersist_lib.core.synthesis import FormatLimits, format_record
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore, parents_of_records
@@ -203,10 +204,6 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".")
 
 
-def _numbered(items: Sequence[str]) -> str:
-    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(items, start=1))
-
-
 class ExpeL(Method):
     """Insights with votes (extracted each iteration) plus retrieved successful examples."""
 
@@ -326,7 +323,7 @@ class ExpeL(Method):
     # -- insight extraction ----------------------------------------------------------------
 
     def _insight_list_text(self, shown: Sequence[Abstraction]) -> str:
-        return _numbered([a.text for a in shown]) if shown else NO_INSIGHTS
+        return numbered_lines([a.text for a in shown]) if shown else NO_INSIGHTS
 
     def _operations_help(self, n_shown: int) -> str:
         note = FULL_NOTE.format(n=n_shown) if n_shown >= self.max_insights else ""
@@ -432,7 +429,7 @@ class ExpeL(Method):
         shown = self.insights()
         blocks: list[str] = []
         if shown:
-            blocks.append(HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS + "\n" + _numbered([a.text for a in shown]))
+            blocks.append(HEADER_INSIGHTS + "\n" + PREAMBLE_INSIGHTS + "\n" + numbered_lines([a.text for a in shown]))
         examples = []
         if embedding is not None and self.k_examples > 0:
             examples = self.memory.search(embedding, k=self.k_examples, task=task, success=True, role="success")

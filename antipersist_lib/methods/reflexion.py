@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.core.agent import EpisodeResult
+from antipersist_lib.core.prompts import numbered_lines
 from antipersist_lib.core.synthesis import FormatLimits, format_record
 from antipersist_lib.errors import FrozenStateError
 from antipersist_lib.memory.abstraction_store import EVENTS_FILE, Abstraction, AbstractionStore
@@ -81,10 +82,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 REFLECTIONS_DIR = "reflections"
-
-
-def _numbered(items: list[str]) -> str:
-    return "\n".join(f"{i}. {' '.join(t.split())}" for i, t in enumerate(items, start=1))
 
 
 class Reflexion(Method):
@@ -162,7 +159,7 @@ class Reflexion(Method):
         embedding = self.embed_task(task, initial_observation, phase, iteration)
         own = self._recent(task.key)
         if own:
-            block = HEADER_OWN + "\n" + PREAMBLE_OWN + "\n" + _numbered([a.text for a in own])
+            block = HEADER_OWN + "\n" + PREAMBLE_OWN + "\n" + numbered_lines([a.text for a in own])
             return TaskContext(
                 blocks=[block],
                 parents=tuple(a.abstraction_id for a in own),
@@ -185,7 +182,7 @@ class Reflexion(Method):
                 + "\n"
                 + PREAMBLE_SIMILAR.format(instruction=instruction)
                 + "\n"
-                + _numbered([a.text for a in refl])
+                + numbered_lines([a.text for a in refl])
             )
             shown.extend(refl)
             sources.append(key)
@@ -216,7 +213,7 @@ class Reflexion(Method):
             user = REFLECTION_PROMPT.format(
                 instruction=task.instruction,
                 trajectory=format_record(rec, limits=self.limits),
-                previous=_numbered([a.text for a in previous]) if previous else NO_PREVIOUS_REFLECTIONS,
+                previous=numbered_lines([a.text for a in previous]) if previous else NO_PREVIOUS_REFLECTIONS,
             )
             reply = self.ctx.llm.chat(
                 [{"role": "system", "content": REFLECTION_SYSTEM}, {"role": "user", "content": user}],
