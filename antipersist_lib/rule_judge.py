@@ -109,6 +109,11 @@ def read_verdict(reply: str, allowed: Sequence[str], note: str) -> RuleVerdict:
     try:
         value = extract_json(reply, (dict, list), whole=True, fences="line", quote_reply=True)
         listed = value.get("prescribes") if isinstance(value, dict) else value
+        if isinstance(value, dict) and "prescribes" not in value and '"prescribes"' in reply:
+            raise ReplyParseError(
+                "the JSON object that holds 'prescribes' never closes (the reply was cut short by the judge's "
+                f"max_tokens, or is not valid JSON); read instead: {snippet(str(value))!r}"
+            )
         if not isinstance(listed, list):
             raise ReplyParseError(f"'prescribes' is not a list: {snippet(str(value))!r}")
         named: list[tuple[str, Any]] = []

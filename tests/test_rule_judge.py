@@ -53,6 +53,17 @@ def test_replies_are_read_into_ids_each_supported_by_a_quote_of_the_note(reply, 
         assert "open-the-fridge" in verdict.error
 
 
+def test_a_reply_cut_short_is_unreadable_and_says_so():
+    """A judge that loops until max_tokens leaves the outer object open; the first complete value in the reply is
+    then one of its entries, and the error names the cut, not a missing list."""
+    entry = '{"id": "roast-in-stove", "quote": "cook it in the stove"}'
+    cut = '```json\n{\n  "prescribes": [\n    ' + entry + ",\n    " + entry + ',\n    {"id": "roast-in-stove", "quo'
+    verdict = rule_judge.read_verdict(cut, COOKING_IDS, NOTE)
+    assert verdict.signatures is None and "never closes" in verdict.error and "max_tokens" in verdict.error
+    closed = rule_judge.read_verdict('{"prescribes": [' + entry + ", " + entry + "]}", COOKING_IDS, NOTE)
+    assert closed.error is None and closed.signatures == ("roast-in-stove",)
+
+
 def test_the_prompt_shows_both_procedures_the_ids_and_the_note():
     pair = TWX.pair("cooking-procedure")
     msgs = rule_judge.messages(pair, "cookingworld", "Open the dishwasher and take the carrot.")
