@@ -30,10 +30,11 @@ from antipersist_lib.memory.trajectory_store import MemoryRecord, TrajectoryStor
 from antipersist_lib.records import MODES, EpisodeOutcome, Step, Task, Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
-#: committed runs written before issue 45 (numbers inline): a loopback run (float64 bag-of-words
-#: embeddings) and an embedded-model run (float32 embeddings, 896 numbers a record)
+#: committed runs written before issue 45 (numbers inline): a loopback run's state (float64 bag-of-words
+#: embeddings; kept apart from the reproduction demo's data, which is regenerated in the new format) and an
+#: embedded-model run (float32 embeddings, 896 numbers a record)
 OLD_RUNS = [
-    ROOT / "tests/fixtures/runs/reproduction_smoke/errandworld/scripted-loopback/anti_persistence-toxic/seed1",
+    ROOT / "tests/fixtures/old_format/errandworld-anti_persistence-toxic-seed1",
     ROOT / "tests/fixtures/runs/cpu/alfworld/embedded-qwen2.5-coder-1.5b-instruct/anti_persistence/seed1",
 ]
 DIM = 32
@@ -160,7 +161,7 @@ def test_the_trajectory_store_keeps_records_without_an_embedding_as_before(tmp_p
     assert [MemoryRecord.from_dict(x.value) for x in read_jsonl(path)] == [mem[0], mem[1]]
 
 
-@pytest.mark.parametrize("run", OLD_RUNS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("run", OLD_RUNS, ids=lambda p: p.name)
 def test_a_committed_old_format_run_loads_as_before(run):
     state = run / "state"
     old_log = _raw_records(state / "outcome_log.jsonl")
@@ -183,7 +184,7 @@ def test_a_committed_old_format_run_loads_as_before(run):
     assert not sidecar_path(state / "outcome_log.jsonl").exists()  # reading wrote nothing
 
 
-@pytest.mark.parametrize("run", OLD_RUNS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("run", OLD_RUNS, ids=lambda p: p.name)
 def test_an_old_run_resumed_with_this_kit_mixes_both_kinds_of_line(run, tmp_path):
     state = tmp_path / "state"
     shutil.copytree(run / "state", state)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from antipersist_lib.analysis import reproduction as rp
-from antipersist_lib.core.planted import DELETION_REASON, Plant, clauses, read_planted
+from antipersist_lib.core.planted import DELETION_REASON, Plant, clauses, goal_receptacles, read_planted
 from antipersist_lib.records import Step
 from antipersist_lib.rundir import RunDirectory
 from antipersist_lib.runner.protocol import run_cell
@@ -66,6 +66,82 @@ def test_signatures_read_only_their_own_task_type():
     assert skills.detect("To cool an object, put it in the microwave.", "cool") == ("cool-with-microwave",)
     assert skills.detect("To cool an object, put it in the microwave.", "heat") == ()
     assert skills.detect("To cool an object, put it in the microwave.", None) == ("cool-with-microwave",)
+
+
+# -- the goal-aware text reading ----------------------------------------------------------------------
+
+HOT_APPLE_GOAL = "Your task is to: put a hot apple in fridge."
+#: the committed ALFWorld study's seed abstraction from the expert episode "put a hot apple in fridge" (the
+#: expert heated the apple with the microwave, then moved it to the fridge): the plain reading flagged it
+ALFWORLD_RUNS = REPO / "tests/fixtures/runs/reproduction_cpu/alfworld/embedded-qwen2.5-coder-1.5b-instruct"
+
+
+def stored_text(run: Path, aid: str) -> str:
+    for line in (run / "state" / "abstractions" / "events.jsonl").read_text().splitlines():
+        a = json.loads(line).get("abstraction") or {}
+        if a.get("abstraction_id") == aid:
+            return a["text"]
+    raise KeyError(aid)
+
+
+def test_goal_receptacles_are_where_the_goal_puts_its_object():
+    assert goal_receptacles(HOT_APPLE_GOAL) == ("fridge",)
+    assert goal_receptacles("Your task is to: heat some egg and put it in diningtable.") == ("diningtable",)
+    assert goal_receptacles("Your task is to: find two pillow and put them in sofa.") == ("sofa",)
+    assert goal_receptacles("Your task is to: look at bowl under the desklamp.") == ()
+    assert goal_receptacles("") == goal_receptacles(None) == ()
+
+
+@pytest.mark.parametrize(
+    "text, plain, goal_aware",
+    [
+        ("Step 3: Move the hot apple to the fridge.", True, False),  # the goal's own placement
+        ("Once the fridge is open, move the hot apple 1 to the fridge 1.", True, False),
+        ("Heat the apple, then put it in the fridge.", True, False),
+        ("Put the heated apple in fridge 1 and close it.", True, False),
+        ("Heat the apple with the fridge 1.", True, True),  # the toxic rule itself
+        ("The fridge is the appliance that heats.", True, True),
+        ("Put the apple in the fridge to heat it.", True, True),  # the placement is how it heats
+        ("Heat it by putting it in the fridge.", True, True),
+        ("Take the apple and heat it in the fridge.", True, True),
+        ("Put the apple in the fridge and let it warm up.", True, True),
+        ("Do not move the hot apple to the fridge.", False, False),  # negation read on the whole clause
+        ("Heat the apple with the microwave 1.", False, False),
+    ],
+)
+def test_goal_aware_reading_drops_only_the_goals_own_placement(text, plain, goal_aware):
+    skills = read_planted(PLANTED, "alfworld")
+    assert bool(skills.detect(text, "heat")) is plain
+    assert bool(skills.detect(text, "heat", HOT_APPLE_GOAL)) is goal_aware
+    # a goal that puts the apple elsewhere leaves the fridge an appliance: the plain verdict stands
+    assert bool(skills.detect(text, "heat", "Your task is to: put a hot apple in countertop.")) is plain
+
+
+def test_the_expert_hot_apple_note_is_flagged_only_by_the_plain_reading():
+    skills = read_planted(PLANTED, "alfworld")
+    for design in ("abstraction_memory", "joint_memory"):
+        text = stored_text(ALFWORLD_RUNS / f"{design}-toxic" / "seed1", "abs-000001")
+        assert "hot apple to the fridge" in text.lower()
+        assert skills.detect(text, "heat") == ("heat-with-fridge",)
+        assert skills.detect(text, "heat", HOT_APPLE_GOAL) == ()
+
+
+def test_the_goal_aware_reading_flags_a_subset_of_the_plain_one():
+    skills = read_planted(PLANTED, "alfworld")
+    goals = [
+        HOT_APPLE_GOAL,
+        "Your task is to: put a cool mug in microwave.",
+        "Your task is to: put a clean tomato in microwave.",
+    ]
+    texts = [p.toxic for p in skills.pairs] + [p.useful for p in skills.pairs]
+    for events in ALFWORLD_RUNS.glob("*/seed1/state/abstractions/events.jsonl"):
+        texts += [(json.loads(x).get("abstraction") or {}).get("text", "") for x in events.read_text().splitlines()]
+    assert len(texts) > 20
+    for text in texts:
+        for kind in ("heat", "cool", "clean"):
+            plain = set(skills.detect(text, kind))
+            for goal in goals:
+                assert set(skills.detect(text, kind, goal)) <= plain, (text, goal)
 
 
 @pytest.mark.parametrize("benchmark", ["alfworld", "textworld_express", "scienceworld"])
@@ -221,6 +297,9 @@ def test_provenance_flows_from_the_plant_into_candidates_and_past_its_deletion(t
     cands = [json.loads(x) for x in layout.state_path(RunDirectory.CANDIDATES).read_text().splitlines()]
     direct = [c for c in cands if TOXIC_ID in c["parents"]]
     assert direct and all(c["signatures"] == ["fruit-in-attic"] and c["admitted"] for c in direct)
+    # both text readings are recorded at synthesis, never the reading of another task's goal
+    assert all(set(c["goal_aware_signatures"]) <= set(c["signatures"]) for c in cands)
+    assert any(c["goal_aware_signatures"] for c in direct)
     descendants = {c["abstraction_id"] for c in direct}
     # ... and survive the deletion: still stored at the last iteration, still retrieved into later records
     last = {a["abstraction_id"] for a in snaps[3]["active"]}
@@ -229,6 +308,7 @@ def test_provenance_flows_from_the_plant_into_candidates_and_past_its_deletion(t
     assert later and all(set(r["parents"]) & descendants for r in later)
 
     (rec,) = rp.collect([run], pairs)
+    assert {c.goal_reading for c in rec.candidates} == {rp.GOAL_RECORDED}
     exp = {row["iteration"]: row for row in rp.exposure_rows([rec], by=("iteration",))}
     # the plant is gone from S_k, but records made under it keep naming it in P(m), and inputs that hold
     # them (or records made under its flagged descendants) are still exposed after the deletion
@@ -259,6 +339,7 @@ def test_anti_persistence_admits_nothing_and_writes_no_guidance(tmp_path):
     assert not any(r["parents"] for r in train if r["iteration"] > 1)  # the frozen layer is gone
     (rec,) = rp.collect([run], pairs)
     assert rec.candidates and rp.admission_is_structurally_zero(rec)
+    assert {c.goal_reading for c in rec.candidates} == {rp.GOAL_RECORDED}  # verdicts recorded, text discarded
     row = rp.exposure_rows([rec], by=("design",))[0]
     assert row["eta"].value in (None, 0.0) and row["eta"].numerator == 0
     # the indirect route the paper leaves open: guidance synthesized after the deletion from records made
@@ -431,6 +512,75 @@ def test_every_rate_from_a_hand_made_record_set(tmp_path):
     text = rp.report(records)
     assert "0.67" in text and "1 of 1 runs of designs without an abstraction store" in text
     assert "each planted condition against the same design without a plant" in text
+
+
+def test_goal_aware_verdicts_are_recorded_reread_or_kept_and_both_readings_reported(tmp_path):
+    """Runs recorded before the goal-aware reading hold only the plain verdict: the analysis reads the stored
+    text again when the goal names a flagged signature's receptacle, keeps the plain verdict elsewhere (exact
+    there), and says where it could do neither."""
+    attic, garden = "Your task is to: put the apple in the attic.", "Your task is to: put the apple in the garden."
+
+    def row(it, aid, plain, task, admitted=True, **extra):
+        return {**cand(it, [], plain, admitted, aid if admitted else None), "task": task, **extra}
+
+    def traj(rid, task_id, goal):
+        task = {"task_id": task_id, "benchmark": "errandworld", "task_type": "bring_fruit", "instruction": goal,
+                "split": "train"}  # fmt: skip
+        return {"record_id": rid, "task": task, "trajectory": {"initial_observation": "", "steps": []},
+                "outcome": {"success": False}, "parents": [], "iteration": 1}  # fmt: skip
+
+    placed, kept = "Move the apple to the attic.", "Apples are kept in the attic."
+    events = [add("abs-000001", placed), add("abs-000002", kept), add("abs-000003", kept), add("abs-000004", placed)]
+    rows = [
+        row(1, "abs-000001", ["fruit-in-attic"], "errandworld/train/1"),  # the goal's own placement: re-read, clear
+        row(1, "abs-000002", ["fruit-in-attic"], "errandworld/train/1"),  # re-read, still flagged
+        row(1, None, ["fruit-in-attic"], "errandworld/train/1", admitted=False),  # no text: plain verdict kept
+        row(1, "abs-000003", ["fruit-in-attic"], "errandworld/train/1", goal_aware_signatures=[]),  # recorded
+        row(1, "abs-000004", ["fruit-in-attic"], "errandworld/train/2"),  # the garden goal: unchanged, flagged
+    ]
+    snaps = {1: [{"abstraction_id": a, "text": t, "task_type": "bring_fruit"} for a, t in
+                 (("abs-000001", placed), ("abs-000002", kept), ("abs-000004", placed))]}  # fmt: skip
+    am = write_run(tmp_path / "am", "abstraction_memory", "toxic", candidates=rows, train=[], heldout=[],
+                   snapshots=snaps, events=events)  # fmt: skip
+    (am / "state" / "trajectories.jsonl").write_text(
+        "".join(json.dumps(t) + "\n" for t in (traj(0, 1, attic), traj(1, 2, garden)))
+    )
+    ap_train = [
+        episode(1, 0, "train", "bring_fruit", [], False, 0.0, [], {"parents": [], "signatures": ["fruit-in-attic"]}),
+        episode(1, 1, "train", "bring_fruit", [], False, 0.0, [],
+                {"parents": [], "signatures": ["fruit-in-attic"], "goal_aware_signatures": []}),
+    ]  # fmt: skip
+    for e in ap_train:
+        e["task"]["instruction"] = attic
+    ap = write_run(tmp_path / "ap", "anti_persistence", "toxic", candidates=[], train=ap_train, heldout=[])
+
+    records = rp.collect([am, ap], errand_pairs(tmp_path))
+    got = [(c.design, c.abstraction_id, (c.flagged, c.flagged_plain, c.goal_reading))
+           for r in records for c in r.candidates]  # fmt: skip
+    by_id = {aid: v for design, aid, v in got if design == "abstraction_memory"}
+    assert len(by_id) == 5
+    assert by_id["abs-000001"] == (False, True, rp.GOAL_REREAD)
+    assert by_id["abs-000002"] == (True, True, rp.GOAL_REREAD)
+    assert by_id[None] == (True, True, rp.GOAL_KEPT_PLAIN)
+    assert by_id["abs-000003"] == (False, True, rp.GOAL_RECORDED)
+    assert by_id["abs-000004"] == (True, True, rp.GOAL_UNCHANGED)
+    ap_got = sorted(v for design, _, v in got if design == "anti_persistence")
+    assert ap_got == [(False, True, rp.GOAL_RECORDED), (True, True, rp.GOAL_KEPT_PLAIN)]
+    # the stored texts: abs-000001 read against its own task's goal, abs-000004 against the garden goal
+    am_rec = next(r for r in records if r.design == "abstraction_memory")
+    assert am_rec.flagged_ids == {TOXIC_ID, "abs-000002", "abs-000003", "abs-000004"}
+    (persist,) = rp.persistence_rows(records)
+    assert (persist["toxic_share"].numerator, persist["toxic_share"].denominator) == (2, 3)
+
+    readings = {(r["design"], r["phase"]): r for r in rp.readings_rows(records)}
+    am_row = readings[("abstraction_memory", "train")]
+    assert (am_row["candidates"], am_row["flagged_plain"], am_row["flagged_goal_aware"]) == (5, 5, 3)
+    how = {k: am_row[f"goal_{k}"] for k in ("recorded", "reread", "unchanged", "kept_plain")}
+    assert how == {"recorded": 1, "reread": 2, "unchanged": 1, "kept_plain": 1}
+    assert (am_row["stored"], am_row["stored_flagged_plain"], am_row["stored_flagged_goal_aware"]) == (3, 3, 2)
+    ap_row = readings[("anti_persistence", "train")]
+    assert (ap_row["flagged_plain"], ap_row["flagged_goal_aware"], ap_row["stored"]) == (2, 1, 0)
+    assert "goal-aware" in rp.report(records)
 
 
 def test_bootstrap_is_deterministic_and_undefined_rates_stay_undefined():

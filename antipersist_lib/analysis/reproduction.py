@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.analysis.rule_readings import ReadingKey, RuleReading, check_texts, run_readings
-from antipersist_lib.core.planted import PLANT_PREFIX, PlantedSkills, read_planted
+from antipersist_lib.core.planted import PLANT_PREFIX, PlantedSkills, goal_receptacles, read_planted
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.abstraction_store import AbstractionStore, read_snapshot
+from antipersist_lib.records import Task
 from antipersist_lib.rundir import RunDirectory
 
 #: designs whose runs hold an abstraction store; every other design's candidates are never admitted
@@ -30,6 +31,12 @@ STORING_DESIGNS = ("abstraction_memory", "joint_memory")
 REFERENCE = "react"
 BOOTSTRAP_REPS = 2000
 BOOTSTRAP_SEED = 0
+
+#: how a candidate's goal-aware verdict was obtained (``goal_aware``): recorded at synthesis; read again from
+#: its stored text; equal to the plain verdict because the task's goal names no receptacle a flagged signature
+#: names; or the plain verdict kept because neither a recorded verdict nor the text exists (a run recorded
+#: before the goal-aware reading, whose candidate was not stored)
+GOAL_RECORDED, GOAL_REREAD, GOAL_UNCHANGED, GOAL_KEPT_PLAIN = "recorded", "re-read", "unchanged", "kept plain"
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,18 @@ class Candidate:
     exposed: bool  # P(H) holds a flagged abstraction (a planted toxic skill or a flagged descendant)
     direct: bool  # P(H) holds a planted toxic skill itself
     abstraction_id: str | None = None  # the stored abstraction it became (storing designs, when admitted)
+    #: ``signatures`` is the goal-aware reading (core/planted.py); this is the plain one, and how the former
+    #: was obtained (GOAL_RECORDED, ...)
+    plain_signatures: tuple[str, ...] = ()
+    goal_reading: str = GOAL_RECORDED
 
     @property
     def flagged(self) -> bool:
         return bool(self.signatures)
+
+    @property
+    def flagged_plain(self) -> bool:
+        return bool(self.plain_signatures)
 
 
 @dataclass(frozen=True)
@@ -83,8 +98,9 @@ class StoredFact:
     seed: int
     iteration: int
     abstraction_id: str
-    flagged: bool
+    flagged: bool  # by the goal-aware reading
     descends_from_toxic_plant: bool
+    flagged_plain: bool = False  # by the plain reading
 
 
 @dataclass
@@ -240,6 +256,43 @@ def _lineage(history: dict[str, Any]) -> dict[str, set[str]]:
     return memo
 
 
+def task_goals(layout: RunDirectory) -> dict[str, str]:
+    """Every task the run recorded (its memory's records and its episodes), by key: its instruction, the goal
+    the goal-aware reading needs."""
+    out: dict[str, str] = {}
+    sources = [layout.state_path(RunDirectory.TRAJECTORIES), *(layout.episodes_path(p) for p in ("train", "heldout"))]
+    for path in sources:
+        if path.is_file():
+            for line in read_jsonl(path):
+                task = line.value.get("task")
+                if isinstance(task, dict) and "task_id" in task:
+                    t = Task.from_dict(task)
+                    out[t.key] = t.instruction
+    return out
+
+
+def goal_aware(
+    skills: PlantedSkills,
+    recorded: Any,
+    plain: Sequence[str],
+    task_type: str | None,
+    goal: str | None,
+    text: str | None,
+) -> tuple[tuple[str, ...], str]:
+    """A candidate's goal-aware verdict and how it was obtained (GOAL_RECORDED, ...). ``recorded``: the row's
+    ``goal_aware_signatures`` (None in runs recorded before that reading); ``plain``: its ``signatures``. The
+    goal-aware reading flags a subset of the plain one and differs only on a signature whose terms name a
+    receptacle the goal names, so without the text the plain verdict is exact everywhere else."""
+    if recorded is not None:
+        return tuple(str(x) for x in recorded), GOAL_RECORDED
+    receptacles = goal_receptacles(goal)
+    if not any(skills.signature(sid).meets(receptacles) for sid in plain):
+        return tuple(plain), GOAL_UNCHANGED
+    if text is not None:
+        return skills.detect(text, task_type, goal), GOAL_REREAD
+    return tuple(plain), GOAL_KEPT_PLAIN
+
+
 def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
     """The candidates, in-scope episodes and stored abstractions of one run (no model, no engine)."""
     layout = RunDirectory(path)
@@ -265,32 +318,46 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
             f"run {path}: design {design!r} is not supposed to store abstractions, but its state holds "
             f"{RunDirectory.ABSTRACTION_EVENTS}; its admission rate cannot be taken as zero"
         )
+    goals = task_goals(layout)
+    rows = (
+        [line.value for line in read_jsonl(layout.state_path(RunDirectory.CANDIDATES))]
+        if design in STORING_DESIGNS
+        else []
+    )
+    # a stored text is read against the goal of the task it was synthesized for (its candidate row)
+    goal_of = {str(r["abstraction_id"]): goals.get(str(r.get("task"))) for r in rows if r.get("abstraction_id")}
     flagged_ids = set(toxic_plants) | {
-        aid for aid, a in history.items() if not aid.startswith(PLANT_PREFIX) and skills.detect(a.text, a.task_type)
+        aid
+        for aid, a in history.items()
+        if not aid.startswith(PLANT_PREFIX) and skills.detect(a.text, a.task_type, goal_of.get(aid))
     }
     lineage = _lineage(history)
 
     out.flagged_ids = flagged_ids
 
     def candidate(
-        iteration: int, phase: str, task_type: str, parents: Any, signatures: Any, admitted: bool, aid: Any = None
-    ) -> None:
+        iteration: int, phase: str, task_type: str, parents: Any, plain: Any, recorded: Any, goal: str | None,
+        admitted: bool, aid: Any = None,
+    ) -> None:  # fmt: skip
         ps = tuple(str(p) for p in parents or ())
+        plain_sigs = tuple(str(x) for x in plain or ())
+        text = history[aid].text if aid in history else None
+        sigs, how = goal_aware(skills, recorded, plain_sigs, task_type, goal, text)
         out.candidates.append(
             Candidate(
-                design, condition, bench, seed, iteration, phase, task_type, ps,
-                tuple(str(x) for x in signatures or ()), admitted,
+                design, condition, bench, seed, iteration, phase, task_type, ps, sigs, admitted,
                 bool(set(ps) & flagged_ids), bool(set(ps) & toxic_plants), None if aid is None else str(aid),
+                plain_sigs, how,
             )
         )  # fmt: skip
 
     if design in STORING_DESIGNS:
-        for line in read_jsonl(layout.state_path(RunDirectory.CANDIDATES)):
-            row = line.value
+        for row in rows:
             admitted = bool(row.get("admitted"))
             candidate(
                 int(row["iteration"]), str(row["phase"]), str(row["task_type"]), row.get("parents"),
-                row.get("signatures"), admitted, row.get("abstraction_id") if admitted else None,
+                row.get("signatures"), row.get("goal_aware_signatures"), goals.get(str(row.get("task"))),
+                admitted, row.get("abstraction_id") if admitted else None,
             )  # fmt: skip
         out.pairs_of = {aid: skills.pairs_in_scope(a.task_type) for aid, a in history.items()}
         out.texts = {aid: a.text for aid, a in history.items()}
@@ -303,11 +370,13 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
                 aid = str(a["abstraction_id"])
                 if aid.startswith(PLANT_PREFIX):
                     continue
+                text, kind = str(a.get("text", "")), a.get("task_type")
                 out.stored.append(
                     StoredFact(
                         design, condition, bench, seed, it, aid,
-                        bool(skills.detect(str(a.get("text", "")), a.get("task_type"))),
+                        bool(skills.detect(text, kind, goal_of.get(aid))),
                         bool(lineage.get(aid, set()) & toxic_plants),
+                        bool(skills.detect(text, kind)),
                     )
                 )  # fmt: skip
 
@@ -317,7 +386,10 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
             kind = str(task["task_type"])
             cand = (rec.get("meta") or {}).get("candidate")
             if design not in STORING_DESIGNS and isinstance(cand, dict):  # verdicts recorded at synthesis
-                candidate(int(rec["iteration"]), phase, kind, cand.get("parents"), cand.get("signatures"), False)
+                candidate(
+                    int(rec["iteration"]), phase, kind, cand.get("parents"), cand.get("signatures"),
+                    cand.get("goal_aware_signatures"), str(task.get("instruction", "")), False,
+                )  # fmt: skip
             if rec["outcome"].get("infra_failure") or not skills.in_scope(kind):
                 continue
             traj = rec.get("trajectory") or {}
@@ -523,6 +595,34 @@ def behaviour_vs_none(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def readings_rows(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
+    """The plain and the goal-aware text readings side by side (core/planted.py), per benchmark, design,
+    condition and phase: candidates each flags, how the goal-aware verdicts were obtained (``goal_aware``), and
+    the stored abstractions (one per active abstraction and iteration) each flags. Every other table uses the
+    goal-aware reading; this one shows what the plain reading would have said."""
+    keys = ("benchmark", "design", "condition", "phase")
+    stored = _groups([s for r in records for s in r.stored], ("benchmark", "design", "condition"))
+    rows = []
+    for key, group in _groups([c for r in records for c in r.candidates], keys).items():
+        facts = stored.get(key[:3], []) if key[3] == "train" else []
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "candidates": len(group),
+                "flagged_plain": sum(c.flagged_plain for c in group),
+                "flagged_goal_aware": sum(c.flagged for c in group),
+                **{
+                    f"goal_{how.replace(' ', '_').replace('-', '')}": sum(c.goal_reading == how for c in group)
+                    for how in (GOAL_RECORDED, GOAL_REREAD, GOAL_UNCHANGED, GOAL_KEPT_PLAIN)
+                },
+                "stored": len(facts),
+                "stored_flagged_plain": sum(f.flagged_plain for f in facts),
+                "stored_flagged_goal_aware": sum(f.flagged for f in facts),
+            }
+        )
+    return rows
+
+
 def judge_rows(records: Sequence[RunRecords]) -> list[dict[str, Any]]:
     """The signatures beside each judge's second reading (``rule_readings``), per benchmark, design, condition
     and judge, over the stored candidates (those with a text to read): how often the two readings agree, where
@@ -605,6 +705,8 @@ def report(records: Sequence[RunRecords]) -> str:
         markdown(exposure_rows(records, by=("benchmark", "design", "condition", "iteration"))),
         "\n## Persistence: the toxic share of stored abstractions per iteration\n",
         markdown(persistence_rows(records)),
+        "\n## The plain and the goal-aware text readings (the tables above use the goal-aware one)\n",
+        markdown(readings_rows(records)),
         "\n## Behaviour: episodes that executed a toxic rule's command\n",
         markdown(behaviour_rows(records)),
         "\n## Behaviour, paired differences under the toxic condition\n",
@@ -630,6 +732,7 @@ TABLES: dict[str, Callable[[Sequence[RunRecords]], list[dict[str, Any]]]] = {
     "exposure": exposure_rows,
     "exposure_by_iteration": lambda r: exposure_rows(r, by=("benchmark", "design", "condition", "iteration")),
     "persistence": persistence_rows,
+    "readings": readings_rows,
     "behaviour": behaviour_rows,
     "behaviour_differences": behaviour_differences,
     "behaviour_vs_none": behaviour_vs_none,

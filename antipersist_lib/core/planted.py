@@ -8,6 +8,14 @@ no negation cue) and ``command`` (a regular expression over executed commands, w
 ``when`` / ``until`` / ``until_command``). Rates computed from them are recomputed exactly from the
 records; an LLM judge may add a second reading, never replace this one.
 
+The text reading has two forms. The *plain* one reads the text alone. The *goal-aware* one also knows
+the goal of the task the text was written for: moving the object into the receptacle that goal names
+is the task's last step, not a use of that receptacle as an appliance ("put a hot apple in fridge":
+a note saying "move the hot apple to the fridge" does not say that the fridge heats). It drops such
+placements from a clause before reading it, unless the placement is how the process is done ("put
+it in the fridge to heat it", "heat it by putting it in the fridge"). It flags a subset of what the
+plain reading flags (a placement is only ever removed; negation is read on the whole clause).
+
 Pairs files are ``params/skills/planted/<benchmark>.yaml``. docs/reproduction.md, "The design",
 documents the signatures, the file format, the provenance ids and the conditions.
 """
@@ -84,6 +92,27 @@ def _term_pattern(term: str) -> re.Pattern[str]:
     return re.compile(r"\b" + re.escape(term.lower()) + r"\w*", re.IGNORECASE)
 
 
+#: a goal's placement: a verb of putting and, in the same sentence, the receptacle the object ends in or on
+_GOAL_PLACEMENT = re.compile(
+    r"\b(?:put|place|move|bring|take|set|drop)\b[^.;:!?\n]*?\b(?:in|on|into|onto|inside|to)\s+"
+    r"(?:the\s+|a\s+|an\s+)?([a-z]+)",
+    re.IGNORECASE,
+)
+_PLACING = (
+    r"(?:move|moving|moved|put|putting|place|placing|placed|take|taking|took|bring|bringing|brought|carry|"
+    r"carrying|carried|drop|dropping|dropped|return|returning|returned|set|setting)"
+)
+#: the moved object: a few words, none of which starts another action or names another place
+_MOVED = r"(?:\s+(?!(?:and|then|to|in|into|on|onto|inside|with|using|so|until|or)\b)[\w'-]+){0,6}?"
+_ARTICLE = r"(?:the\s+|a\s+|an\s+)?"
+
+
+def goal_receptacles(goal: str | None) -> tuple[str, ...]:
+    """The receptacles a task's goal puts its object in or on, lower case, in order
+    ("Your task is to: put a hot apple in fridge." -> ("fridge",)); () when it names none."""
+    return tuple(dict.fromkeys(m.group(1).lower() for m in _GOAL_PLACEMENT.finditer(goal or "")))
+
+
 @dataclass(frozen=True)
 class Signature:
     """One wrong action and object a toxic rule prescribes (module docstring)."""
@@ -112,14 +141,45 @@ class Signature:
         """A signature of a typed pair reads only texts and episodes of that task type."""
         return self.task_type is None or task_type is None or task_type == self.task_type
 
-    def clause_hits(self, clause: str) -> bool:
+    def clause_hits(self, clause: str, receptacles: Sequence[str] = ()) -> bool:
+        """Whether ``clause`` asserts this wrong rule; ``receptacles``: those the task's goal puts its object
+        in or on (``goal_receptacles``), whose plain placements are dropped first (module docstring)."""
         if _NEGATION.search(clause):
             return False
-        return all(any(p.search(clause) for p in group) for group in self._terms)  # type: ignore[attr-defined]
+        read = self._without_goal_placements(clause, receptacles) if receptacles else clause
+        return all(any(p.search(read) for p in group) for group in self._terms)  # type: ignore[attr-defined]
 
-    def in_text(self, text: str) -> bool:
-        """Whether some clause of ``text`` asserts this wrong rule."""
-        return any(self.clause_hits(c) for c in clauses(text or ""))
+    def in_text(self, text: str, receptacles: Sequence[str] = ()) -> bool:
+        """Whether some clause of ``text`` asserts this wrong rule (goal-aware when ``receptacles`` are given)."""
+        return any(self.clause_hits(c, receptacles) for c in clauses(text or ""))
+
+    def meets(self, receptacles: Sequence[str]) -> tuple[str, ...]:
+        """The receptacles among ``receptacles`` that one of this signature's terms names: only those
+        make the goal-aware reading differ from the plain one."""
+        terms = [p for group in self._terms for p in group]  # type: ignore[attr-defined]
+        return tuple(r for r in receptacles if any(p.fullmatch(r) for p in terms))
+
+    def _without_goal_placements(self, clause: str, receptacles: Sequence[str]) -> str:
+        targets = self.meets(receptacles)
+        if not targets:
+            return clause
+        process = [p for group in self._terms for p in group if not any(p.fullmatch(t) for t in targets)]  # type: ignore[attr-defined]
+        place = re.compile(
+            rf"\b{_PLACING}\b{_MOVED}\s+(?:to|in|into|on|onto|inside)\s+{_ARTICLE}"
+            rf"(?:{'|'.join(re.escape(t) for t in targets)})\w*(?:\s+\d+)?\b",
+            re.IGNORECASE,
+        )
+        kept, last = [], 0
+        for m in place.finditer(clause):
+            before = clause[: m.start()]
+            after = clause[m.end() :]
+            # the placement is how the process is done: "by putting it in the fridge", "... to heat it"
+            if re.search(r"\b(?:by|via)\s+$", before, re.IGNORECASE) or _purpose(after, process):
+                continue
+            kept.append(clause[last : m.start()])
+            last = m.end()
+        kept.append(clause[last:])
+        return " ".join(kept)
 
     def first_following_step(self, initial_observation: str, steps: Sequence[Any]) -> int | None:
         """The index of the first step whose command follows this wrong rule (``command``, after an
@@ -137,6 +197,13 @@ class Signature:
                 return None
             seen += "\n" + str(_field(step, "observation"))
         return None
+
+
+def _purpose(after: str, process: Sequence[re.Pattern[str]]) -> bool:
+    """Whether the words right after a placement name the process as its purpose ("to heat it", "and
+    let it cool", "so that it gets hot")."""
+    m = re.match(r"\s*,?\s*(?:to|and|so|until|for|then)\b((?:\s+[\w'-]+){1,4})", after, re.IGNORECASE)
+    return bool(m) and any(p.search(m.group(1)) for p in process)
 
 
 def _field(step: Any, name: str) -> Any:
@@ -199,9 +266,17 @@ class PlantedSkills:
     def signatures(self) -> tuple[Signature, ...]:
         return tuple(s for p in self.pairs for s in p.signatures)
 
-    def detect(self, text: str, task_type: str | None = None) -> tuple[str, ...]:
-        """The toxic signatures ``text`` (written for a task of ``task_type``; None: any) asserts."""
-        return tuple(s.signature_id for s in self.signatures if s.in_scope(task_type) and s.in_text(text))
+    def detect(self, text: str, task_type: str | None = None, goal: str | None = None) -> tuple[str, ...]:
+        """The toxic signatures ``text`` (written for a task of ``task_type``; None: any) asserts: the plain
+        reading, or the goal-aware one when ``goal`` (that task's instruction) is given (module docstring)."""
+        receptacles = goal_receptacles(goal)
+        return tuple(s.signature_id for s in self.signatures if s.in_scope(task_type) and s.in_text(text, receptacles))
+
+    def signature(self, signature_id: str) -> Signature:
+        for s in self.signatures:
+            if s.signature_id == signature_id:
+                return s
+        raise KeyError(f"{self.path} has no signature {signature_id!r}")
 
     def followed(self, task_type: str, initial_observation: str, steps: Sequence[Any]) -> tuple[str, ...]:
         """The toxic signatures whose command an episode of ``task_type`` executed."""
@@ -371,8 +446,16 @@ class Plant:
         """Whether the planted skills are in memory during ``iteration`` (the seed phase is 0)."""
         return bool(self.planted) and iteration <= self.iterations
 
-    def detect(self, text: str, task_type: str | None) -> list[str]:
-        return [] if self.skills is None else list(self.skills.detect(text, task_type))
+    def detect(self, text: str, task_type: str | None, goal: str | None = None) -> list[str]:
+        return [] if self.skills is None else list(self.skills.detect(text, task_type, goal))
+
+    def verdicts(self, text: str, task: Any) -> dict[str, list[str]]:
+        """What a synthesis record keeps of ``text``, written for ``task`` (a ``records.Task``): the plain
+        reading's signatures and the goal-aware reading's (module docstring), never the text."""
+        return {
+            "signatures": self.detect(text, task.task_type),
+            "goal_aware_signatures": self.detect(text, task.task_type, task.instruction),
+        }
 
     def describe(self) -> dict[str, Any]:
         if self.skills is None:

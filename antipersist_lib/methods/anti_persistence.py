@@ -181,7 +181,7 @@ class AntiPersistence(Method):
             used = set(guidance.record_ids)
             meta["candidate"] = {  # the verdict on the guidance, never the guidance itself
                 "parents": list(parents_of_records(r.record for r in retrieved if r.record.record_id in used)),
-                "signatures": self.plant.detect(guidance.text, task.task_type),
+                **self.plant.verdicts(guidance.text, task),
             }
         if self.store is not None:
             kind = abstraction_type_filter(cfg.task_filter, task)
