@@ -31,6 +31,7 @@ from typing import Any
 
 from antipersist_lib.paths import repo_root
 from antipersist_lib.profile_fields import ANY, STR, Checker, Field, Fields
+from antipersist_lib.records import Task
 from antipersist_lib.serving.profiles import read_mapping
 
 #: the three conditions of the design: nothing planted, the useful skills, the toxic skills
@@ -449,9 +450,9 @@ class Plant:
     def detect(self, text: str, task_type: str | None, goal: str | None = None) -> list[str]:
         return [] if self.skills is None else list(self.skills.detect(text, task_type, goal))
 
-    def verdicts(self, text: str, task: Any) -> dict[str, list[str]]:
-        """What a synthesis record keeps of ``text``, written for ``task`` (a ``records.Task``): the plain
-        reading's signatures and the goal-aware reading's (module docstring), never the text."""
+    def verdicts(self, text: str, task: Task) -> dict[str, list[str]]:
+        """What a synthesis record keeps of ``text``, written for ``task``: the plain reading's signatures and
+        the goal-aware reading's (module docstring), never the text."""
         return {
             "signatures": self.detect(text, task.task_type),
             "goal_aware_signatures": self.detect(text, task.task_type, task.instruction),
