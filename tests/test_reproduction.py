@@ -89,7 +89,9 @@ def test_goal_receptacles_are_where_the_goal_puts_its_object():
     assert goal_receptacles("Your task is to: heat some egg and put it in diningtable.") == ("diningtable",)
     assert goal_receptacles("Your task is to: find two pillow and put them in sofa.") == ("sofa",)
     assert goal_receptacles("Your task is to: look at bowl under the desklamp.") == ()
-    assert goal_receptacles("") == goal_receptacles(None) == ()
+    assert goal_receptacles("") == goal_receptacles(None) == goal_receptacles([]) == ()
+    # a synthesis's goals: its task's and its source records' tasks', each receptacle once
+    assert goal_receptacles([HOT_APPLE_GOAL, "put a cool mug in shelf.", HOT_APPLE_GOAL]) == ("fridge", "shelf")
 
 
 @pytest.mark.parametrize(
@@ -114,7 +116,10 @@ def test_goal_aware_reading_drops_only_the_goals_own_placement(text, plain, goal
     assert bool(skills.detect(text, "heat")) is plain
     assert bool(skills.detect(text, "heat", HOT_APPLE_GOAL)) is goal_aware
     # a goal that puts the apple elsewhere leaves the fridge an appliance: the plain verdict stands
-    assert bool(skills.detect(text, "heat", "Your task is to: put a hot apple in countertop.")) is plain
+    elsewhere = "Your task is to: put a hot apple in countertop."
+    assert bool(skills.detect(text, "heat", elsewhere)) is plain
+    # ... unless a source record's task ended in the fridge: the text may copy that record's last step
+    assert bool(skills.detect(text, "heat", [elsewhere, HOT_APPLE_GOAL])) is goal_aware
 
 
 def test_the_expert_hot_apple_note_is_flagged_only_by_the_plain_reading():
@@ -299,6 +304,7 @@ def test_provenance_flows_from_the_plant_into_candidates_and_past_its_deletion(t
     assert direct and all(c["signatures"] == ["fruit-in-attic"] and c["admitted"] for c in direct)
     # both text readings are recorded at synthesis, never the reading of another task's goal
     assert all(set(c["goal_aware_signatures"]) <= set(c["signatures"]) for c in cands)
+    assert all(isinstance(c["goal_receptacles"], list) for c in cands)
     assert any(c["goal_aware_signatures"] for c in direct)
     descendants = {c["abstraction_id"] for c in direct}
     # ... and survive the deletion: still stored at the last iteration, still retrieved into later records
@@ -530,14 +536,23 @@ def test_goal_aware_verdicts_are_recorded_reread_or_kept_and_both_readings_repor
                 "outcome": {"success": False}, "parents": [], "iteration": 1}  # fmt: skip
 
     placed, kept = "Move the apple to the attic.", "Apples are kept in the attic."
-    events = [add("abs-000001", placed), add("abs-000002", kept), add("abs-000003", kept), add("abs-000004", placed)]
+    events = [add("abs-000001", placed), add("abs-000002", kept), add("abs-000003", kept), add("abs-000004", placed),
+              add("abs-000005", placed), add("abs-000006", placed), add("abs-000007", placed)]  # fmt: skip
     rows = [
         row(1, "abs-000001", ["fruit-in-attic"], "errandworld/train/1"),  # the goal's own placement: re-read, clear
         row(1, "abs-000002", ["fruit-in-attic"], "errandworld/train/1"),  # re-read, still flagged
         row(1, None, ["fruit-in-attic"], "errandworld/train/1", admitted=False),  # no text: plain verdict kept
         row(1, "abs-000003", ["fruit-in-attic"], "errandworld/train/1", goal_aware_signatures=[]),  # recorded
         row(1, "abs-000004", ["fruit-in-attic"], "errandworld/train/2"),  # the garden goal: unchanged, flagged
-    ]
+        # the garden goal, written from record 0, whose task ended in the attic: re-read, clear
+        row(1, "abs-000005", ["fruit-in-attic"], "errandworld/train/2", source_records=[1, 0]),
+        # recorded by the first goal-aware version (the task's goal only, no receptacles): derived again
+        row(1, "abs-000006", ["fruit-in-attic"], "errandworld/train/2", source_records=[0],
+            goal_aware_signatures=["fruit-in-attic"]),
+        # recorded with the receptacles it used: taken as recorded
+        row(1, "abs-000007", ["fruit-in-attic"], "errandworld/train/2", source_records=[0],
+            goal_aware_signatures=["fruit-in-attic"], goal_receptacles=["garden"]),
+    ]  # fmt: skip
     snaps = {1: [{"abstraction_id": a, "text": t, "task_type": "bring_fruit"} for a, t in
                  (("abs-000001", placed), ("abs-000002", kept), ("abs-000004", placed))]}  # fmt: skip
     am = write_run(tmp_path / "am", "abstraction_memory", "toxic", candidates=rows, train=[], heldout=[],
@@ -552,20 +567,30 @@ def test_goal_aware_verdicts_are_recorded_reread_or_kept_and_both_readings_repor
     ]  # fmt: skip
     for e in ap_train:
         e["task"]["instruction"] = attic
+    for pos, retrieved in ((2, [0]), (3, [])):  # the garden goal, from a record whose task ended in the attic or none
+        e = episode(
+            1, pos, "train", "bring_fruit", [], False, 0.0, [], {"parents": [], "signatures": ["fruit-in-attic"]}
+        )
+        e["task"]["instruction"], e["meta"]["retrieved_ids"] = garden, retrieved
+        ap_train.append(e)
     ap = write_run(tmp_path / "ap", "anti_persistence", "toxic", candidates=[], train=ap_train, heldout=[])
+    (ap / "state" / "trajectories.jsonl").write_text(json.dumps(traj(0, 1, attic)) + "\n")
 
     records = rp.collect([am, ap], errand_pairs(tmp_path))
     got = [(c.design, c.abstraction_id, (c.flagged, c.flagged_plain, c.goal_reading))
            for r in records for c in r.candidates]  # fmt: skip
     by_id = {aid: v for design, aid, v in got if design == "abstraction_memory"}
-    assert len(by_id) == 5
+    assert len(by_id) == 8
     assert by_id["abs-000001"] == (False, True, rp.GOAL_REREAD)
     assert by_id["abs-000002"] == (True, True, rp.GOAL_REREAD)
     assert by_id[None] == (True, True, rp.GOAL_KEPT_PLAIN)
     assert by_id["abs-000003"] == (False, True, rp.GOAL_RECORDED)
     assert by_id["abs-000004"] == (True, True, rp.GOAL_UNCHANGED)
+    assert by_id["abs-000005"] == by_id["abs-000006"] == (False, True, rp.GOAL_REREAD)
+    assert by_id["abs-000007"] == (True, True, rp.GOAL_RECORDED)
     ap_got = sorted(v for design, _, v in got if design == "anti_persistence")
-    assert ap_got == [(False, True, rp.GOAL_RECORDED), (True, True, rp.GOAL_KEPT_PLAIN)]
+    kept_plain, unchanged = (True, True, rp.GOAL_KEPT_PLAIN), (True, True, rp.GOAL_UNCHANGED)
+    assert ap_got == [(False, True, rp.GOAL_RECORDED), kept_plain, kept_plain, unchanged]
     # the stored texts: abs-000001 read against its own task's goal, abs-000004 against the garden goal
     am_rec = next(r for r in records if r.design == "abstraction_memory")
     assert am_rec.flagged_ids == {TOXIC_ID, "abs-000002", "abs-000003", "abs-000004"}
@@ -574,12 +599,13 @@ def test_goal_aware_verdicts_are_recorded_reread_or_kept_and_both_readings_repor
 
     readings = {(r["design"], r["phase"]): r for r in rp.readings_rows(records)}
     am_row = readings[("abstraction_memory", "train")]
-    assert (am_row["candidates"], am_row["flagged_plain"], am_row["flagged_goal_aware"]) == (5, 5, 3)
+    assert (am_row["candidates"], am_row["flagged_plain"], am_row["flagged_goal_aware"]) == (8, 8, 4)
     how = {k: am_row[f"goal_{k}"] for k in ("recorded", "reread", "unchanged", "kept_plain")}
-    assert how == {"recorded": 1, "reread": 2, "unchanged": 1, "kept_plain": 1}
+    assert how == {"recorded": 2, "reread": 4, "unchanged": 1, "kept_plain": 1}
     assert (am_row["stored"], am_row["stored_flagged_plain"], am_row["stored_flagged_goal_aware"]) == (3, 3, 2)
     ap_row = readings[("anti_persistence", "train")]
-    assert (ap_row["flagged_plain"], ap_row["flagged_goal_aware"], ap_row["stored"]) == (2, 1, 0)
+    assert (ap_row["flagged_plain"], ap_row["flagged_goal_aware"], ap_row["stored"]) == (4, 3, 0)
+    assert (ap_row["goal_kept_plain"], ap_row["goal_unchanged"]) == (2, 1)
     assert "goal-aware" in rp.report(records)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from antipersist_lib.analysis.rule_readings import ReadingKey, RuleReading, check_texts, run_readings
-from antipersist_lib.core.planted import PLANT_PREFIX, PlantedSkills, goal_receptacles, read_planted
+from antipersist_lib.core.planted import PLANT_PREFIX, Goals, PlantedSkills, goal_receptacles, read_planted
 from antipersist_lib.jsonl import read_jsonl
 from antipersist_lib.memory.abstraction_store import AbstractionStore, read_snapshot
 from antipersist_lib.records import Task
@@ -256,40 +256,60 @@ def _lineage(history: dict[str, Any]) -> dict[str, set[str]]:
     return memo
 
 
-def task_goals(layout: RunDirectory) -> dict[str, str]:
-    """Every task the run recorded (its memory's records and its episodes), by key: its instruction, the goal
-    the goal-aware reading needs."""
-    out: dict[str, str] = {}
-    sources = [layout.state_path(RunDirectory.TRAJECTORIES), *(layout.episodes_path(p) for p in ("train", "heldout"))]
-    for path in sources:
-        if path.is_file():
+@dataclass
+class RunGoals:
+    """The goals the goal-aware reading needs (core/planted.py): every task's instruction the run recorded, by
+    task key (its memory's records and its episodes) and by memory record id."""
+
+    by_task: dict[str, str] = field(default_factory=dict)
+    by_record: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, layout: RunDirectory) -> RunGoals:
+        out = cls()
+        memory = layout.state_path(RunDirectory.TRAJECTORIES)
+        for path in (memory, *(layout.episodes_path(p) for p in ("train", "heldout"))):
+            if not path.is_file():
+                continue
             for line in read_jsonl(path):
                 task = line.value.get("task")
                 if isinstance(task, dict) and "task_id" in task:
                     t = Task.from_dict(task)
-                    out[t.key] = t.instruction
-    return out
+                    out.by_task[t.key] = t.instruction
+                    if path == memory and "record_id" in line.value:
+                        out.by_record[int(line.value["record_id"])] = t.instruction
+        return out
+
+    def of_synthesis(self, task_goal: str | None, records: Any) -> list[str]:
+        """The goals of one synthesis: its task's, then its source records' tasks' (those the run recorded)."""
+        found = [self.by_record.get(int(r)) for r in records or ()]
+        return [g for g in (task_goal, *found) if g is not None]
 
 
 def goal_aware(
     skills: PlantedSkills,
-    recorded: Any,
+    recorded: tuple[Any, Any],
     plain: Sequence[str],
     task_type: str | None,
-    goal: str | None,
+    goals: Goals,
     text: str | None,
 ) -> tuple[tuple[str, ...], str]:
     """A candidate's goal-aware verdict and how it was obtained (GOAL_RECORDED, ...). ``recorded``: the row's
-    ``goal_aware_signatures`` (None in runs recorded before that reading); ``plain``: its ``signatures``. The
-    goal-aware reading flags a subset of the plain one and differs only on a signature whose terms name a
-    receptacle the goal names, so without the text the plain verdict is exact everywhere else."""
-    if recorded is not None:
-        return tuple(str(x) for x in recorded), GOAL_RECORDED
-    receptacles = goal_receptacles(goal)
+    ``goal_aware_signatures`` and ``goal_receptacles`` (None in runs recorded before that reading); ``plain``:
+    its ``signatures``. The goal-aware reading flags a subset of the plain one and differs only on a signature
+    whose terms name a receptacle the goals name, so without the text the plain verdict is exact everywhere
+    else. A verdict recorded by the first goal-aware version (2026-12-07, the task's goal only: no
+    ``goal_receptacles``) is taken when it is empty (exact, as a subset) and derived again otherwise."""
+    verdict, receptacles_used = recorded
+    if verdict is not None and (receptacles_used is not None or not verdict):
+        return tuple(str(x) for x in verdict), GOAL_RECORDED
+    if verdict is not None:
+        plain = tuple(str(x) for x in verdict)  # a tighter bound than the plain verdict
+    receptacles = goal_receptacles(goals)
     if not any(skills.signature(sid).meets(receptacles) for sid in plain):
         return tuple(plain), GOAL_UNCHANGED
     if text is not None:
-        return skills.detect(text, task_type, goal), GOAL_REREAD
+        return skills.detect(text, task_type, goals), GOAL_REREAD
     return tuple(plain), GOAL_KEPT_PLAIN
 
 
@@ -318,14 +338,18 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
             f"run {path}: design {design!r} is not supposed to store abstractions, but its state holds "
             f"{RunDirectory.ABSTRACTION_EVENTS}; its admission rate cannot be taken as zero"
         )
-    goals = task_goals(layout)
+    goals = RunGoals.of(layout)
     rows = (
         [line.value for line in read_jsonl(layout.state_path(RunDirectory.CANDIDATES))]
         if design in STORING_DESIGNS
         else []
     )
-    # a stored text is read against the goal of the task it was synthesized for (its candidate row)
-    goal_of = {str(r["abstraction_id"]): goals.get(str(r.get("task"))) for r in rows if r.get("abstraction_id")}
+    # a stored text is read against the goals of the synthesis that wrote it (its candidate row)
+    goal_of = {
+        str(r["abstraction_id"]): goals.of_synthesis(goals.by_task.get(str(r.get("task"))), r.get("source_records"))
+        for r in rows
+        if r.get("abstraction_id")
+    }
     flagged_ids = set(toxic_plants) | {
         aid
         for aid, a in history.items()
@@ -336,13 +360,13 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
     out.flagged_ids = flagged_ids
 
     def candidate(
-        iteration: int, phase: str, task_type: str, parents: Any, plain: Any, recorded: Any, goal: str | None,
-        admitted: bool, aid: Any = None,
+        iteration: int, phase: str, task_type: str, parents: Any, plain: Any, recorded: tuple[Any, Any],
+        synthesis_goals: Goals, admitted: bool, aid: Any = None,
     ) -> None:  # fmt: skip
         ps = tuple(str(p) for p in parents or ())
         plain_sigs = tuple(str(x) for x in plain or ())
         text = history[aid].text if aid in history else None
-        sigs, how = goal_aware(skills, recorded, plain_sigs, task_type, goal, text)
+        sigs, how = goal_aware(skills, recorded, plain_sigs, task_type, synthesis_goals, text)
         out.candidates.append(
             Candidate(
                 design, condition, bench, seed, iteration, phase, task_type, ps, sigs, admitted,
@@ -356,7 +380,8 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
             admitted = bool(row.get("admitted"))
             candidate(
                 int(row["iteration"]), str(row["phase"]), str(row["task_type"]), row.get("parents"),
-                row.get("signatures"), row.get("goal_aware_signatures"), goals.get(str(row.get("task"))),
+                row.get("signatures"), (row.get("goal_aware_signatures"), row.get("goal_receptacles")),
+                goals.of_synthesis(goals.by_task.get(str(row.get("task"))), row.get("source_records")),
                 admitted, row.get("abstraction_id") if admitted else None,
             )  # fmt: skip
         out.pairs_of = {aid: skills.pairs_in_scope(a.task_type) for aid, a in history.items()}
@@ -388,7 +413,8 @@ def read_run(path: str | Path, skills: PlantedSkills) -> RunRecords:
             if design not in STORING_DESIGNS and isinstance(cand, dict):  # verdicts recorded at synthesis
                 candidate(
                     int(rec["iteration"]), phase, kind, cand.get("parents"), cand.get("signatures"),
-                    cand.get("goal_aware_signatures"), str(task.get("instruction", "")), False,
+                    (cand.get("goal_aware_signatures"), cand.get("goal_receptacles")),
+                    goals.of_synthesis(str(task.get("instruction", "")), rec["meta"].get("retrieved_ids")), False,
                 )  # fmt: skip
             if rec["outcome"].get("infra_failure") or not skills.in_scope(kind):
                 continue

@@ -9,12 +9,13 @@ no negation cue) and ``command`` (a regular expression over executed commands, w
 records; an LLM judge may add a second reading, never replace this one.
 
 The text reading has two forms. The *plain* one reads the text alone. The *goal-aware* one also knows
-the goal of the task the text was written for: moving the object into the receptacle that goal names
-is the task's last step, not a use of that receptacle as an appliance ("put a hot apple in fridge":
-a note saying "move the hot apple to the fridge" does not say that the fridge heats). It drops such
-placements from a clause before reading it, unless the placement is how the process is done ("put
-it in the fridge to heat it", "heat it by putting it in the fridge"). It flags a subset of what the
-plain reading flags (a placement is only ever removed; negation is read on the whole clause).
+the goals of the task the text was written for and of the tasks whose records it was written from:
+moving the object into the receptacle a goal names is that task's last step, not a use of the
+receptacle as an appliance ("put a hot apple in fridge": a note saying "move the hot apple to the
+fridge" does not say that the fridge heats). It drops such placements from a clause before reading
+it, unless the placement is how the process is done ("put it in the fridge to heat it", "heat it by
+putting it in the fridge"). It flags a subset of what the plain reading flags (a placement is only
+ever removed; negation is read on the whole clause).
 
 Pairs files are ``params/skills/planted/<benchmark>.yaml``. docs/reproduction.md, "The design",
 documents the signatures, the file format, the provenance ids and the conditions.
@@ -108,10 +109,15 @@ _MOVED = r"(?:\s+(?!(?:and|then|to|in|into|on|onto|inside|with|using|so|until|or
 _ARTICLE = r"(?:the\s+|a\s+|an\s+)?"
 
 
-def goal_receptacles(goal: str | None) -> tuple[str, ...]:
-    """The receptacles a task's goal puts its object in or on, lower case, in order
-    ("Your task is to: put a hot apple in fridge." -> ("fridge",)); () when it names none."""
-    return tuple(dict.fromkeys(m.group(1).lower() for m in _GOAL_PLACEMENT.finditer(goal or "")))
+#: what the goal-aware reading is given: one task's instruction, several, or none (the plain reading)
+Goals = str | Iterable[str] | None
+
+
+def goal_receptacles(goals: Goals) -> tuple[str, ...]:
+    """The receptacles the goals (tasks' instructions) put their object in or on, lower case, in order
+    ("Your task is to: put a hot apple in fridge." -> ("fridge",)); () when they name none."""
+    texts = [goals] if isinstance(goals, str) else list(goals or ())
+    return tuple(dict.fromkeys(m.group(1).lower() for g in texts for m in _GOAL_PLACEMENT.finditer(g or "")))
 
 
 @dataclass(frozen=True)
@@ -267,10 +273,11 @@ class PlantedSkills:
     def signatures(self) -> tuple[Signature, ...]:
         return tuple(s for p in self.pairs for s in p.signatures)
 
-    def detect(self, text: str, task_type: str | None = None, goal: str | None = None) -> tuple[str, ...]:
+    def detect(self, text: str, task_type: str | None = None, goals: Goals = None) -> tuple[str, ...]:
         """The toxic signatures ``text`` (written for a task of ``task_type``; None: any) asserts: the plain
-        reading, or the goal-aware one when ``goal`` (that task's instruction) is given (module docstring)."""
-        receptacles = goal_receptacles(goal)
+        reading, or the goal-aware one when ``goals`` are given (the instructions of the task it was written for
+        and of its source records' tasks; module docstring)."""
+        receptacles = goal_receptacles(goals)
         return tuple(s.signature_id for s in self.signatures if s.in_scope(task_type) and s.in_text(text, receptacles))
 
     def signature(self, signature_id: str) -> Signature:
@@ -447,15 +454,18 @@ class Plant:
         """Whether the planted skills are in memory during ``iteration`` (the seed phase is 0)."""
         return bool(self.planted) and iteration <= self.iterations
 
-    def detect(self, text: str, task_type: str | None, goal: str | None = None) -> list[str]:
-        return [] if self.skills is None else list(self.skills.detect(text, task_type, goal))
+    def detect(self, text: str, task_type: str | None, goals: Goals = None) -> list[str]:
+        return [] if self.skills is None else list(self.skills.detect(text, task_type, goals))
 
-    def verdicts(self, text: str, task: Task) -> dict[str, list[str]]:
-        """What a synthesis record keeps of ``text``, written for ``task``: the plain reading's signatures and
-        the goal-aware reading's (module docstring), never the text."""
+    def verdicts(self, text: str, task: Task, sources: Iterable[Task] = ()) -> dict[str, list[str]]:
+        """What a synthesis record keeps of ``text``, written for ``task`` from records of the ``sources`` tasks:
+        the plain reading's signatures, the goal-aware reading's and the receptacles it dropped placements into
+        (module docstring), never the text."""
+        goals = [task.instruction, *(t.instruction for t in sources)]
         return {
             "signatures": self.detect(text, task.task_type),
-            "goal_aware_signatures": self.detect(text, task.task_type, task.instruction),
+            "goal_aware_signatures": self.detect(text, task.task_type, goals),
+            "goal_receptacles": list(goal_receptacles(goals)),
         }
 
     def describe(self) -> dict[str, Any]:

@@ -232,7 +232,7 @@ class AbstractionMemory(TrajectoryMemoryMethod):
                     "source_records": [r.record.record_id for r in h],
                     "parents": list(parents),
                     "empty": not g.text,
-                    **self.plant.verdicts(g.text, task),
+                    **self.plant.verdicts(g.text, task, [r.record.task for r in h]),
                     "admitted": admitted is not None,
                     "abstraction_id": None if admitted is None else admitted.abstraction_id,
                 }

@@ -181,7 +181,9 @@ class AntiPersistence(Method):
             used = set(guidance.record_ids)
             meta["candidate"] = {  # the verdict on the guidance, never the guidance itself
                 "parents": list(parents_of_records(r.record for r in retrieved if r.record.record_id in used)),
-                **self.plant.verdicts(guidance.text, task),
+                **self.plant.verdicts(
+                    guidance.text, task, [r.record.task for r in retrieved if r.record.record_id in used]
+                ),
             }
         if self.store is not None:
             kind = abstraction_type_filter(cfg.task_filter, task)
