@@ -149,8 +149,8 @@ class Signature:
         return self.task_type is None or task_type is None or task_type == self.task_type
 
     def clause_hits(self, clause: str, receptacles: Sequence[str] = ()) -> bool:
-        """Whether ``clause`` asserts this wrong rule; ``receptacles``: those the task's goal puts its object
-        in or on (``goal_receptacles``), whose plain placements are dropped first (module docstring)."""
+        """Whether ``clause`` asserts this wrong rule; ``receptacles``: those the goals put their object in or
+        on (``goal_receptacles``), whose plain placements are dropped first (module docstring)."""
         if _NEGATION.search(clause):
             return False
         read = self._without_goal_placements(clause, receptacles) if receptacles else clause
@@ -459,8 +459,8 @@ class Plant:
 
     def verdicts(self, text: str, task: Task, sources: Iterable[Task] = ()) -> dict[str, list[str]]:
         """What a synthesis record keeps of ``text``, written for ``task`` from records of the ``sources`` tasks:
-        the plain reading's signatures, the goal-aware reading's and the receptacles it dropped placements into
-        (module docstring), never the text."""
+        the plain reading's signatures, the goal-aware reading's and the receptacles the goals name (module
+        docstring), never the text."""
         goals = [task.instruction, *(t.instruction for t in sources)]
         return {
             "signatures": self.detect(text, task.task_type),
